@@ -1,0 +1,1 @@
+//! edge-cache (placeholder, being built)

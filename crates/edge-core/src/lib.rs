@@ -1,0 +1,1 @@
+//! edge-core (being built)

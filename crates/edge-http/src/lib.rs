@@ -1,0 +1,1 @@
+//! edge-http (placeholder, being built)

@@ -1,0 +1,1 @@
+//! edgeload library (being built)

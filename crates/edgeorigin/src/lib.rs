@@ -1,0 +1,1 @@
+//! edgeorigin library (being built)

@@ -1,0 +1,1 @@
+fn main() { eprintln!("edgeorigin: not built yet"); std::process::exit(1) }
