@@ -1,0 +1,313 @@
+//! Encoding helpers: status lines, header lines, chunk headers, hop-by-hop handling and
+//! ready-made error responses.
+//!
+//! How it fits: the server serialises every response head into a caller-owned `Vec<u8>`
+//! with these functions (no `format!`, no allocation beyond growing that vector), and the
+//! proxy strips hop-by-hop fields before forwarding a head in either direction.
+
+use crate::date::http_date_now;
+use crate::HeaderMap;
+
+/// The final chunk and the empty trailer section of a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// The canonical reason phrase of a status (RFC 9110 section 15), `""` when unknown.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        103 => "Early Hints",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        511 => "Network Authentication Required",
+        _ => "",
+    }
+}
+
+/// Appends the decimal digits of `n` (no allocation).
+pub(crate) fn write_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+/// Appends `HTTP/1.1 {status} {reason}\r\n`. Unknown statuses get an empty reason (the
+/// space after the code stays, as RFC 9112 4 requires).
+pub fn write_status_line(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    write_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason_phrase(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `name: value\r\n`. The caller guarantees that `name` is a token and `value`
+/// holds no CR or LF (values from our parsers never do).
+pub fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.reserve(name.len() + value.len() + 4);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `{len:x}\r\n`, the header of one chunk; the caller writes the data, then
+/// `\r\n`. Hex digits come from a stack buffer, not `format!`.
+pub fn write_chunk_header(out: &mut Vec<u8>, len: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut tmp = [0u8; 2 * std::mem::size_of::<usize>()];
+    let mut i = tmp.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        tmp[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// RFC 9110 7.6.1 hop-by-hop fields: Connection, Keep-Alive, Proxy-Connection, TE,
+/// Trailer, Transfer-Encoding, Upgrade, Proxy-Authenticate, Proxy-Authorization.
+pub fn is_hop_by_hop(name: &str) -> bool {
+    const HOP: [&str; 9] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Fields a `Connection` option may never remove: a peer naming them would make the proxy
+/// drop the target host or the body length of the message it forwards.
+const NEVER_CONNECTION_OPTION: [&str; 2] = ["host", "content-length"];
+
+/// Removes hop-by-hop headers AND every header named in the Connection header's tokens
+/// (RFC 9110 7.6.1), except Host and Content-Length, which a hostile `Connection: host`
+/// must not strip.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains("connection") {
+        let named: Vec<String> = headers
+            .tokens("connection")
+            .filter_map(|t| std::str::from_utf8(t).ok())
+            .filter(|t| {
+                !NEVER_CONNECTION_OPTION
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(t))
+            })
+            .map(str::to_owned)
+            .collect();
+        for name in &named {
+            headers.remove(name);
+        }
+    }
+    let hop: Vec<String> = headers
+        .iter()
+        .filter(|(n, _)| is_hop_by_hop(n))
+        .map(|(n, _)| n.to_owned())
+        .collect();
+    for name in &hop {
+        headers.remove(name);
+    }
+}
+
+/// A complete error response: status line, Date, `Server: edgecache`,
+/// `Content-Type: text/html`, Content-Length, `Connection: close` and a small HTML body.
+pub fn error_response(status: u16) -> Vec<u8> {
+    let reason = reason_phrase(status);
+    let mut title = Vec::with_capacity(40);
+    write_decimal(&mut title, u64::from(status));
+    if !reason.is_empty() {
+        title.push(b' ');
+        title.extend_from_slice(reason.as_bytes());
+    }
+    let mut body = Vec::with_capacity(160);
+    body.extend_from_slice(b"<html>\r\n<head><title>");
+    body.extend_from_slice(&title);
+    body.extend_from_slice(b"</title></head>\r\n<body>\r\n<center><h1>");
+    body.extend_from_slice(&title);
+    body.extend_from_slice(
+        b"</h1></center>\r\n<hr><center>edgecache</center>\r\n</body>\r\n</html>\r\n",
+    );
+
+    let mut out = Vec::with_capacity(200 + body.len());
+    write_status_line(&mut out, status);
+    write_header(&mut out, "Date", &http_date_now());
+    write_header(&mut out, "Server", b"edgecache");
+    write_header(&mut out, "Content-Type", b"text/html");
+    out.extend_from_slice(b"Content-Length: ");
+    write_decimal(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    write_header(&mut out, "Connection", b"close");
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_response, BodyKind, Limits, Method};
+
+    #[test]
+    fn status_lines() {
+        let mut out = Vec::new();
+        write_status_line(&mut out, 200);
+        write_status_line(&mut out, 599);
+        assert_eq!(out, b"HTTP/1.1 200 OK\r\nHTTP/1.1 599 \r\n");
+    }
+
+    #[test]
+    fn header_lines() {
+        let mut out = Vec::new();
+        write_header(&mut out, "X-Cache-Status", b"HIT");
+        assert_eq!(out, b"X-Cache-Status: HIT\r\n");
+    }
+
+    #[test]
+    fn chunk_headers_match_format() {
+        for len in [0usize, 1, 9, 10, 15, 16, 255, 4096, 0xdead_beef, usize::MAX] {
+            let mut out = Vec::new();
+            write_chunk_header(&mut out, len);
+            assert_eq!(out, format!("{len:x}\r\n").into_bytes());
+        }
+        assert_eq!(LAST_CHUNK, b"0\r\n\r\n");
+    }
+
+    #[test]
+    fn decimal() {
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            let mut out = Vec::new();
+            write_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+
+    #[test]
+    fn reasons() {
+        assert_eq!(reason_phrase(404), "Not Found");
+        assert_eq!(reason_phrase(431), "Request Header Fields Too Large");
+        assert_eq!(reason_phrase(999), "");
+    }
+
+    #[test]
+    fn hop_by_hop_names() {
+        for n in [
+            "Connection",
+            "keep-alive",
+            "TE",
+            "Transfer-Encoding",
+            "Proxy-Authorization",
+        ] {
+            assert!(is_hop_by_hop(n), "{n}");
+        }
+        for n in ["Host", "Content-Length", "Cache-Control", "Trailers"] {
+            assert!(!is_hop_by_hop(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn strip_removes_hop_by_hop_and_connection_options() {
+        let mut h = HeaderMap::new();
+        h.append("Host", "a");
+        h.append("Connection", "keep-alive, X-Secret, host, Content-Length");
+        h.append("X-Secret", "1");
+        h.append("x-secret", "2");
+        h.append("Keep-Alive", "timeout=5");
+        h.append("Transfer-Encoding", "chunked");
+        h.append("Content-Length", "3");
+        h.append("Upgrade", "websocket");
+        h.append("Cache-Control", "max-age=1");
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["Host", "Content-Length", "Cache-Control"]);
+    }
+
+    #[test]
+    fn error_responses_parse_back() {
+        for status in [400u16, 408, 413, 414, 431, 501, 502, 504, 505] {
+            let bytes = error_response(status);
+            let (head, n) = parse_response(&bytes, &Limits::default(), &Method::Get)
+                .unwrap()
+                .unwrap();
+            assert_eq!(head.status, status);
+            assert_eq!(head.reason, reason_phrase(status));
+            assert!(!head.keep_alive);
+            assert_eq!(head.headers.get_str("server"), Some("edgecache"));
+            assert_eq!(head.headers.get_str("content-type"), Some("text/html"));
+            assert_eq!(head.headers.get("date").map(<[u8]>::len), Some(29));
+            let BodyKind::Length(len) = head.body else {
+                panic!("{:?}", head.body)
+            };
+            assert_eq!(len as usize, bytes.len() - n);
+            let body = std::str::from_utf8(&bytes[n..]).unwrap();
+            assert!(
+                body.contains(&format!("{status} {}", reason_phrase(status))),
+                "{body}"
+            );
+        }
+    }
+}

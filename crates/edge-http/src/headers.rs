@@ -1,0 +1,382 @@
+//! [`HeaderMap`]: the header fields of one message, in wire order.
+//!
+//! How it fits: the parsers fill one map per head; the proxy edits it (removing hop-by-hop
+//! fields, adding `Via` or `X-Cache-Status`) and writes it back out with
+//! [`crate::write_header`]. Names keep the case they had on the wire (some origins and
+//! clients care); every lookup is ASCII case-insensitive (RFC 9110 5.1).
+//!
+//! Layout: all names and values live in one byte buffer, and an entry is a pair of ranges
+//! into it. Parsing a head therefore costs two allocations (the buffer and the entry
+//! list) however many fields it has, instead of two per field. Removed fields leave dead
+//! bytes behind; the buffer is compacted when the dead bytes dominate.
+
+use std::fmt;
+
+/// Dead bytes tolerated before [`HeaderMap`] compacts its buffer (and only when they are
+/// more than half of it), so a proxy that rewrites a few headers never copies.
+const COMPACT_MIN_DEAD: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Start of the name in `buf`; the value follows the name directly.
+    start: usize,
+    name_len: usize,
+    value_len: usize,
+}
+
+impl Entry {
+    fn name<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        &buf[self.start..self.start + self.name_len]
+    }
+    fn value<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        let v = self.start + self.name_len;
+        &buf[v..v + self.value_len]
+    }
+}
+
+/// Header list that keeps wire order and the name's original case; lookups are
+/// case-insensitive.
+///
+/// Names and values are stored as given: `append`/`insert` do not validate them, so
+/// callers that copy peer bytes into a name must make sure they are tokens (the parsers
+/// do).
+#[derive(Clone, Default)]
+pub struct HeaderMap {
+    buf: Vec<u8>,
+    entries: Vec<Entry>,
+    /// Bytes in `buf` no longer referenced by any entry.
+    dead: usize,
+}
+
+impl HeaderMap {
+    /// An empty map (no allocation until the first field).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty map with room for `fields` fields totalling `bytes` bytes of names and
+    /// values, so that filling it does not reallocate.
+    pub fn with_capacity(fields: usize, bytes: usize) -> Self {
+        HeaderMap {
+            buf: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(fields),
+            dead: 0,
+        }
+    }
+
+    fn find<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
+        let name = name.as_bytes();
+        self.entries.iter().filter(move |e| {
+            e.name_len == name.len() && e.name(&self.buf).eq_ignore_ascii_case(name)
+        })
+    }
+
+    /// The first value of `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.find(name).next().map(|e| e.value(&self.buf))
+    }
+
+    /// The first value of `name`, if it is valid UTF-8.
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Every value of `name`, in wire order.
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.find(name).map(move |e| e.value(&self.buf))
+    }
+
+    /// Whether at least one field is called `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.find(name).next().is_some()
+    }
+
+    /// Adds a field at the end, keeping existing fields of the same name.
+    pub fn append(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
+        let name = name.into();
+        let value = value.into();
+        self.push_raw(name.as_bytes(), &value);
+    }
+
+    /// Adds a field from borrowed bytes (no intermediate allocation). Crate-internal
+    /// because a `name` that is not UTF-8 would break [`HeaderMap::iter`]'s `&str` names.
+    pub(crate) fn push_raw(&mut self, name: &[u8], value: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(name);
+        self.buf.extend_from_slice(value);
+        self.entries.push(Entry {
+            start,
+            name_len: name.len(),
+            value_len: value.len(),
+        });
+    }
+
+    /// Mutable access to the value of the last field, for in-place fix-ups by the
+    /// parsers (obs-fold replacement in responses).
+    pub(crate) fn last_value_mut(&mut self) -> Option<&mut [u8]> {
+        let e = *self.entries.last()?;
+        let v = e.start + e.name_len;
+        Some(&mut self.buf[v..v + e.value_len])
+    }
+
+    /// The value of the last field (crate-internal, see `last_value_mut`).
+    pub(crate) fn last_value(&self) -> Option<&[u8]> {
+        self.entries.last().map(|e| e.value(&self.buf))
+    }
+
+    /// Replaces every field called `name` with one field holding `value`. The new field
+    /// goes where the first old one was (or at the end), so wire order stays stable.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
+        let name = name.into();
+        let value = value.into();
+        let first = self.entries.iter().position(|e| {
+            e.name_len == name.len() && e.name(&self.buf).eq_ignore_ascii_case(name.as_bytes())
+        });
+        match first {
+            None => self.push_raw(name.as_bytes(), &value),
+            Some(i) => {
+                // Remove the later duplicates, then re-point the first slot.
+                let mut j = i + 1;
+                while j < self.entries.len() {
+                    let e = self.entries[j];
+                    if e.name_len == name.len()
+                        && e.name(&self.buf).eq_ignore_ascii_case(name.as_bytes())
+                    {
+                        self.dead += e.name_len + e.value_len;
+                        self.entries.remove(j);
+                    } else {
+                        j += 1;
+                    }
+                }
+                let old = self.entries[i];
+                self.dead += old.name_len + old.value_len;
+                let start = self.buf.len();
+                self.buf.extend_from_slice(name.as_bytes());
+                self.buf.extend_from_slice(&value);
+                self.entries[i] = Entry {
+                    start,
+                    name_len: name.len(),
+                    value_len: value.len(),
+                };
+                self.maybe_compact();
+            }
+        }
+    }
+
+    /// Removes every field called `name`; returns how many were removed.
+    pub fn remove(&mut self, name: &str) -> usize {
+        let before = self.entries.len();
+        let buf = &self.buf;
+        let mut dead = 0;
+        self.entries.retain(|e| {
+            let hit = e.name_len == name.len() && e.name(buf).eq_ignore_ascii_case(name.as_bytes());
+            if hit {
+                dead += e.name_len + e.value_len;
+            }
+            !hit
+        });
+        self.dead += dead;
+        let removed = before - self.entries.len();
+        if removed > 0 {
+            self.maybe_compact();
+        }
+        removed
+    }
+
+    /// Rewrites `buf` without dead bytes once they dominate it.
+    fn maybe_compact(&mut self) {
+        if self.entries.is_empty() {
+            self.buf.clear();
+            self.dead = 0;
+            return;
+        }
+        if self.dead < COMPACT_MIN_DEAD || self.dead * 2 < self.buf.len() {
+            return;
+        }
+        let mut buf = Vec::with_capacity(self.buf.len() - self.dead);
+        for e in &mut self.entries {
+            let len = e.name_len + e.value_len;
+            let start = buf.len();
+            buf.extend_from_slice(&self.buf[e.start..e.start + len]);
+            e.start = start;
+        }
+        self.buf = buf;
+        self.dead = 0;
+    }
+
+    /// Every field as `(name, value)`, in wire order, names in their original case.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.entries.iter().map(move |e| {
+            // Names only ever come from `String`s or httparse tokens, so this never fails;
+            // the fallback keeps the function total without `unsafe`.
+            let name = std::str::from_utf8(e.name(&self.buf)).unwrap_or("");
+            (name, e.value(&self.buf))
+        })
+    }
+
+    /// Number of fields (a name that appears twice counts twice).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no fields.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// True if a comma-separated header (e.g. Connection, Cache-Control) has the token,
+    /// case-insensitively. Elements are trimmed of optional whitespace; an element such as
+    /// `max-age=60` matches the token `max-age=60`, not `max-age` (use
+    /// [`HeaderMap::tokens`] to look at parameters).
+    pub fn has_token(&self, name: &str, token: &str) -> bool {
+        self.tokens(name)
+            .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
+    }
+
+    /// Every non-empty element of a comma-separated header (all its fields, in order),
+    /// trimmed of optional whitespace (RFC 9110 5.6.1).
+    pub fn tokens<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.get_all(name).flat_map(list_elements)
+    }
+}
+
+/// Splits a list-valued field on commas, trims OWS and skips empty elements (RFC 9110
+/// 5.6.1 requires recipients to accept empty elements).
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|t| !t.is_empty())
+}
+
+/// Trims optional whitespace (SP / HTAB) at both ends.
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+impl PartialEq for HeaderMap {
+    /// Equal when the same fields appear in the same order with the same bytes (name case
+    /// included), whatever the internal buffer layout.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for HeaderMap {}
+
+impl fmt::Debug for HeaderMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (n, v) in pairs {
+            m.append(*n, *v);
+        }
+        m
+    }
+
+    #[test]
+    fn lookups_are_case_insensitive_and_keep_case() {
+        let m = map(&[("Content-Type", "text/plain"), ("X-A", "1"), ("x-a", "2")]);
+        assert_eq!(m.get("content-type"), Some(&b"text/plain"[..]));
+        assert_eq!(m.get_str("CONTENT-TYPE"), Some("text/plain"));
+        assert_eq!(m.get_all("X-a").collect::<Vec<_>>(), vec![b"1", b"2"]);
+        assert!(m.contains("x-A"));
+        assert!(!m.contains("x-b"));
+        let names: Vec<&str> = m.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["Content-Type", "X-A", "x-a"]);
+        assert_eq!(m.len(), 3);
+        assert!(!m.is_empty());
+    }
+
+    #[test]
+    fn get_str_rejects_invalid_utf8() {
+        let mut m = HeaderMap::new();
+        m.append("X", vec![0xff, 0xfe]);
+        assert_eq!(m.get("x"), Some(&[0xff, 0xfe][..]));
+        assert_eq!(m.get_str("x"), None);
+    }
+
+    #[test]
+    fn insert_replaces_all_in_place_of_the_first() {
+        let mut m = map(&[("A", "1"), ("B", "2"), ("a", "3"), ("C", "4")]);
+        m.insert("A", "new");
+        let got: Vec<(&str, &[u8])> = m.iter().collect();
+        assert_eq!(got, vec![("A", &b"new"[..]), ("B", b"2"), ("C", b"4")]);
+        m.insert("D", "5");
+        assert_eq!(m.iter().last(), Some(("D", &b"5"[..])));
+    }
+
+    #[test]
+    fn remove_counts_and_empties() {
+        let mut m = map(&[("A", "1"), ("B", "2"), ("a", "3")]);
+        assert_eq!(m.remove("a"), 2);
+        assert_eq!(m.remove("a"), 0);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.remove("b"), 1);
+        assert!(m.is_empty());
+        assert_eq!(m, HeaderMap::new());
+    }
+
+    #[test]
+    fn compaction_keeps_contents() {
+        let mut m = HeaderMap::new();
+        let big = vec![b'x'; 3000];
+        for i in 0..50 {
+            m.insert("Big", big.clone());
+            m.append(format!("K{i}"), format!("v{i}"));
+        }
+        assert!(m.buf.len() < 50 * 3000, "buffer was compacted");
+        assert_eq!(m.get("big"), Some(&big[..]));
+        assert_eq!(m.get_str("k49"), Some("v49"));
+        assert_eq!(m.len(), 51);
+    }
+
+    #[test]
+    fn equality_ignores_layout() {
+        let mut a = map(&[("A", "1"), ("B", "2")]);
+        a.insert("A", "1");
+        let b = map(&[("A", "1"), ("B", "2")]);
+        assert_eq!(a, b);
+        assert_ne!(a, map(&[("B", "2"), ("A", "1")]));
+        assert_ne!(a, map(&[("a", "1"), ("B", "2")]));
+    }
+
+    #[test]
+    fn has_token_splits_and_trims() {
+        let m = map(&[
+            ("Connection", " keep-alive ,Upgrade"),
+            ("connection", "\tCLOSE\t, ,"),
+            ("Cache-Control", "max-age=60, no-cache"),
+        ]);
+        assert!(m.has_token("connection", "close"));
+        assert!(m.has_token("connection", "upgrade"));
+        assert!(m.has_token("CONNECTION", "Keep-Alive"));
+        assert!(!m.has_token("connection", "keep"));
+        assert!(m.has_token("cache-control", "no-cache"));
+        assert!(!m.has_token("cache-control", "max-age"));
+        assert!(!m.has_token("missing", "x"));
+        assert_eq!(m.tokens("connection").count(), 3);
+    }
+
+    #[test]
+    fn debug_is_readable() {
+        let m = map(&[("A", "1")]);
+        assert_eq!(format!("{m:?}"), r#"[("A", "1")]"#);
+    }
+}

@@ -1,0 +1,195 @@
+//! Response heads from upstreams: [`parse_response`] and [`ResponseHead`].
+//!
+//! How it fits: the proxy writes a request to an upstream connection, then feeds what it
+//! reads to [`parse_response`] until it gets a head. Interim 1xx heads come back like any
+//! other; the proxy skips them and parses again from `buf[n]`. Any error is
+//! [`crate::ErrorKind::BadUpstream`], which the proxy answers with 502 and never caches.
+//!
+//! Lenient where RFC 9112 allows a recipient to be (whitespace before a colon is removed,
+//! obs-fold is replaced with spaces, several spaces after the status code are fine, an
+//! unknown reason phrase is fine); strict about framing, because a wrong body length
+//! desynchronises the pooled upstream connection.
+
+use std::mem::MaybeUninit;
+
+use crate::error::{upstream, ParseError};
+use crate::framing::{
+    classify, ConnectionOptions, ContentLength, Special, TeVerdict, TransferEncoding,
+};
+use crate::request::STACK_HEADERS;
+use crate::{BodyKind, HeaderMap, Limits, Method, Version};
+
+/// A parsed response head.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    pub version: Version,
+    pub status: u16,
+    /// The reason phrase; empty when absent or not ASCII.
+    pub reason: String,
+    pub headers: HeaderMap,
+    /// Framing per RFC 9112 6.3 given the request method: HEAD, 1xx, 204 and 304 are
+    /// `Empty`; then chunked; then Content-Length; otherwise `CloseDelimited`.
+    pub body: BodyKind,
+    /// Whether the upstream connection may be reused after this response.
+    pub keep_alive: bool,
+}
+
+impl ResponseHead {
+    /// A 1xx interim response (100 Continue, 103 Early Hints); the final one follows.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+}
+
+const ERR_HEAD_TOO_LARGE: ParseError = upstream("upstream response head too large");
+
+/// Parses a response head (used on upstream responses). `request_method` decides framing
+/// for HEAD. 1xx interim responses are returned like any other (the caller skips them).
+///
+/// `limits.max_header_bytes` and `limits.max_headers` bound the head; `max_body` and
+/// `max_request_line` do not apply to responses.
+pub fn parse_response(
+    buf: &[u8],
+    limits: &Limits,
+    request_method: &Method,
+) -> Result<Option<(ResponseHead, usize)>, ParseError> {
+    let mut stack: [MaybeUninit<httparse::Header<'_>>; STACK_HEADERS] =
+        [const { MaybeUninit::uninit() }; STACK_HEADERS];
+    let mut heap: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::new();
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= STACK_HEADERS {
+        &mut stack[..limits.max_headers]
+    } else {
+        heap.resize_with(limits.max_headers, MaybeUninit::uninit);
+        &mut heap[..]
+    };
+
+    let mut res = httparse::Response::new(&mut []);
+    let status = httparse::ParserConfig::default()
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true)
+        .allow_multiple_spaces_in_response_status_delimiters(true)
+        .parse_response_with_uninit_headers(&mut res, buf, slots);
+    let n = match status {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > limits.max_header_bytes {
+                Err(ERR_HEAD_TOO_LARGE)
+            } else {
+                Ok(None)
+            };
+        }
+        Err(e) => {
+            return Err(upstream(match e {
+                httparse::Error::TooManyHeaders => "too many header fields in upstream response",
+                httparse::Error::Version => "upstream HTTP version is not 1.0 or 1.1",
+                httparse::Error::Status => "malformed upstream status line",
+                httparse::Error::HeaderName => "invalid header name in upstream response",
+                httparse::Error::HeaderValue => "invalid header value in upstream response",
+                httparse::Error::NewLine => "invalid line ending in upstream response",
+                httparse::Error::Token => "malformed upstream response",
+            }))
+        }
+    };
+    if n > limits.max_header_bytes {
+        return Err(ERR_HEAD_TOO_LARGE);
+    }
+    build_head(&res, request_method).map(|head| Some((head, n)))
+}
+
+fn build_head(
+    res: &httparse::Response<'_, '_>,
+    method: &Method,
+) -> Result<ResponseHead, ParseError> {
+    let (Some(minor), Some(status)) = (res.version, res.code) else {
+        return Err(upstream("incomplete upstream status line"));
+    };
+    if status < 100 {
+        return Err(upstream("upstream status code below 100"));
+    }
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+
+    let fields = &*res.headers;
+    let bytes: usize = fields.iter().map(|h| h.name.len() + h.value.len()).sum();
+    let mut headers = HeaderMap::with_capacity(fields.len(), bytes);
+    let mut cl = ContentLength::default();
+    let mut cl_error = None;
+    let mut te = TransferEncoding::default();
+    let mut conn = ConnectionOptions::default();
+    for h in fields {
+        headers.push_raw(h.name.as_bytes(), h.value);
+        let special = classify(h.name);
+        let folded = memchr::memchr2(b'\r', b'\n', h.value).is_some();
+        if folded {
+            // obs-fold (RFC 9112 5.2): a proxy replaces each fold with spaces.
+            if let Some(v) = headers.last_value_mut() {
+                for b in v.iter_mut().filter(|b| **b == b'\r' || **b == b'\n') {
+                    *b = b' ';
+                }
+            }
+        }
+        if special == Special::Other {
+            continue;
+        }
+        let value = if folded {
+            headers.last_value().unwrap_or_default()
+        } else {
+            h.value
+        };
+        match special {
+            Special::ContentLength => {
+                if let Err(why) = cl.add(value) {
+                    cl_error.get_or_insert(why);
+                }
+            }
+            Special::TransferEncoding => te.add(value),
+            Special::Connection => conn.add(value),
+            _ => {}
+        }
+    }
+
+    if te.seen {
+        match te.verdict() {
+            TeVerdict::Chunked => {}
+            TeVerdict::Empty => return Err(upstream("empty Transfer-Encoding from upstream")),
+            _ => return Err(upstream("unsupported transfer-coding from upstream")),
+        }
+    } else if let Some(why) = cl_error {
+        return Err(upstream(why));
+    }
+
+    let mut keep_alive = conn.persistent(version);
+    // RFC 9112 6.3 rule 3: TE overrides CL, but the connection must not be reused
+    // (the message may be a smuggling attempt); 6.1: TE in an HTTP/1.0 message is faulty
+    // framing, so close after it.
+    if te.seen && (cl.value.is_some() || cl_error.is_some() || version == Version::Http10) {
+        keep_alive = false;
+    }
+    let bodiless = *method == Method::Head || status < 200 || status == 204 || status == 304;
+    let body = if bodiless {
+        BodyKind::Empty
+    } else if te.seen {
+        BodyKind::Chunked
+    } else if let Some(len) = cl.value {
+        BodyKind::Length(len)
+    } else {
+        // RFC 9112 6.3 rule 8: the body ends when the upstream closes.
+        keep_alive = false;
+        BodyKind::CloseDelimited
+    };
+
+    Ok(ResponseHead {
+        version,
+        status,
+        reason: res.reason.unwrap_or("").to_owned(),
+        headers,
+        body,
+        keep_alive,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
