@@ -1,1 +1,5 @@
-fn main() { eprintln!("edgebench: not built yet"); std::process::exit(1) }
+//! `edgebench`: see the library docs and `docs/edgebench.md`.
+
+fn main() {
+    std::process::exit(edgebench::main_with(std::env::args().collect()));
+}

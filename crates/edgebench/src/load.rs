@@ -1,0 +1,458 @@
+//! Load generators: `edgeload` (the project's own, JSON results) and `wrk` (for
+//! comparison runs and machines where edgeload is not built).
+//!
+//! How it fits: the runner hands a [`LoadSpec`] (one cell's shape) to
+//! [`LoadGen::run`], which starts the generator as a pinned child process, waits for it
+//! (interruptibly, bounded by the duration plus [`EXIT_SLACK`]), and parses its output
+//! into a [`LoadResult`]. Several paths become a `--mix` file for edgeload or a small Lua
+//! script for wrk.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cpus::CpuSet;
+use crate::error::{Context, Error, Result};
+use crate::process::{SpawnSpec, Spawned};
+
+/// Time a load run may take beyond its duration (start-up, connection drain).
+pub const EXIT_SLACK: Duration = Duration::from_secs(30);
+/// Percentiles every result carries, in this order (edgeload JSON names).
+pub const PERCENTILES: [&str; 6] = ["p50", "p75", "p90", "p99", "p99.9", "p99.99"];
+
+/// Which generator.
+#[derive(Debug, Clone)]
+pub enum LoadGen {
+    Edgeload(PathBuf),
+    Wrk(PathBuf),
+}
+
+/// One cell's load.
+#[derive(Debug, Clone)]
+pub struct LoadSpec<'a> {
+    pub target: SocketAddr,
+    /// (path, weight); one entry means a single URL.
+    pub paths: &'a [(String, u32)],
+    pub connections: u32,
+    pub threads: u32,
+    pub duration: Duration,
+    pub keepalive: bool,
+    pub rate: Option<u64>,
+    pub headers: &'a [String],
+    pub cpus: Option<CpuSet>,
+}
+
+/// What one load run measured.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct LoadResult {
+    pub requests: u64,
+    pub duration_s: f64,
+    pub bytes: u64,
+    pub rps: f64,
+    /// Sum of every error counter (connect, read, write, timeout, status, verify...).
+    pub errors: u64,
+    pub error_detail: BTreeMap<String, u64>,
+    /// Latency percentiles in µs, keyed by [`PERCENTILES`] names (those the tool gave).
+    pub latency_us: BTreeMap<String, f64>,
+}
+
+impl LoadResult {
+    pub fn mb_per_s(&self) -> f64 {
+        if self.duration_s > 0.0 {
+            self.bytes as f64 / self.duration_s / 1e6
+        } else {
+            0.0
+        }
+    }
+    pub fn pct(&self, name: &str) -> Option<f64> {
+        self.latency_us.get(name).copied()
+    }
+}
+
+impl LoadGen {
+    pub fn name(&self) -> &'static str {
+        match self {
+            LoadGen::Edgeload(_) => "edgeload",
+            LoadGen::Wrk(_) => "wrk",
+        }
+    }
+
+    pub fn program(&self) -> &Path {
+        match self {
+            LoadGen::Edgeload(p) | LoadGen::Wrk(p) => p,
+        }
+    }
+
+    /// Runs one load in `dir` (which receives the mix/script, JSON and log files).
+    pub fn run(&self, spec: &LoadSpec, dir: &Path, tag: &str) -> Result<LoadResult> {
+        let args = self.args(spec, dir, tag)?;
+        let name = format!("{}-{tag}", self.name());
+        let mut p = Spawned::spawn(&SpawnSpec {
+            name: name.clone(),
+            program: self.program().to_path_buf(),
+            args,
+            dir: dir.to_path_buf(),
+            cpus: spec.cpus.clone(),
+            env: vec![],
+        })?;
+        let st = p.wait(spec.duration + EXIT_SLACK)?;
+        let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();
+        if !st.success() {
+            return Err(Error::runtime(format!(
+                "{name} failed ({st}); its output:\n{}",
+                p.log_tail()
+            )));
+        }
+        match self {
+            LoadGen::Edgeload(_) => {
+                let json_path = dir.join(format!("{tag}.json"));
+                let text = std::fs::read_to_string(&json_path)
+                    .ctx(format!("reading {}", json_path.display()))?;
+                parse_edgeload_json(&text)
+                    .map_err(|e| Error::runtime(format!("{}: {e}", json_path.display())))
+            }
+            LoadGen::Wrk(_) => parse_wrk(&log)
+                .map_err(|e| Error::runtime(format!("{name}: {e}; its output:\n{log}"))),
+        }
+    }
+
+    fn args(&self, spec: &LoadSpec, dir: &Path, tag: &str) -> Result<Vec<String>> {
+        let secs = format!("{}s", spec.duration.as_secs_f64().max(1.0).round() as u64);
+        let mut a: Vec<String> = vec![
+            "-t".into(),
+            spec.threads.to_string(),
+            "-c".into(),
+            spec.connections.to_string(),
+            "-d".into(),
+            secs,
+            "--latency".into(),
+        ];
+        for h in spec.headers {
+            a.push("-H".into());
+            a.push(h.clone());
+        }
+        let base = format!("http://{}", spec.target);
+        match self {
+            LoadGen::Edgeload(_) => {
+                a.push("--json".into());
+                a.push(dir.join(format!("{tag}.json")).display().to_string());
+                if !spec.keepalive {
+                    a.push("--no-keepalive".into());
+                }
+                if let Some(r) = spec.rate {
+                    a.push("-R".into());
+                    a.push(r.to_string());
+                }
+                if spec.paths.len() > 1 {
+                    let mix = dir.join(format!("{tag}.mix"));
+                    std::fs::write(&mix, mix_file(&base, spec.paths))
+                        .ctx(format!("writing {}", mix.display()))?;
+                    a.push("--mix".into());
+                    a.push(mix.display().to_string());
+                }
+            }
+            LoadGen::Wrk(_) => {
+                if spec.rate.is_some() {
+                    return Err(Error::usage(
+                        "wrk has no open-loop rate (-R); use edgeload for this workload",
+                    ));
+                }
+                if !spec.keepalive {
+                    a.push("-H".into());
+                    a.push("Connection: close".into());
+                }
+                if spec.paths.len() > 1 {
+                    let script = dir.join(format!("{tag}.lua"));
+                    std::fs::write(&script, wrk_script(spec.paths))
+                        .ctx(format!("writing {}", script.display()))?;
+                    a.push("-s".into());
+                    a.push(script.display().to_string());
+                }
+            }
+        }
+        a.push(format!("{base}{}", spec.paths[0].0));
+        Ok(a)
+    }
+}
+
+/// edgeload `--mix` file: one `WEIGHT URL` line per path.
+pub fn mix_file(base: &str, paths: &[(String, u32)]) -> String {
+    let mut s = String::from("# generated by edgebench: weight url\n");
+    for (p, w) in paths {
+        let _ = writeln!(s, "{w} {base}{p}");
+    }
+    s
+}
+
+/// A wrk Lua script that cycles through the paths, each repeated by its weight.
+fn wrk_script(paths: &[(String, u32)]) -> String {
+    let mut s = String::from("-- generated by edgebench\nlocal paths = {\n");
+    for (p, w) in paths {
+        for _ in 0..*w {
+            let _ = writeln!(s, "  {p:?},");
+        }
+    }
+    s.push_str("}\nlocal i = 0\nrequest = function()\n  i = i % #paths + 1\n  return wrk.format(nil, paths[i])\nend\n");
+    s
+}
+
+fn num(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// Parses edgeload's `--json` output (`requests`, `duration_s`, `bytes`, `rps`,
+/// `errors{...}`, `latency_us{p50...}`). Unknown fields are ignored.
+pub fn parse_edgeload_json(text: &str) -> std::result::Result<LoadResult, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("bad edgeload JSON: {e}"))?;
+    let field = |k: &str| {
+        v.get(k)
+            .and_then(num)
+            .ok_or_else(|| format!("edgeload JSON has no numeric {k:?}"))
+    };
+    let requests = field("requests")? as u64;
+    let duration_s = field("duration_s")?;
+    let bytes = field("bytes")? as u64;
+    let rps = v.get("rps").and_then(num).unwrap_or(if duration_s > 0.0 {
+        requests as f64 / duration_s
+    } else {
+        0.0
+    });
+    let mut error_detail = BTreeMap::new();
+    match v.get("errors") {
+        Some(serde_json::Value::Object(m)) => {
+            for (k, x) in m {
+                if let Some(n) = num(x) {
+                    error_detail.insert(k.clone(), n as u64);
+                }
+            }
+        }
+        Some(x) => {
+            if let Some(n) = num(x) {
+                error_detail.insert("total".into(), n as u64);
+            }
+        }
+        None => {}
+    }
+    let mut latency_us = BTreeMap::new();
+    if let Some(serde_json::Value::Object(m)) = v.get("latency_us") {
+        for p in PERCENTILES {
+            if let Some(x) = m.get(p).and_then(num) {
+                latency_us.insert(p.to_string(), x);
+            }
+        }
+    }
+    Ok(LoadResult {
+        requests,
+        duration_s,
+        bytes,
+        rps,
+        errors: error_detail.values().sum(),
+        error_detail,
+        latency_us,
+    })
+}
+
+/// "1.23ms" / "800.00us" / "2.5s" / "1.10m" → µs.
+fn wrk_time_us(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (n, mult) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e6)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600e6)
+    } else {
+        return None;
+    };
+    n.parse::<f64>().ok().map(|x| x * mult)
+}
+
+/// "12.34MB" → bytes (wrk's binary units).
+fn wrk_bytes(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let units = [
+        ("TB", 1u64 << 40),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("KB", 1 << 10),
+        ("B", 1),
+    ];
+    for (u, m) in units {
+        if let Some(n) = s.strip_suffix(u) {
+            return n.parse::<f64>().ok().map(|x| x * m as f64);
+        }
+    }
+    None
+}
+
+/// Parses wrk's text report (run with `--latency`).
+pub fn parse_wrk(text: &str) -> std::result::Result<LoadResult, String> {
+    let mut r = LoadResult::default();
+    let mut in_dist = false;
+    let mut saw_summary = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("Latency Distribution") {
+            in_dist = true;
+            continue;
+        }
+        if in_dist {
+            let mut it = t.split_whitespace();
+            match (
+                it.next().and_then(|p| p.strip_suffix('%')),
+                it.next().and_then(wrk_time_us),
+            ) {
+                (Some(p), Some(us)) => {
+                    let name = match p {
+                        "50" | "50.000" => "p50",
+                        "75" | "75.000" => "p75",
+                        "90" | "90.000" => "p90",
+                        "99" | "99.000" => "p99",
+                        _ => continue,
+                    };
+                    r.latency_us.insert(name.into(), us);
+                    continue;
+                }
+                _ => in_dist = false,
+            }
+        }
+        if let Some(rest) = t.strip_suffix(" read") {
+            // "123456 requests in 5.00s, 1.23GB read"
+            let (req, rest) = rest.split_once(" requests in ").ok_or("bad summary line")?;
+            let (dur, bytes) = rest.split_once(", ").ok_or("bad summary line")?;
+            r.requests = req.trim().parse().map_err(|_| "bad request count")?;
+            r.duration_s = wrk_time_us(dur).ok_or("bad duration")? / 1e6;
+            r.bytes = wrk_bytes(bytes).ok_or("bad byte count")? as u64;
+            saw_summary = true;
+        } else if let Some(rest) = t.strip_prefix("Socket errors:") {
+            for part in rest.split(',') {
+                let mut it = part.split_whitespace();
+                if let (Some(k), Some(v)) =
+                    (it.next(), it.next().and_then(|v| v.parse::<u64>().ok()))
+                {
+                    r.error_detail.insert(k.to_string(), v);
+                }
+            }
+        } else if let Some(rest) = t.strip_prefix("Non-2xx or 3xx responses:") {
+            r.error_detail
+                .insert("status".into(), rest.trim().parse().unwrap_or(0));
+        } else if let Some(rest) = t.strip_prefix("Requests/sec:") {
+            r.rps = rest.trim().parse().map_err(|_| "bad Requests/sec")?;
+        }
+    }
+    if !saw_summary {
+        return Err("no 'N requests in Ts, X read' line".into());
+    }
+    r.errors = r.error_detail.values().sum();
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WRK: &str = "Running 2s test @ http://127.0.0.1:8080/obj/1k/1
+  1 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   250.00us  100.00us   5.00ms   90.00%
+    Req/Sec    60.00k     1.00k   62.00k    80.00%
+  Latency Distribution
+     50%  240.00us
+     75%  300.00us
+     90%    1.20ms
+     99%    2.00ms
+  120000 requests in 2.00s, 142.00MB read
+  Socket errors: connect 0, read 3, write 0, timeout 1
+  Non-2xx or 3xx responses: 5
+Requests/sec:  59990.00
+Transfer/sec:     71.00MB
+";
+
+    #[test]
+    fn parses_wrk_output() {
+        let r = parse_wrk(WRK).unwrap();
+        assert_eq!(r.requests, 120000);
+        assert_eq!(r.duration_s, 2.0);
+        assert_eq!(r.bytes, 142 * (1 << 20));
+        assert_eq!(r.rps, 59990.0);
+        assert_eq!(r.pct("p50"), Some(240.0));
+        assert_eq!(r.pct("p90"), Some(1200.0));
+        assert_eq!(r.pct("p99"), Some(2000.0));
+        assert_eq!(r.errors, 9);
+        assert_eq!(r.error_detail["status"], 5);
+        assert!(parse_wrk("garbage").is_err());
+    }
+
+    #[test]
+    fn parses_edgeload_json() {
+        let j = r#"{"requests": 1000, "duration_s": 2.0, "bytes": 2000000, "rps": 500.0,
+            "errors": {"connect": 1, "read": 0, "status": 2, "verify": 0},
+            "status": {"200": 998},
+            "latency_us": {"min": 10, "p50": 100.5, "p99": 900, "p99.9": 1000, "p99.99": 1200}}"#;
+        let r = parse_edgeload_json(j).unwrap();
+        assert_eq!((r.requests, r.bytes, r.errors), (1000, 2_000_000, 3));
+        assert_eq!(r.mb_per_s(), 1.0);
+        assert_eq!(r.pct("p50"), Some(100.5));
+        assert_eq!(r.pct("p99.99"), Some(1200.0));
+        assert!(
+            r.pct("min").is_none(),
+            "only the plotted percentiles are kept"
+        );
+        assert!(parse_edgeload_json("{}").unwrap_err().contains("requests"));
+        assert!(parse_edgeload_json("not json").is_err());
+    }
+
+    #[test]
+    fn several_paths_become_a_mix_or_a_script() {
+        let paths = vec![("/a".to_string(), 2), ("/b".to_string(), 1)];
+        assert_eq!(
+            mix_file("http://h:1", &paths),
+            "# generated by edgebench: weight url\n2 http://h:1/a\n1 http://h:1/b\n"
+        );
+        let lua = wrk_script(&paths);
+        assert_eq!(lua.matches("\"/a\"").count(), 2);
+        assert_eq!(lua.matches("\"/b\"").count(), 1);
+    }
+
+    #[test]
+    fn edgeload_arguments() {
+        let paths = vec![("/obj/1k/1".to_string(), 1)];
+        let spec = LoadSpec {
+            target: "127.0.0.1:8080".parse().unwrap(),
+            paths: &paths,
+            connections: 16,
+            threads: 1,
+            duration: Duration::from_secs(2),
+            keepalive: false,
+            rate: Some(1000),
+            headers: &[],
+            cpus: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let a = LoadGen::Edgeload("edgeload".into())
+            .args(&spec, dir.path(), "c1")
+            .unwrap()
+            .join(" ");
+        assert!(a.starts_with("-t 1 -c 16 -d 2s --latency --json "), "{a}");
+        assert!(
+            a.ends_with("--no-keepalive -R 1000 http://127.0.0.1:8080/obj/1k/1"),
+            "{a}"
+        );
+        assert!(
+            LoadGen::Wrk("wrk".into())
+                .args(&spec, dir.path(), "c1")
+                .is_err(),
+            "wrk cannot do -R"
+        );
+    }
+}

@@ -1,0 +1,586 @@
+//! The experiment runner: start the origin and every server under test, warm the caches,
+//! run each cell (workload × server × repetition) with the load generator, and collect
+//! what each cell cost the server.
+//!
+//! How it fits: [`run`] turns a [`Plan`] into [`Results`], which [`crate::report`]
+//! writes as Markdown, SVG and JSON. Every process it starts is a
+//! [`crate::process::Spawned`] owned by a local, so an error, a panic or Ctrl-C stops
+//! them all on the way out. All servers run for the whole experiment (each on its own
+//! loopback port and run dir, all pinned to the server CPUs); the repetitions loop
+//! outside the servers loop, so cells alternate A B A B and slow drift (thermal,
+//! neighbours compiling) spreads over every server instead of biasing one.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::bins::{self, Bins};
+use crate::cpus::Placement;
+use crate::error::{Context, Error, Result};
+use crate::experiment::{Expect, Plan, ServerSpec, Workload};
+use crate::http;
+use crate::interrupt;
+use crate::load::{LoadGen, LoadResult, LoadSpec};
+use crate::machine::{self, Machine};
+use crate::process::{SpawnSpec, Spawned};
+use crate::procstat;
+use crate::servers::{self, Ctx, ServerKind};
+
+/// How long the origin may take to listen.
+const ORIGIN_READY: Duration = Duration::from_secs(15);
+/// A hit cell may send at most this share of its requests to the origin before the
+/// runner warns that the cell did not measure hits.
+const MAX_ORIGIN_SHARE: f64 = 0.01;
+/// ...plus this many (in-flight refreshes, probes).
+const ORIGIN_SLACK: u64 = 10;
+
+/// Which load generator `--loadgen` chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadChoice {
+    Edgeload,
+    Wrk,
+}
+
+/// Everything the command line decided.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub plan: Plan,
+    pub bench_dir: PathBuf,
+    pub placement: Placement,
+    pub bins: Bins,
+    pub loadgen: LoadChoice,
+    /// The exact command line, for the report.
+    pub command: String,
+    /// Keep the run directory (configs, logs, load JSON) instead of deleting it.
+    pub keep_dir: bool,
+}
+
+/// Whether a server took part.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "lowercase")]
+pub enum ServerState {
+    Ran,
+    /// Not installed: the reason says how to install it.
+    Missing(String),
+    /// Installed but would not start: the reason carries its log tail.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub kind: ServerKind,
+    pub state: ServerState,
+    pub version: Option<String>,
+}
+
+/// What a server answered to the first path of a workload after warm-up.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    pub workload: String,
+    pub server: String,
+    /// `X-Cache-Status` value, None when the header was absent.
+    pub cache_status: Option<String>,
+    pub status: Option<u16>,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub workload: String,
+    pub server: String,
+    /// 0-based repetition.
+    pub rep: u32,
+    pub load: LoadResult,
+    pub server_cpu_s: f64,
+    pub cpu_us_per_req: f64,
+    pub rss_bytes: u64,
+    /// Requests the origin saw during the cell (None if `/stats` was unreadable).
+    pub origin_requests: Option<u64>,
+}
+
+/// Everything a report needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub plan: Plan,
+    pub machine: Machine,
+    pub command: String,
+    pub date: String,
+    pub cpus: String,
+    pub loadgen: String,
+    pub servers: Vec<ServerStatus>,
+    pub probes: Vec<Probe>,
+    pub cells: Vec<Cell>,
+    pub warnings: Vec<String>,
+    pub elapsed_s: f64,
+}
+
+impl Results {
+    /// Names of the servers that ran, in plan order.
+    pub fn ran(&self) -> Vec<&ServerStatus> {
+        self.servers
+            .iter()
+            .filter(|s| matches!(s.state, ServerState::Ran))
+            .collect()
+    }
+    pub fn cells_for<'a>(
+        &'a self,
+        workload: &'a str,
+        server: &'a str,
+    ) -> impl Iterator<Item = &'a Cell> + 'a {
+        self.cells
+            .iter()
+            .filter(move |c| c.workload == workload && c.server == server)
+    }
+    pub fn probe(&self, workload: &str, server: &str) -> Option<&Probe> {
+        self.probes
+            .iter()
+            .find(|p| p.workload == workload && p.server == server)
+    }
+}
+
+/// A started server.
+struct Running {
+    spec: ServerSpec,
+    addr: SocketAddr,
+    proc: Spawned,
+}
+
+fn warn(warnings: &mut Vec<String>, msg: String) {
+    eprintln!("edgebench: WARNING: {msg}");
+    warnings.push(msg);
+}
+
+fn free_port() -> Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .ctx("finding a free port")
+}
+
+fn make_dir(p: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).ctx(format!("creating {}", p.display()))?;
+    // World-readable: nginx workers and the varnish child may run as another user.
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+        .ctx(format!("chmod {}", p.display()))
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Total requests the origin has served, from its `/stats` JSON.
+fn origin_requests(origin: SocketAddr) -> Option<u64> {
+    let r = http::get(origin, "/stats").ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+    v.get("requests")?.as_u64()
+}
+
+/// A server of the plan with its program, or why it is missing.
+type Found = (ServerSpec, std::result::Result<PathBuf, String>);
+
+/// Finds every program; missing peers are reported, a missing edgecache/origin/load is an error.
+fn resolve(opts: &RunOptions) -> Result<(PathBuf, LoadGen, Vec<Found>)> {
+    let origin = opts.bins.ours("edgeorigin").map_err(Error::runtime)?;
+    let loadgen = match opts.loadgen {
+        LoadChoice::Edgeload => {
+            LoadGen::Edgeload(opts.bins.ours("edgeload").map_err(Error::runtime)?)
+        }
+        LoadChoice::Wrk => LoadGen::Wrk(bins::system("wrk").ok_or_else(|| {
+            Error::runtime("wrk not found (apt-get install wrk, or bench/peers/install.sh)")
+        })?),
+    };
+    let mut servers = Vec::new();
+    for s in &opts.plan.servers {
+        let found = match s.kind {
+            ServerKind::Edgecache => Ok(opts.bins.ours("edgecache").map_err(Error::runtime)?),
+            k => bins::system(k.program()).ok_or_else(|| {
+                format!(
+                    "{} not installed ({} not found on PATH or in /usr/sbin); install it with `sudo bench/peers/install.sh` (apt-get install {})",
+                    k.name(),
+                    k.program(),
+                    k.package().unwrap_or("?")
+                )
+            }),
+        };
+        servers.push((s.clone(), found));
+    }
+    Ok((origin, loadgen, servers))
+}
+
+/// Runs the whole experiment.
+pub fn run(opts: &RunOptions) -> Result<Results> {
+    let started = Instant::now();
+    let plan = &opts.plan;
+    let mut warnings = Vec::new();
+    let (origin_bin, loadgen, found) = resolve(opts)?;
+
+    let mut statuses: Vec<ServerStatus> = Vec::new();
+    for (s, f) in &found {
+        let (state, version) = match f {
+            Ok(p) => (ServerState::Ran, servers::version(s.kind, p)),
+            Err(why) => (ServerState::Missing(why.clone()), None),
+        };
+        if let ServerState::Missing(why) = &state {
+            eprintln!("edgebench: peer {:?} skipped: {why}", s.name);
+        }
+        statuses.push(ServerStatus {
+            name: s.name.clone(),
+            kind: s.kind,
+            state,
+            version,
+        });
+    }
+
+    let run_dir = tempfile::Builder::new()
+        .prefix("edgebench-")
+        .tempdir()
+        .ctx("creating the run directory")?;
+    make_dir(run_dir.path())?;
+    eprintln!(
+        "edgebench: {} — run dir {}",
+        plan.title,
+        run_dir.path().display()
+    );
+
+    // Origin.
+    let origin_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let origin_dir = run_dir.path().join("origin");
+    make_dir(&origin_dir)?;
+    let mut origin_args = vec!["--listen".to_string(), origin_addr.to_string()];
+    origin_args.extend(plan.origin_args.iter().cloned());
+    let mut origin = Spawned::spawn(&SpawnSpec {
+        name: "edgeorigin".into(),
+        program: origin_bin,
+        args: origin_args,
+        dir: origin_dir,
+        cpus: Some(opts.placement.origin.clone()),
+        env: vec![],
+    })?;
+    origin.wait_port(origin_addr, ORIGIN_READY)?;
+    if origin_requests(origin_addr).is_none() {
+        warn(&mut warnings, format!("edgeorigin at {origin_addr} gave no readable /stats: origin request counts are not reported"));
+    }
+
+    // Servers under test.
+    let mut running: Vec<Running> = Vec::new();
+    for ((spec, found), status) in found.iter().zip(statuses.iter_mut()) {
+        let Ok(program) = found else { continue };
+        let dir = run_dir.path().join(slug(&spec.name));
+        make_dir(&dir)?;
+        let port = free_port()?;
+        let ctx = Ctx {
+            bench_dir: &opts.bench_dir,
+            dir: &dir,
+            port,
+            origin: origin_addr,
+        };
+        let started = servers::prepare(spec, &ctx).and_then(|launch| {
+            let mut p = Spawned::spawn(&SpawnSpec {
+                name: slug(&spec.name),
+                program: program.clone(),
+                args: launch.args,
+                dir: dir.clone(),
+                cpus: Some(opts.placement.server.clone()),
+                env: launch.env,
+            })?;
+            p.wait_port(
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                launch.ready_timeout,
+            )?;
+            Ok(p)
+        });
+        match started {
+            Ok(p) => {
+                eprintln!(
+                    "edgebench: {} listening on 127.0.0.1:{port} (pid {})",
+                    spec.name,
+                    p.pid()
+                );
+                running.push(Running {
+                    spec: spec.clone(),
+                    addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                    proc: p,
+                });
+            }
+            Err(e) if e.kind == crate::error::ErrorKind::Interrupted => return Err(e),
+            Err(e) if spec.kind == ServerKind::Edgecache => return Err(e),
+            Err(e) => {
+                warn(
+                    &mut warnings,
+                    format!(
+                        "{} failed to start and is left out: {}",
+                        spec.name,
+                        first_lines(&e.msg, 6)
+                    ),
+                );
+                status.state = ServerState::Failed(first_lines(&e.msg, 12));
+            }
+        }
+    }
+
+    let total_cells = plan.workloads.len() * plan.repetitions as usize * running.len();
+    let mut probes = Vec::new();
+    let mut cells = Vec::new();
+    let load_dir = run_dir.path().join("load");
+    make_dir(&load_dir)?;
+    for w in &plan.workloads {
+        for r in &running {
+            probes.push(warm(plan, w, r, &mut warnings)?);
+        }
+        for rep in 0..plan.repetitions {
+            for r in &mut running {
+                let cell = run_cell(
+                    opts,
+                    &loadgen,
+                    &load_dir,
+                    w,
+                    r,
+                    rep,
+                    origin_addr,
+                    &mut warnings,
+                )?;
+                eprintln!(
+                    "edgebench: [{}/{}] {} · {} · rep {}/{}: {:.0} req/s, {:.1} MB/s, p50 {} µs, p99 {} µs, {:.1} µs CPU/req, {} errors",
+                    cells.len() + 1,
+                    total_cells,
+                    w.name,
+                    r.spec.name,
+                    rep + 1,
+                    plan.repetitions,
+                    cell.load.rps,
+                    cell.load.mb_per_s(),
+                    cell.load.pct("p50").map_or("-".into(), |v| format!("{v:.0}")),
+                    cell.load.pct("p99").map_or("-".into(), |v| format!("{v:.0}")),
+                    cell.cpu_us_per_req,
+                    cell.load.errors
+                );
+                cells.push(cell);
+            }
+        }
+    }
+    // Stop in reverse start order: servers, then the origin.
+    while let Some(mut r) = running.pop() {
+        r.proc.stop();
+    }
+    origin.stop();
+    if opts.keep_dir {
+        let kept = run_dir.keep();
+        eprintln!("edgebench: run dir kept at {}", kept.display());
+    }
+
+    Ok(Results {
+        plan: plan.clone(),
+        machine: Machine::describe(),
+        command: opts.command.clone(),
+        date: machine::now_utc(),
+        cpus: format!(
+            "server {} · client {} · origin {}",
+            opts.placement.server, opts.placement.client, opts.placement.origin
+        ),
+        loadgen: format!("{} ({})", loadgen.name(), loadgen.program().display()),
+        servers: statuses,
+        probes,
+        cells,
+        warnings,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn first_lines(s: &str, n: usize) -> String {
+    s.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+/// Fetches every path `warm_passes` times, then probes the first one for a HIT.
+fn warm(plan: &Plan, w: &Workload, r: &Running, warnings: &mut Vec<String>) -> Result<Probe> {
+    let mut failures = 0usize;
+    let mut first_error = None;
+    for _ in 0..plan.warm_passes {
+        for (path, _) in &w.paths {
+            interrupt::check()?;
+            match http::get(r.addr, path) {
+                Ok(rep) if rep.status == 200 => {}
+                Ok(rep) => {
+                    failures += 1;
+                    first_error.get_or_insert(format!("{path}: status {}", rep.status));
+                }
+                Err(e) => {
+                    failures += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    if failures > 0 {
+        warn(
+            warnings,
+            format!(
+                "{} · {}: {failures} warm-up requests failed (first: {})",
+                w.name,
+                r.spec.name,
+                first_error.unwrap_or_default()
+            ),
+        );
+    }
+    let first = &w.paths[0].0;
+    let probe = match http::get(r.addr, first) {
+        Ok(rep) => Probe {
+            workload: w.name.clone(),
+            server: r.spec.name.clone(),
+            cache_status: rep.header("x-cache-status").map(str::to_string),
+            status: Some(rep.status),
+        },
+        Err(e) => {
+            warn(
+                warnings,
+                format!("{} · {}: probe of {first} failed: {e}", w.name, r.spec.name),
+            );
+            Probe {
+                workload: w.name.clone(),
+                server: r.spec.name.clone(),
+                cache_status: None,
+                status: None,
+            }
+        }
+    };
+    if plan.expect == Expect::Hit {
+        match probe.cache_status.as_deref() {
+            Some("HIT") => {}
+            Some(other) => warn(
+                warnings,
+                format!("{} · {}: {first} answered X-Cache-Status: {other} after warm-up, not HIT", w.name, r.spec.name),
+            ),
+            None => warn(
+                warnings,
+                format!(
+                    "{} · {}: no X-Cache-Status on {first} after warm-up; this row may measure the proxy path rather than cache hits",
+                    w.name, r.spec.name
+                ),
+            ),
+        }
+    }
+    Ok(probe)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cell(
+    opts: &RunOptions,
+    loadgen: &LoadGen,
+    dir: &Path,
+    w: &Workload,
+    r: &mut Running,
+    rep: u32,
+    origin: SocketAddr,
+    warnings: &mut Vec<String>,
+) -> Result<Cell> {
+    let tag = format!("{}-{}-{rep}", slug(&w.name), slug(&r.spec.name));
+    let spec = |duration: Duration| LoadSpec {
+        target: r.addr,
+        paths: &w.paths,
+        connections: w.connections,
+        threads: w.threads,
+        duration,
+        keepalive: w.keepalive,
+        rate: w.rate,
+        headers: &w.headers,
+        cpus: Some(opts.placement.client.clone()),
+    };
+    if !opts.plan.warmup.is_zero() {
+        loadgen.run(&spec(opts.plan.warmup), dir, &format!("{tag}-warmup"))?;
+    }
+    if let Some(st) = r.proc.try_wait() {
+        return Err(Error::runtime(format!(
+            "{} exited ({st}) during the run; its log:\n{}",
+            r.spec.name,
+            r.proc.log_tail()
+        )));
+    }
+    let pid = r.proc.pid();
+    let origin_before = origin_requests(origin);
+    let cpu_before = procstat::cpu_time(pid);
+    let load = loadgen.run(&spec(w.duration), dir, &tag)?;
+    let cpu = procstat::cpu_time(pid).saturating_sub(cpu_before);
+    let rss_bytes = procstat::rss_bytes(pid);
+    let origin_after = origin_requests(origin);
+    let origin_requests = match (origin_before, origin_after) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    if load.requests == 0 {
+        warn(
+            warnings,
+            format!(
+                "{} · {} · rep {}: no requests completed",
+                w.name,
+                r.spec.name,
+                rep + 1
+            ),
+        );
+    }
+    if load.errors > 0 {
+        warn(
+            warnings,
+            format!(
+                "{} · {} · rep {}: {} errors {:?}",
+                w.name,
+                r.spec.name,
+                rep + 1,
+                load.errors,
+                load.error_detail
+            ),
+        );
+    }
+    if opts.plan.expect == Expect::Hit {
+        if let Some(o) = origin_requests {
+            if o > ORIGIN_SLACK + (load.requests as f64 * MAX_ORIGIN_SHARE) as u64 {
+                warn(
+                    warnings,
+                    format!(
+                        "{} · {} · rep {}: the origin served {o} of {} requests: this cell did not measure cache hits",
+                        w.name,
+                        r.spec.name,
+                        rep + 1,
+                        load.requests
+                    ),
+                );
+            }
+        }
+    }
+    let cpu_us_per_req = if load.requests > 0 {
+        cpu.as_secs_f64() * 1e6 / load.requests as f64
+    } else {
+        0.0
+    };
+    Ok(Cell {
+        workload: w.name.clone(),
+        server: r.spec.name.clone(),
+        rep,
+        load,
+        server_cpu_s: cpu.as_secs_f64(),
+        cpu_us_per_req,
+        rss_bytes,
+        origin_requests,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_path_safe() {
+        assert_eq!(slug("nginx aio threads"), "nginx-aio-threads");
+        assert_eq!(slug("../x"), "---x");
+    }
+}

@@ -1,0 +1,232 @@
+//! The servers under test: edgecache and the peers (nginx, Varnish, Apache Traffic
+//! Server), one file per kind.
+//!
+//! How it fits: a [`ServerKind`] knows its program, its Debian package and how to turn
+//! a template from `bench/peers/` plus the experiment's variables into a config in the
+//! server's own run directory ([`prepare`]). The runner then starts the returned
+//! [`Launch`] as a foreground process on a free loopback port, never as a system
+//! service. Every kind adds `X-Cache-Status` (HIT/MISS) where it can, so the runner can
+//! check that "hit" cells really hit.
+
+mod ats;
+mod edgecache;
+mod nginx;
+mod varnish;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Context, Error, Result};
+use crate::experiment::ServerSpec;
+use crate::template;
+
+/// A kind of server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerKind {
+    Edgecache,
+    Nginx,
+    Varnish,
+    Ats,
+}
+
+impl ServerKind {
+    /// Every peer kind, in report order.
+    pub const PEERS: [ServerKind; 3] = [ServerKind::Nginx, ServerKind::Varnish, ServerKind::Ats];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Edgecache => "edgecache",
+            ServerKind::Nginx => "nginx",
+            ServerKind::Varnish => "varnish",
+            ServerKind::Ats => "ats",
+        }
+    }
+
+    /// `--peers` names.
+    pub fn parse(s: &str) -> std::result::Result<ServerKind, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "edgecache" => Ok(ServerKind::Edgecache),
+            "nginx" => Ok(ServerKind::Nginx),
+            "varnish" => Ok(ServerKind::Varnish),
+            "ats" | "trafficserver" => Ok(ServerKind::Ats),
+            other => Err(format!(
+                "unknown peer {other:?} (expected nginx, varnish, ats)"
+            )),
+        }
+    }
+
+    /// The program started.
+    pub fn program(self) -> &'static str {
+        match self {
+            ServerKind::Edgecache => "edgecache",
+            ServerKind::Nginx => "nginx",
+            ServerKind::Varnish => "varnishd",
+            ServerKind::Ats => "traffic_server",
+        }
+    }
+
+    /// The Debian package that provides it (peers only).
+    pub fn package(self) -> Option<&'static str> {
+        match self {
+            ServerKind::Edgecache => None,
+            ServerKind::Nginx => Some("nginx"),
+            ServerKind::Varnish => Some("varnish"),
+            ServerKind::Ats => Some("trafficserver"),
+        }
+    }
+}
+
+/// Where and how one server instance runs.
+#[derive(Debug, Clone)]
+pub struct Ctx<'a> {
+    /// `bench/` (holds `peers/`).
+    pub bench_dir: &'a Path,
+    /// This instance's private run directory (config, cache, logs).
+    pub dir: &'a Path,
+    pub port: u16,
+    pub origin: SocketAddr,
+}
+
+/// The command that starts a prepared server.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// How long it may take to listen.
+    pub ready_timeout: Duration,
+}
+
+/// The variables every template can use.
+pub fn standard_vars(ctx: &Ctx) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    v.insert("dir".into(), ctx.dir.display().to_string());
+    v.insert("port".into(), ctx.port.to_string());
+    v.insert("origin".into(), ctx.origin.to_string());
+    v.insert("origin_host".into(), ctx.origin.ip().to_string());
+    v.insert("origin_port".into(), ctx.origin.port().to_string());
+    v
+}
+
+/// Renders `bench/peers/<template>` with the standard variables plus `spec.vars` (which
+/// win) and writes it to `<dir>/<out>`. Returns the path written.
+pub(crate) fn render_to(
+    spec: &ServerSpec,
+    ctx: &Ctx,
+    template_name: &str,
+    out: &str,
+) -> Result<PathBuf> {
+    let src = ctx.bench_dir.join("peers").join(template_name);
+    let text = std::fs::read_to_string(&src)
+        .map_err(|e| Error::usage(format!("{}: cannot read template: {e}", src.display())))?;
+    let mut vars = standard_vars(ctx);
+    vars.extend(spec.vars.clone());
+    let rendered = template::render(&src.display().to_string(), &text, &vars)
+        .map_err(|e| Error::usage(format!("server {:?}: {e}", spec.name)))?;
+    let dst = ctx.dir.join(out);
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).ctx(format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(&dst, rendered).ctx(format!("writing {}", dst.display()))?;
+    Ok(dst)
+}
+
+/// Writes the server's config files into `ctx.dir` and returns how to start it.
+pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
+    match spec.kind {
+        ServerKind::Edgecache => edgecache::prepare(spec, ctx),
+        ServerKind::Nginx => nginx::prepare(spec, ctx),
+        ServerKind::Varnish => varnish::prepare(spec, ctx),
+        ServerKind::Ats => ats::prepare(spec, ctx),
+    }
+}
+
+/// The program's version line, for the report (None if it will not say).
+pub fn version(kind: ServerKind, program: &Path) -> Option<String> {
+    let flag = match kind {
+        ServerKind::Edgecache => "-V",
+        ServerKind::Nginx => "-v",
+        ServerKind::Varnish => "-V",
+        ServerKind::Ats => "--version",
+    };
+    let out = std::process::Command::new(program)
+        .arg(flag)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.contains("using root directory"))?
+        .to_string();
+    Some(line.chars().take(120).collect())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The repository's `bench/` directory (templates are tested as shipped).
+    pub fn bench_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench")
+    }
+
+    pub fn spec(kind: ServerKind, vars: &[(&str, &str)], config: Option<&str>) -> ServerSpec {
+        ServerSpec {
+            name: kind.name().into(),
+            kind,
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            config: config.map(str::to_string),
+            quick: true,
+        }
+    }
+
+    #[test]
+    fn kinds_parse_and_name_round_trip() {
+        for k in [
+            ServerKind::Edgecache,
+            ServerKind::Nginx,
+            ServerKind::Varnish,
+            ServerKind::Ats,
+        ] {
+            assert_eq!(ServerKind::parse(k.name()).unwrap(), k);
+        }
+        assert_eq!(ServerKind::parse("TrafficServer").unwrap(), ServerKind::Ats);
+        assert!(ServerKind::parse("squid").unwrap_err().contains("squid"));
+    }
+
+    #[test]
+    fn experiment_vars_override_standard_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let bench = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bench.path().join("peers")).unwrap();
+        std::fs::write(
+            bench.path().join("peers/t.conf"),
+            "{{port}} {{origin}} {{extra|none}}",
+        )
+        .unwrap();
+        let ctx = Ctx {
+            bench_dir: bench.path(),
+            dir: dir.path(),
+            port: 1234,
+            origin: "127.0.0.1:99".parse().unwrap(),
+        };
+        let s = spec(ServerKind::Nginx, &[("extra", "x")], None);
+        let p = render_to(&s, &ctx, "t.conf", "sub/out.conf").unwrap();
+        assert_eq!(std::fs::read_to_string(p).unwrap(), "1234 127.0.0.1:99 x");
+        let e = render_to(&s, &ctx, "missing.conf", "o").unwrap_err();
+        assert!(e.msg.contains("missing.conf"), "{}", e.msg);
+    }
+}
