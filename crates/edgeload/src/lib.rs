@@ -1,1 +1,24 @@
-//! edgeload library (being built)
+//! edgeload: a wrk-class HTTP/1.1 load generator for the edgecache benchmark kit.
+//!
+//! How it fits: `main.rs` calls [`main_with_args`]. The flags are parsed and validated
+//! in [`cli`]; [`run`] starts one [`worker`] thread per `-t`, each driving its share of
+//! the [`conn`]ections on a single-threaded tokio runtime; responses are framed by the
+//! sans-I/O [`codec`] (bodies checked by [`verify`] with `--verify`); every thread keeps
+//! its own [`stats`], merged at the end and printed by [`report`] (wrk's layout) and
+//! [`json`]. URL mixes and the weighted picker live in [`mix`], request bytes and the
+//! URL parser in [`target`], wrk's number formats in [`units`].
+
+pub mod cli;
+pub mod codec;
+pub mod conn;
+pub mod json;
+pub mod mix;
+pub mod report;
+pub mod run;
+pub mod stats;
+pub mod target;
+pub mod units;
+pub mod verify;
+pub mod worker;
+
+pub use run::main_with_args;

@@ -1,1 +1,5 @@
-fn main() { eprintln!("edgeload: not built yet"); std::process::exit(1) }
+//! The `edgeload` command. All logic lives in the library (`edgeload::run`).
+
+fn main() {
+    std::process::exit(edgeload::main_with_args(std::env::args_os()));
+}

@@ -1,0 +1,297 @@
+//! Command-line flags (wrk-compatible, plus edgeload's additions) and their validation
+//! into a [`Config`].
+//!
+//! How it fits: `main` calls [`parse`]; every usage problem comes back as
+//! [`CliError::Usage`] and becomes exit code 2 with one clear line on stderr, before any
+//! thread or socket exists. The rest of the program only ever sees a valid [`Config`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS};
+use crate::target::{check_header, Class, Url};
+
+/// Most requests a connection keeps in flight with `--pipeline`.
+pub const MAX_PIPELINE: usize = 256;
+/// Most threads and connections (a sanity bound, not a tuning value).
+pub const MAX_THREADS: usize = 1024;
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+/// Most `-H` headers.
+pub const MAX_HEADERS: usize = 64;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "edgeload",
+    version,
+    about = "wrk-class HTTP/1.1 load generator: closed or open loop (-R), connection ramp, URL mixes, body verification",
+    after_help = "Durations: 10s, 1m, 500ms, 1h, or a plain number of seconds."
+)]
+pub struct Args {
+    /// Number of threads (each runs its own event loop).
+    #[arg(short = 't', long = "threads", default_value_t = 2)]
+    pub threads: usize,
+    /// Connections to keep open, split evenly over the threads.
+    #[arg(short = 'c', long = "connections", default_value_t = 10)]
+    pub connections: usize,
+    /// Duration of the test.
+    #[arg(short = 'd', long = "duration", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Open loop: total requests per second, latency corrected for coordinated omission.
+    #[arg(short = 'R', long = "rate")]
+    pub rate: Option<f64>,
+    /// Open connections at this many per second and report Connect and Delay.
+    #[arg(long = "ramp", value_name = "CONN_PER_S")]
+    pub ramp: Option<f64>,
+    /// File of "WEIGHT URL" lines; each request picks one by weight.
+    #[arg(long = "mix", value_name = "FILE")]
+    pub mix: Option<PathBuf>,
+    /// Spread requests over <URL path>/1..N (per mix line with --mix).
+    #[arg(long = "paths", value_name = "N")]
+    pub paths: Option<u64>,
+    /// A new connection per request (sends Connection: close).
+    #[arg(long = "no-keepalive")]
+    pub no_keepalive: bool,
+    /// Requests in flight per connection.
+    #[arg(long = "pipeline", value_name = "N", default_value_t = 1)]
+    pub pipeline: usize,
+    /// Check each body against its X-Checksum header (xxh3-64).
+    #[arg(long = "verify")]
+    pub verify: bool,
+    /// Print the latency distribution.
+    #[arg(short = 'L', long = "latency")]
+    pub latency: bool,
+    /// Print a log2 ASCII histogram of latency in ms.
+    #[arg(long = "histogram")]
+    pub histogram: bool,
+    /// Write counts, errors, rates and percentiles as JSON to FILE.
+    #[arg(long = "json", value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Socket/request timeout.
+    #[arg(short = 'T', long = "timeout", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Add a header to every request ("Name: value"); repeatable.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// Stop after this many requests have been sent and answered.
+    #[arg(long = "requests", value_name = "N")]
+    pub requests: Option<u64>,
+    /// http://host[:port]/path
+    pub url: String,
+}
+
+/// Parses `10s`, `1m`, `500ms`, `250us`, `1h`, `1.5s`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration '{s}' (try 10s, 1m, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in '{s}' (use us, ms, s, m or h)")),
+    };
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(format!("duration '{s}' must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Open-loop settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenLoop {
+    /// Requests per second over all connections.
+    pub rate: f64,
+}
+
+/// A validated run configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub threads: usize,
+    pub connections: usize,
+    pub duration: Duration,
+    pub open_loop: Option<OpenLoop>,
+    pub ramp: Option<f64>,
+    pub keepalive: bool,
+    pub pipeline: usize,
+    pub verify: bool,
+    pub latency: bool,
+    pub histogram: bool,
+    pub json: Option<PathBuf>,
+    pub timeout: Duration,
+    pub requests: Option<u64>,
+    pub url: Url,
+    pub addr: SocketAddr,
+    pub classes: Vec<Class>,
+    /// True when `--mix` or `--paths` was given (the report adds a class table).
+    pub show_classes: bool,
+}
+
+/// Why the command line was refused.
+#[derive(Debug)]
+pub enum CliError {
+    /// `--help` or `--version`: clap prints it, exit 0.
+    Info(clap::Error),
+    /// Bad flags or values: exit 2.
+    Usage(String),
+    /// The flags are fine but the host does not resolve: exit 1.
+    Runtime(String),
+}
+
+/// Parses and validates the command line.
+pub fn parse<I, T>(argv: I) -> Result<Config, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) if e.use_stderr() => return Err(CliError::Usage(e.to_string())),
+        Err(e) => return Err(CliError::Info(e)),
+    };
+    let usage = |m: String| CliError::Usage(m);
+    if args.threads == 0 || args.threads > MAX_THREADS {
+        return Err(usage(format!("-t must be between 1 and {MAX_THREADS}")));
+    }
+    if args.connections == 0 || args.connections > MAX_CONNECTIONS {
+        return Err(usage(format!("-c must be between 1 and {MAX_CONNECTIONS}")));
+    }
+    if args.connections < args.threads {
+        return Err(usage(format!(
+            "number of connections (-c {}) must be >= threads (-t {})",
+            args.connections, args.threads
+        )));
+    }
+    if let Some(r) = args.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(usage(format!("-R must be a positive rate, got {r}")));
+        }
+    }
+    if let Some(r) = args.ramp {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(usage(format!("--ramp must be a positive number of connections per second, got {r}")));
+        }
+    }
+    if args.pipeline == 0 || args.pipeline > MAX_PIPELINE {
+        return Err(usage(format!("--pipeline must be between 1 and {MAX_PIPELINE}")));
+    }
+    if args.no_keepalive && args.pipeline > 1 {
+        return Err(usage("--pipeline needs keep-alive connections; drop --no-keepalive".into()));
+    }
+    if let Some(n) = args.paths {
+        if n == 0 || n > MAX_PATHS {
+            return Err(usage(format!("--paths must be between 1 and {MAX_PATHS}")));
+        }
+    }
+    if args.requests == Some(0) {
+        return Err(usage("--requests must be at least 1".into()));
+    }
+    if args.headers.len() > MAX_HEADERS {
+        return Err(usage(format!("at most {MAX_HEADERS} -H headers")));
+    }
+    let headers = args.headers.iter().map(|h| check_header(h)).collect::<Result<Vec<_>, _>>().map_err(usage)?;
+    let url = Url::parse(&args.url).map_err(|e| usage(format!("invalid URL {e}")))?;
+    let mix_text = match &args.mix {
+        None => None,
+        Some(p) => Some((p.display().to_string(), read_mix(p).map_err(usage)?)),
+    };
+    let classes = build_classes(
+        &url,
+        mix_text.as_ref().map(|(n, t)| (n.as_str(), t.as_str())),
+        args.paths,
+        &headers,
+        args.no_keepalive,
+    )
+    .map_err(usage)?;
+    let addr = url.resolve().map_err(CliError::Runtime)?;
+    Ok(Config {
+        threads: args.threads,
+        connections: args.connections,
+        duration: args.duration,
+        open_loop: args.rate.map(|rate| OpenLoop { rate }),
+        ramp: args.ramp,
+        keepalive: !args.no_keepalive,
+        pipeline: args.pipeline,
+        verify: args.verify,
+        latency: args.latency,
+        histogram: args.histogram,
+        json: args.json,
+        timeout: args.timeout,
+        requests: args.requests,
+        show_classes: args.mix.is_some() || args.paths.is_some(),
+        url,
+        addr,
+        classes,
+    })
+}
+
+fn read_mix(p: &std::path::Path) -> Result<String, String> {
+    let meta = std::fs::metadata(p).map_err(|e| format!("--mix {}: {e}", p.display()))?;
+    if meta.len() > MAX_MIX_BYTES {
+        return Err(format!("--mix {}: larger than {MAX_MIX_BYTES} bytes", p.display()));
+    }
+    std::fs::read_to_string(p).map_err(|e| format!("--mix {}: {e}", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_err(args: &[&str]) -> String {
+        let argv = std::iter::once("edgeload").chain(args.iter().copied());
+        match parse(argv) {
+            Err(CliError::Usage(m)) => m,
+            Err(e) => panic!("{args:?}: not a usage error: {e:?}"),
+            Ok(_) => panic!("{args:?}: accepted"),
+        }
+    }
+
+    #[test]
+    fn durations_like_wrk() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["", "s", "10x", "-1s", "0", "1e3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let c = parse(["edgeload", "http://127.0.0.1:1/x"]).unwrap();
+        assert_eq!((c.threads, c.connections, c.duration), (2, 10, Duration::from_secs(10)));
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert!(c.keepalive && c.open_loop.is_none() && !c.show_classes);
+        let c = parse([
+            "edgeload", "-t1", "-c", "4", "-d", "2s", "-R", "500", "--ramp", "100", "--paths", "10", "-H", "X-A: 1",
+            "--latency", "--timeout", "500ms", "--requests", "7", "http://127.0.0.1:1/obj",
+        ])
+        .unwrap();
+        assert_eq!(c.open_loop, Some(OpenLoop { rate: 500.0 }));
+        assert_eq!((c.ramp, c.requests, c.classes[0].name.as_str()), (Some(100.0), Some(7), "/obj/*"));
+        assert!(c.show_classes && c.latency);
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors() {
+        let u = "http://127.0.0.1:1/";
+        assert!(usage_err(&["-t", "4", "-c", "2", u]).contains("must be >= threads"));
+        assert!(usage_err(&["-d", "10x", u]).contains("invalid duration"));
+        assert!(usage_err(&["-R", "0", u]).contains("-R must be a positive"));
+        assert!(usage_err(&["--pipeline", "0", u]).contains("--pipeline"));
+        assert!(usage_err(&["--pipeline", "2", "--no-keepalive", u]).contains("keep-alive"));
+        assert!(usage_err(&["-H", "bad", u]).contains("Name: value"));
+        assert!(usage_err(&["https://127.0.0.1/"]).contains("https:// is not supported"));
+        assert!(usage_err(&["--mix", "/nonexistent/mix", u]).contains("--mix /nonexistent/mix"));
+        assert!(usage_err(&["--bogus", u]).contains("--bogus"));
+        assert!(usage_err(&[]).contains("URL"));
+    }
+}

@@ -1,0 +1,518 @@
+//! One load-generating connection: connect (paced by `--ramp`), send requests (closed
+//! loop, or on an open-loop schedule), read and frame responses, record, reconnect.
+//!
+//! How it fits: a worker thread ([`crate::worker`]) spawns one [`run`] task per
+//! connection on its single-threaded runtime. The task owns its buffers for its whole
+//! life (read buffer, write buffer, in-flight ring, response reader), so the request
+//! path allocates nothing: requests are copied from pre-serialised bytes, responses are
+//! framed in place by [`crate::codec`], and measurements go into the thread's
+//! [`ThreadStats`] through a `RefCell` (one thread, no atomics).
+//!
+//! Sockets are `socket2` sockets driven through tokio's `AsyncFd`, so the TCP handshake
+//! can be timed exactly (connect() to writable) and reads clear readiness after a short
+//! read (one read syscall per response, like wrk).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::unix::AsyncFd;
+use tokio::time::{sleep_until, timeout_at, Sleep};
+
+use crate::codec::{ResponseReader, Step};
+use crate::stats::{record, ThreadStats};
+use crate::worker::Shared;
+
+/// Read buffer per connection. Bigger than the largest head the parser accepts, so a
+/// partial head always fits after compaction.
+pub const READ_BUF: usize = 64 * 1024;
+/// First pause after a failed connect (doubles up to [`MAX_RETRY_BACKOFF`]), so a dead
+/// server does not turn the client into a busy loop.
+const RETRY_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+
+/// When a connection sends.
+#[derive(Debug, Clone, Copy)]
+pub enum Pacing {
+    /// Send the next batch as soon as the previous one is answered.
+    Closed,
+    /// Send request `k` at `t0 + k * interval` (wrk2's model); latency is measured from
+    /// that intended time, which corrects for coordinated omission.
+    Open { t0: Instant, interval_ns: f64, k: u64 },
+}
+
+impl Pacing {
+    #[inline]
+    fn due(&self) -> Option<Instant> {
+        match *self {
+            Pacing::Closed => None,
+            Pacing::Open { t0, interval_ns, k } => Some(t0 + Duration::from_nanos((k as f64 * interval_ns) as u64)),
+        }
+    }
+
+    #[inline]
+    fn advance(&mut self) {
+        if let Pacing::Open { k, .. } = self {
+            *k += 1;
+        }
+    }
+}
+
+/// A request on the wire, waiting for its response.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    class: usize,
+    /// When it should have been sent (open loop) or was sent (closed loop).
+    intended: Instant,
+    sent: Instant,
+}
+
+/// How a connection's life ended.
+enum End {
+    /// No more requests to send (`--requests` reached).
+    Finished,
+    /// Closed (by the server, an error or a timeout): open a new one.
+    Reconnect,
+}
+
+/// Why connect() failed.
+enum ConnectError {
+    Timeout,
+    Failed,
+}
+
+/// Everything a connection task owns.
+struct Conn {
+    shared: Arc<Shared>,
+    stats: Rc<RefCell<ThreadStats>>,
+    pacing: Pacing,
+    depth: usize,
+    rbuf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    wbuf: Vec<u8>,
+    inflight: VecDeque<InFlight>,
+    reader: ResponseReader,
+    rng: crate::mix::SplitMix64,
+    timer: Pin<Box<Sleep>>,
+    /// The request budget (`--requests`) ran out.
+    exhausted: bool,
+}
+
+/// Runs connection number `g` (0..connections) until the worker drops it at the end of
+/// the test, or until `--requests` is used up.
+pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize) {
+    let cfg = &shared.cfg;
+    let open_at = shared.start + cfg.ramp.map_or(Duration::ZERO, |r| Duration::from_secs_f64(g as f64 / r));
+    let pacing = match cfg.open_loop {
+        None => Pacing::Closed,
+        Some(o) => {
+            let interval_ns = cfg.connections as f64 / o.rate * 1e9;
+            // Stagger the connections over one interval so sends are evenly spread.
+            let phase = Duration::from_nanos((interval_ns * g as f64 / cfg.connections as f64) as u64);
+            Pacing::Open { t0: open_at + phase, interval_ns, k: 0 }
+        }
+    };
+    let seed = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared.seed;
+    let mut c = Conn {
+        depth: cfg.pipeline,
+        pacing,
+        rbuf: vec![0u8; READ_BUF].into_boxed_slice(),
+        start: 0,
+        end: 0,
+        wbuf: Vec::with_capacity(4096),
+        inflight: VecDeque::with_capacity(cfg.pipeline),
+        reader: ResponseReader::new(cfg.verify),
+        rng: crate::mix::SplitMix64::new(seed),
+        timer: Box::pin(sleep_until(open_at.into())),
+        exhausted: false,
+        stats,
+        shared: shared.clone(),
+    };
+    sleep_until(open_at.into()).await;
+    let mut scheduled = open_at;
+    let mut backoff = RETRY_BACKOFF;
+    loop {
+        let t0 = Instant::now();
+        let fd = match connect(c.shared.cfg.addr, t0 + c.shared.cfg.timeout).await {
+            Ok(fd) => fd,
+            Err(e) => {
+                {
+                    let mut s = c.stats.borrow_mut();
+                    match e {
+                        ConnectError::Timeout => s.errors.connect_timeout += 1,
+                        ConnectError::Failed => s.errors.connect += 1,
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+                continue;
+            }
+        };
+        backoff = RETRY_BACKOFF;
+        {
+            let mut s = c.stats.borrow_mut();
+            record(&mut s.connect, t0.elapsed());
+            s.connections += 1;
+        }
+        match c.drive(&fd, scheduled).await {
+            End::Finished => return,
+            End::Reconnect => {
+                drop(fd);
+                c.reset();
+                scheduled = Instant::now();
+            }
+        }
+    }
+}
+
+/// Non-blocking connect, timed to writability; `deadline` bounds the handshake.
+async fn connect(addr: SocketAddr, deadline: Instant) -> Result<AsyncFd<TcpStream>, ConnectError> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|_| ConnectError::Failed)?;
+    sock.set_nonblocking(true).map_err(|_| ConnectError::Failed)?;
+    sock.set_tcp_nodelay(true).map_err(|_| ConnectError::Failed)?;
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(_) => return Err(ConnectError::Failed),
+    }
+    let stream = TcpStream::from(sock);
+    // SAFETY: `stream` owns its file descriptor (it came straight from `Socket::new`) and
+    // moves into the AsyncFd, which is the only owner until it is dropped; nothing else
+    // closes or replaces that descriptor meanwhile, and `as_raw_fd` of a TcpStream always
+    // returns the same one. Exercised by `tests::connect_times_the_handshake`.
+    let fd = unsafe { AsyncFd::register(stream) }.map_err(|_| ConnectError::Failed)?;
+    match timeout_at(deadline.into(), fd.writable()).await {
+        Err(_) => return Err(ConnectError::Timeout),
+        Ok(Err(_)) => return Err(ConnectError::Failed),
+        Ok(Ok(_ready)) => {}
+    }
+    match fd.get_ref().take_error() {
+        Ok(None) => Ok(fd),
+        _ => Err(ConnectError::Failed),
+    }
+}
+
+/// Writes all of `buf`, waiting for writability at most until `deadline`.
+async fn write_all(fd: &AsyncFd<TcpStream>, buf: &[u8], deadline: Instant) -> io::Result<()> {
+    let mut off = 0;
+    // Fast path: a request almost always fits the socket buffer in one call.
+    match fd.get_ref().write(buf) {
+        Ok(n) => off = n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => return Err(e),
+    }
+    while off < buf.len() {
+        let mut guard = match timeout_at(deadline.into(), fd.writable()).await {
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+            Ok(g) => g?,
+        };
+        match guard.try_io(|s| s.get_ref().write(&buf[off..])) {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => off += n,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => {}
+        }
+    }
+    Ok(())
+}
+
+impl Conn {
+    /// Clears per-connection state before a reconnect. In-flight requests of the old
+    /// connection are dropped (already counted as errors where they failed).
+    fn reset(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.inflight.clear();
+        self.reader.reset();
+    }
+
+    /// Takes one request from the `--requests` budget.
+    #[inline]
+    fn ticket(&mut self) -> bool {
+        if self.exhausted || !self.shared.take_ticket() {
+            self.exhausted = true;
+            return false;
+        }
+        true
+    }
+
+    /// Appends one request (class chosen by weight) to the write buffer.
+    #[inline]
+    fn push_request(&mut self, intended: Instant, sent: Instant) {
+        let class = self.shared.picker.pick(self.rng.next_u64());
+        self.shared.cfg.classes[class].write_request(self.rng.next_u64(), &mut self.wbuf);
+        self.inflight.push_back(InFlight { class, intended, sent });
+    }
+
+    /// Queues what is due now: a full batch in closed loop once the previous one is
+    /// answered; in open loop every request whose intended time has come, up to the
+    /// pipeline depth.
+    fn queue_due(&mut self, now: Instant) {
+        self.wbuf.clear();
+        match self.pacing {
+            Pacing::Closed => {
+                if self.inflight.is_empty() {
+                    for _ in 0..self.depth {
+                        if !self.ticket() {
+                            break;
+                        }
+                        self.push_request(now, now);
+                    }
+                }
+            }
+            Pacing::Open { .. } => {
+                while self.inflight.len() < self.depth {
+                    let Some(due) = self.pacing.due() else { break };
+                    if due > now || !self.ticket() {
+                        break;
+                    }
+                    self.push_request(due, now);
+                    self.pacing.advance();
+                }
+            }
+        }
+    }
+
+    /// Counts one failure for every request in flight (their classes' error columns).
+    fn fail_inflight(&mut self, per_request_timeout: bool) {
+        let mut s = self.stats.borrow_mut();
+        if per_request_timeout {
+            s.errors.timeout += self.inflight.len() as u64;
+        } else {
+            s.errors.read += 1;
+        }
+        for f in &self.inflight {
+            s.class_error(f.class);
+        }
+    }
+
+    /// Sends and receives on one established connection until it must be replaced.
+    /// `scheduled`: when this connection was meant to exist (for the Delay figure).
+    async fn drive(&mut self, fd: &AsyncFd<TcpStream>, scheduled: Instant) -> End {
+        let timeout = self.shared.cfg.timeout;
+        let mut first_send = true;
+        loop {
+            let now = Instant::now();
+            self.queue_due(now);
+            if self.inflight.is_empty() && self.exhausted {
+                return End::Finished;
+            }
+            if !self.wbuf.is_empty() {
+                if first_send {
+                    first_send = false;
+                    let due = match self.pacing {
+                        Pacing::Closed => scheduled,
+                        Pacing::Open { .. } => self.inflight.front().map_or(now, |f| f.intended),
+                    };
+                    let delay = now.saturating_duration_since(due);
+                    let mut s = self.stats.borrow_mut();
+                    record(&mut s.delay, delay);
+                    if delay > timeout {
+                        s.errors.delay_timeout += 1;
+                    }
+                }
+                if let Err(e) = write_all(fd, &self.wbuf, now + timeout).await {
+                    if e.kind() == io::ErrorKind::TimedOut {
+                        self.fail_inflight(true);
+                    } else {
+                        self.stats.borrow_mut().errors.write += 1;
+                        for f in &self.inflight {
+                            self.stats.borrow_mut().class_error(f.class);
+                        }
+                    }
+                    return End::Reconnect;
+                }
+            }
+            match self.wait_and_read(fd, timeout).await {
+                None => {}
+                Some(end) => return end,
+            }
+        }
+    }
+
+    /// Waits until the socket is readable or a timer is due (next open-loop send, or the
+    /// oldest request's timeout), then reads and frames what arrived. `None`: carry on.
+    async fn wait_and_read(&mut self, fd: &AsyncFd<TcpStream>, timeout: Duration) -> Option<End> {
+        let now = Instant::now();
+        let read_deadline = self.inflight.front().map(|f| f.sent + timeout);
+        let send_due = if self.inflight.len() < self.depth && !self.exhausted { self.pacing.due() } else { None };
+        let wake = match (read_deadline, send_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let readable = match wake {
+            Some(w) => {
+                // Keep an armed timer that fires no later than needed: re-arming the
+                // timer wheel on every request is the costly part, and an early wake-up
+                // only re-checks.
+                let armed = self.timer.deadline().into_std();
+                if !(armed <= w && armed > now) {
+                    self.timer.as_mut().reset(w.into());
+                }
+                tokio::select! {
+                    biased;
+                    r = fd.readable() => Some(r),
+                    () = &mut self.timer => None,
+                }
+            }
+            None => Some(fd.readable().await),
+        };
+        let mut guard = match readable {
+            None => {
+                // A timer fired: is the oldest request overdue?
+                let now = Instant::now();
+                if self.inflight.front().is_some_and(|f| now >= f.sent + timeout) {
+                    self.fail_inflight(true);
+                    return Some(End::Reconnect);
+                }
+                return None;
+            }
+            Some(Err(_)) => {
+                self.fail_inflight(false);
+                return Some(End::Reconnect);
+            }
+            Some(Ok(g)) => g,
+        };
+        if self.end == self.rbuf.len() {
+            self.rbuf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let space = self.rbuf.len() - self.end;
+        let (rbuf, end) = (&mut self.rbuf, self.end);
+        let n = match guard.try_io(|s| s.get_ref().read(&mut rbuf[end..])) {
+            Err(_would_block) => return None,
+            Ok(Ok(0)) => return Some(self.on_eof()),
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => return None,
+            Ok(Err(_)) => {
+                self.fail_inflight(false);
+                return Some(End::Reconnect);
+            }
+        };
+        if n < space {
+            // A short read drained the socket: skip the read that would only say
+            // EAGAIN (tokio's own TcpStream does the same).
+            guard.clear_ready();
+        }
+        self.end += n;
+        self.stats.borrow_mut().bytes += n as u64;
+        self.frame_responses(Instant::now())
+    }
+
+    /// Frames every complete response in the buffer and records it.
+    fn frame_responses(&mut self, now: Instant) -> Option<End> {
+        loop {
+            let (used, step) = match self.reader.advance(&self.rbuf[self.start..self.end]) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.fail_inflight(false);
+                    return Some(End::Reconnect);
+                }
+            };
+            self.start += used;
+            match step {
+                Step::NeedMore => break,
+                Step::Done(done) => {
+                    let Some(f) = self.inflight.pop_front() else {
+                        // A response nobody asked for: the stream is out of sync.
+                        self.stats.borrow_mut().errors.read += 1;
+                        return Some(End::Reconnect);
+                    };
+                    self.stats.borrow_mut().response(
+                        f.class,
+                        done.status,
+                        done.bytes,
+                        done.verdict,
+                        now.saturating_duration_since(f.intended),
+                        now.saturating_duration_since(f.sent),
+                    );
+                    if !done.keep_alive {
+                        // The server closes after this response; pipelined requests
+                        // behind it are lost and resent on the next connection's schedule.
+                        return Some(End::Reconnect);
+                    }
+                }
+            }
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        None
+    }
+
+    /// The server closed the connection.
+    fn on_eof(&mut self) -> End {
+        match self.reader.eof() {
+            Ok(Some(done)) => {
+                // A close-delimited body is complete.
+                if let Some(f) = self.inflight.pop_front() {
+                    let now = Instant::now();
+                    self.stats.borrow_mut().response(
+                        f.class,
+                        done.status,
+                        done.bytes,
+                        done.verdict,
+                        now.saturating_duration_since(f.intended),
+                        now.saturating_duration_since(f.sent),
+                    );
+                }
+            }
+            Ok(None) if self.inflight.is_empty() => {} // idle keep-alive close: not an error
+            Ok(None) | Err(_) => self.fail_inflight(false),
+        }
+        End::Reconnect
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn connect_times_the_handshake() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        rt().block_on(async {
+            let fd = connect(addr, Instant::now() + Duration::from_secs(2)).await.ok().expect("connect");
+            let (mut srv, _) = l.accept().unwrap();
+            write_all(&fd, b"ping", Instant::now() + Duration::from_secs(2)).await.unwrap();
+            let mut buf = [0u8; 4];
+            srv.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"ping");
+        });
+        drop(l);
+        // Nobody listens any more: refused, not a timeout.
+        rt().block_on(async {
+            let r = connect(addr, Instant::now() + Duration::from_secs(2)).await;
+            assert!(matches!(r, Err(ConnectError::Failed)));
+        });
+    }
+
+    #[test]
+    fn open_loop_schedule_is_even() {
+        let t0 = Instant::now();
+        let mut p = Pacing::Open { t0, interval_ns: 2_500_000.0, k: 0 };
+        let mut due = Vec::new();
+        for _ in 0..5 {
+            due.push(p.due().unwrap().duration_since(t0).as_micros());
+            p.advance();
+        }
+        assert_eq!(due, vec![0, 2500, 5000, 7500, 10000]);
+        assert!(Pacing::Closed.due().is_none());
+    }
+}

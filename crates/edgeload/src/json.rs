@@ -1,0 +1,144 @@
+//! The `--json FILE` output: counts, errors, rates and HDR percentiles for machines
+//! (edgebench reads it, so the key names are a contract: see docs/edgeload.md).
+//!
+//! How it fits: [`crate::run`] calls [`write`] with the merged [`ThreadStats`] after the
+//! text report. All durations are microseconds (`*_us`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::Config;
+use crate::stats::{Errors, Summary, ThreadStats};
+
+/// One URL class (mix line).
+#[derive(Debug, Serialize)]
+pub struct JsonClass {
+    pub url: String,
+    pub weight: f64,
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub latency_us: Summary,
+}
+
+/// The whole file.
+#[derive(Debug, Serialize)]
+pub struct JsonReport {
+    pub url: String,
+    pub threads: usize,
+    pub connections: usize,
+    /// `"closed"` or `"open"` (with `-R`).
+    pub mode: &'static str,
+    /// The `-R` target, if any.
+    pub target_rps: Option<f64>,
+    pub requests: u64,
+    pub duration_s: f64,
+    pub bytes: u64,
+    pub rps: f64,
+    pub transfer_bps: f64,
+    /// Connections established (each reconnect counts).
+    pub connections_opened: u64,
+    pub errors: Errors,
+    pub status: BTreeMap<String, u64>,
+    pub verify: Option<JsonVerify>,
+    pub latency_us: Summary,
+    pub service_us: Summary,
+    pub connect_us: Summary,
+    pub delay_us: Summary,
+    pub req_per_sec_per_thread: Summary,
+    pub classes: Vec<JsonClass>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonVerify {
+    pub ok: u64,
+    pub mismatched: u64,
+    pub without_checksum: u64,
+}
+
+/// Builds the JSON document.
+pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
+    let secs = runtime.as_secs_f64().max(1e-9);
+    JsonReport {
+        url: cfg.url.to_url_string(),
+        threads: cfg.threads,
+        connections: cfg.connections,
+        mode: if cfg.open_loop.is_some() { "open" } else { "closed" },
+        target_rps: cfg.open_loop.map(|o| o.rate),
+        requests: st.completed,
+        duration_s: runtime.as_secs_f64(),
+        bytes: st.bytes,
+        rps: st.completed as f64 / secs,
+        transfer_bps: st.bytes as f64 / secs,
+        connections_opened: st.connections,
+        errors: st.errors,
+        status: st
+            .status
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(code, n)| (code.to_string(), *n))
+            .collect(),
+        verify: cfg.verify.then_some(JsonVerify {
+            ok: st.verify.ok,
+            mismatched: st.verify.mismatched,
+            without_checksum: st.verify.without_checksum,
+        }),
+        latency_us: Summary::of(&st.latency),
+        service_us: Summary::of(&st.service),
+        connect_us: Summary::of(&st.connect),
+        delay_us: Summary::of(&st.delay),
+        req_per_sec_per_thread: Summary::of(&st.req_rate),
+        classes: cfg
+            .classes
+            .iter()
+            .zip(&st.classes)
+            .map(|(c, s)| JsonClass {
+                url: c.name.clone(),
+                weight: c.weight as f64 / 1000.0,
+                requests: s.requests,
+                errors: s.errors,
+                bytes: s.bytes,
+                latency_us: Summary::of(&s.latency),
+            })
+            .collect(),
+    }
+}
+
+/// Writes the JSON document to `path` (pretty, newline-terminated).
+pub fn write(path: &Path, report: &JsonReport) -> Result<(), String> {
+    let mut text = serde_json::to_string_pretty(report).map_err(|e| format!("--json: {e}"))?;
+    text.push('\n');
+    std::fs::write(path, text).map_err(|e| format!("--json {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::Verdict;
+
+    #[test]
+    fn keys_are_the_contract() {
+        let cfg = crate::cli::parse(["edgeload", "--verify", "http://127.0.0.1:1/"]).unwrap();
+        let mut st = ThreadStats::new(1);
+        st.response(0, 200, 10, Verdict::Ok, Duration::from_micros(1000), Duration::from_micros(900));
+        let v = serde_json::to_value(build(&cfg, &st, Duration::from_secs(2))).unwrap();
+        assert_eq!(v["requests"], 1);
+        assert_eq!(v["rps"], 0.5);
+        assert_eq!(v["status"]["200"], 1);
+        for k in ["connect", "read", "write", "timeout", "status", "verify", "connect_timeout", "delay_timeout"] {
+            assert_eq!(v["errors"][k], 0, "{k}");
+        }
+        for k in ["min", "mean", "stdev", "max", "p50", "p75", "p90", "p99", "p99.9", "p99.99"] {
+            assert!(v["latency_us"][k].is_number(), "{k}");
+            assert!(v["delay_us"][k].is_number(), "{k}");
+        }
+        assert_eq!(v["latency_us"]["p50"], 1000);
+        assert_eq!(v["service_us"]["p50"], 900);
+        assert_eq!(v["classes"][0]["url"], "/");
+        assert_eq!(v["verify"]["ok"], 1);
+    }
+}

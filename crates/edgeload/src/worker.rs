@@ -1,0 +1,117 @@
+//! Worker threads: one OS thread per `-t`, each running a tokio `current_thread`
+//! runtime with its share of the connections.
+//!
+//! How it fits: [`crate::run`] builds the [`Shared`] state, starts [`spawn`] once per
+//! thread and waits for each thread's [`ThreadStats`]. Connection `g` belongs to thread
+//! `g % threads`, so connections (and a `--ramp`) are spread evenly over the threads.
+//! A thread stops at the deadline, when the stop signal (Ctrl-C) arrives, or when all of
+//! its connections finished their `--requests` budget; dropping the `LocalSet` then
+//! abandons whatever was still in flight, as wrk does.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::LocalSet;
+
+use crate::cli::Config;
+use crate::mix::Picker;
+use crate::stats::ThreadStats;
+
+/// How often each thread samples its request rate (wrk's Req/Sec row uses 100 ms).
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Read-only state shared by every thread, plus the `--requests` counter.
+pub struct Shared {
+    pub cfg: Config,
+    pub picker: Picker,
+    /// Test start: ramp and open-loop schedules count from here.
+    pub start: Instant,
+    pub deadline: Instant,
+    /// Seed for the per-connection URL pickers.
+    pub seed: u64,
+    issued: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(cfg: Config, start: Instant) -> Shared {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64);
+        Shared { picker: Picker::new(&cfg.classes), deadline: start + cfg.duration, start, seed, cfg, issued: AtomicU64::new(0) }
+    }
+
+    /// Takes one request from the `--requests` budget (always true without one).
+    #[inline]
+    pub fn take_ticket(&self) -> bool {
+        match self.cfg.requests {
+            None => true,
+            Some(n) => self.issued.fetch_add(1, Ordering::Relaxed) < n,
+        }
+    }
+}
+
+/// Starts worker thread `idx`; it sends `(idx, stats)` on `done` when it ends.
+pub fn spawn(
+    idx: usize,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    done: mpsc::UnboundedSender<(usize, ThreadStats)>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("edgeload-{idx}")).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("edgeload: thread {idx}: cannot build runtime: {e}");
+                let _ = done.send((idx, ThreadStats::new(shared.cfg.classes.len())));
+                return;
+            }
+        };
+        let stats = Rc::new(RefCell::new(ThreadStats::new(shared.cfg.classes.len())));
+        let local = LocalSet::new();
+        local.block_on(&rt, async {
+            let mut conns = Vec::new();
+            for g in (idx..shared.cfg.connections).step_by(shared.cfg.threads) {
+                conns.push(tokio::task::spawn_local(crate::conn::run(shared.clone(), stats.clone(), g)));
+            }
+            tokio::task::spawn_local(sample_rate(shared.start, stats.clone()));
+            let all_done = async {
+                for c in conns {
+                    let _ = c.await;
+                }
+            };
+            tokio::select! {
+                () = all_done => {}
+                () = tokio::time::sleep_until(shared.deadline.into()) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+        // Dropping the LocalSet drops the connection tasks (and their sockets).
+        drop(local);
+        let stats = std::mem::replace(&mut *stats.borrow_mut(), ThreadStats::new(0));
+        let _ = done.send((idx, stats));
+    })
+}
+
+/// Records this thread's completed-requests rate every [`SAMPLE_INTERVAL`] (zero
+/// samples are skipped, as in wrk).
+async fn sample_rate(start: Instant, stats: Rc<RefCell<ThreadStats>>) {
+    let mut tick = tokio::time::interval_at((start + SAMPLE_INTERVAL).into(), SAMPLE_INTERVAL);
+    let (mut last_n, mut last_t) = (0u64, start);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let mut s = stats.borrow_mut();
+        let n = s.completed;
+        let secs = now.duration_since(last_t).as_secs_f64();
+        if n > last_n && secs > 0.0 {
+            let rate = ((n - last_n) as f64 / secs).round() as u64;
+            s.req_rate.saturating_record(rate);
+        }
+        (last_n, last_t) = (n, now);
+    }
+}
