@@ -1,0 +1,510 @@
+//! [`Cache`]: one cache directory with its index, loader, manager and collapse lock.
+//!
+//! How it fits: this is the type the server holds (one per `[[cache]]`, in an `Arc`
+//! shared by every worker). It ties storage (files), the index (memory) and the
+//! background threads together and keeps them consistent: an object is in the index
+//! only after its file was renamed into place, and a hit double-checks the file it
+//! opened (inode and size) against the index entry, so headers and body always belong
+//! to the same object.
+
+use std::borrow::Cow;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use edge_http::HeaderMap;
+
+use crate::index::{Index, NewEntry, Snapshot, UseGuard};
+use crate::inflight::Inflight;
+use crate::key::{key_hash, variant_key, KeyHash};
+use crate::meta::ObjectMeta;
+use crate::purge::{lock, PendingRules, RuleVerdict};
+use crate::storage::{self, Committed, Layout, RewriteError, TempObject, WriteErrors};
+use crate::{CacheConfig, CacheStats, LoaderStats};
+
+/// Stripe locks for file replacement (a power of two).
+const STRIPES: usize = 64;
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Servable as is.
+    Fresh(HitEntry),
+    /// Stored but expired, `no-cache`, or soft-purged: revalidate, or serve stale when
+    /// [`crate::policy::can_serve_stale_with`] allows.
+    Stale(HitEntry),
+    Miss,
+}
+
+/// A stored object opened for reading. The body is `body_len` bytes at `body_offset`
+/// in `file`: send it with `sendfile`/`pread`, never through an intermediate copy. The
+/// headers are `meta.header_block`, ready to send. While this lives the object is not
+/// evicted (and even if purged, the open file keeps the bytes readable).
+#[derive(Debug)]
+pub struct HitEntry {
+    pub meta: Arc<ObjectMeta>,
+    pub file: File,
+    pub body_offset: u64,
+    pub body_len: u64,
+    /// Hash of the variant key (names the file).
+    pub hash: KeyHash,
+    ino: u64,
+    _guard: UseGuard,
+}
+
+/// Writes one object; see [`Cache::begin_write`]. Dropping it without
+/// [`ObjectWriter::finish`] discards the temp file (a failed or aborted fetch).
+#[derive(Debug)]
+pub struct ObjectWriter {
+    cache: Arc<Cache>,
+    obj: TempObject,
+}
+
+impl ObjectWriter {
+    /// Append body bytes. An error (ENOSPC, EIO) is counted and rate-limit logged; the
+    /// server then keeps serving the response uncached and drops the writer.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        let r = self.obj.write(data);
+        if let Err(e) = &r {
+            self.cache.note_write_error("write", e);
+        }
+        r
+    }
+
+    /// Body bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.obj.written()
+    }
+
+    /// Where the body starts in the temp file (for streaming followers).
+    pub fn body_offset(&self) -> u64 {
+        self.obj.body_offset()
+    }
+
+    /// Metadata being written (its `key` is the variant key).
+    pub fn meta(&self) -> &ObjectMeta {
+        self.obj.meta()
+    }
+
+    /// A read handle on the file being written; followers read from it at their own
+    /// offsets and it stays valid after the rename.
+    pub fn reader(&self) -> io::Result<File> {
+        self.obj.reader()
+    }
+
+    /// Check the length, finalise the header, rename into place, and index the object.
+    pub fn finish(self) -> io::Result<()> {
+        let ObjectWriter { cache, obj } = self;
+        // Rename and index under the object's stripe lock, so that two writers (or a
+        // writer and a purge) of one key cannot leave the index naming the wrong file.
+        let _stripe = cache.stripe(obj.hash());
+        match obj.commit() {
+            Ok(c) => {
+                cache.index_committed(c);
+                Ok(())
+            }
+            Err(e) => {
+                cache.note_write_error("commit", &e);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Background thread coordination: wake the manager early, or stop everything.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    pub(crate) flag: Mutex<bool>,
+    pub(crate) cv: Condvar,
+}
+
+/// Loader counters (atomics so `stats()` never blocks the loader).
+#[derive(Debug, Default)]
+pub(crate) struct LoaderCounters {
+    pub(crate) scanned: AtomicU64,
+    pub(crate) loaded: AtomicU64,
+    pub(crate) removed: AtomicU64,
+    pub(crate) done: AtomicBool,
+}
+
+/// One cache directory. Create with [`Cache::open`]; share as `Arc<Cache>`.
+#[derive(Debug)]
+pub struct Cache {
+    pub(crate) cfg: CacheConfig,
+    pub(crate) layout: Layout,
+    pub(crate) index: Index,
+    /// Unique per process: temp files of this process are never removed by its loader.
+    pub(crate) token: String,
+    seq: AtomicU64,
+    pub(crate) seed: u64,
+    write_errors: WriteErrors,
+    pub(crate) loader: LoaderCounters,
+    /// Purges issued while the loader runs, applied to what it finds later.
+    pub(crate) pending: PendingRules,
+    /// Serialises "check pending rules + insert" (loader, fallback) against "record rule
+    /// + purge the index" (purges) while loading, so no purged object slips in.
+    pub(crate) loader_gate: Mutex<()>,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) purged: AtomicU64,
+    fallback_hits: AtomicU64,
+    /// Per-hash stripes serialising "rename + index" against "unindex + unlink".
+    stripes: Box<[Mutex<()>]>,
+    pub(crate) wake: Signal,
+    /// Wakes the loader's sleep on shutdown.
+    pub(crate) stop: Signal,
+    pub(crate) stopping: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    inflight: Inflight,
+}
+
+impl Cache {
+    /// Create the directory, start the loader and the manager threads, and return at
+    /// once: lookups work immediately (objects not yet loaded are found on disk).
+    pub fn open(cfg: CacheConfig) -> io::Result<Arc<Cache>> {
+        storage::validate_levels(&cfg.levels)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        fs::create_dir_all(&cfg.path)
+            .map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", cfg.path.display())))?;
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let cache = Arc::new(Cache {
+            layout: Layout {
+                root: cfg.path.clone(),
+                levels: cfg.levels.clone(),
+            },
+            token: format!("{}-{nanos:x}", std::process::id()),
+            seq: AtomicU64::new(0),
+            seed: xxhash_rust::xxh3::xxh3_64(cfg.name.as_bytes()),
+            index: Index::new(),
+            write_errors: WriteErrors::default(),
+            loader: LoaderCounters::default(),
+            pending: PendingRules::default(),
+            loader_gate: Mutex::new(()),
+            evictions: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            purged: AtomicU64::new(0),
+            fallback_hits: AtomicU64::new(0),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            wake: Signal::default(),
+            stop: Signal::default(),
+            stopping: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            inflight: Inflight::new(cfg.lock_timeout),
+            cfg,
+        });
+        let loader = crate::loader::spawn(&cache)?;
+        let manager = crate::manager::spawn(&cache)?;
+        lock(&cache.threads).extend([loader, manager]);
+        Ok(cache)
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// The collapse lock for misses in this cache.
+    pub fn inflight(&self) -> &Inflight {
+        &self.inflight
+    }
+
+    /// Where the object with this hash lives on disk.
+    pub fn path_for(&self, hash: KeyHash) -> PathBuf {
+        self.layout.path_for(hash)
+    }
+
+    /// Find the stored response for a request. `now` is the wall clock used for
+    /// freshness (RFC 9111 ages are wall-clock based).
+    pub fn lookup(&self, primary_key: &str, req: &HeaderMap, now: SystemTime) -> Lookup {
+        let ph = key_hash(primary_key);
+        let (vkey, vh): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
+            Some(vary) => {
+                let k = variant_key(primary_key, &vary, req);
+                let h = key_hash(&k);
+                (Cow::Owned(k), h)
+            }
+            None => (Cow::Borrowed(primary_key), ph),
+        };
+        // Two attempts: an object replaced between the index read and the open is
+        // looked up again (the index is updated right after the rename).
+        for _ in 0..2 {
+            let Some(snap) = self.index.get(vh, &vkey) else {
+                break;
+            };
+            match self.open_checked(vh, snap) {
+                Ok(hit) => return classify(hit, now),
+                Err(OpenFail::Replaced) => continue,
+                Err(OpenFail::Gone(ino)) => {
+                    self.index.remove(vh, Some(ino));
+                    return Lookup::Miss;
+                }
+            }
+        }
+        if !self.loader.done.load(Ordering::Acquire) {
+            if let Some(hit) = self.disk_fallback(vh, &vkey) {
+                self.fallback_hits.fetch_add(1, Ordering::Relaxed);
+                return classify(hit, now);
+            }
+        }
+        Lookup::Miss
+    }
+
+    fn open_checked(&self, hash: KeyHash, snap: Snapshot) -> Result<HitEntry, OpenFail> {
+        let body_len = snap.meta.body_len;
+        let file = File::open(self.layout.path_for(hash)).map_err(|_| OpenFail::Gone(snap.ino))?;
+        let md = file.metadata().map_err(|_| OpenFail::Gone(snap.ino))?;
+        if md.ino() != snap.ino {
+            return Err(OpenFail::Replaced);
+        }
+        if md.len() != snap.body_offset + body_len {
+            // Cut short or grown behind our back: never serve it.
+            return Err(OpenFail::Gone(snap.ino));
+        }
+        Ok(HitEntry {
+            meta: snap.meta,
+            file,
+            body_offset: snap.body_offset,
+            body_len,
+            hash,
+            ino: snap.ino,
+            _guard: snap.guard,
+        })
+    }
+
+    /// Before the loader is done: look for the object's file directly.
+    fn disk_fallback(&self, hash: KeyHash, key: &str) -> Option<HitEntry> {
+        let path = self.layout.path_for(hash);
+        let file = File::open(&path).ok()?;
+        let hdr = storage::read_header(&file, hash).ok()?;
+        if hdr.meta.key != key {
+            return None;
+        }
+        let ino = file.metadata().ok()?.ino();
+        let len = hdr.body_offset + hdr.meta.body_len;
+        {
+            let _gate = lock(&self.loader_gate);
+            let verdict = self.pending.verdict(&hdr.meta);
+            if verdict == RuleVerdict::Delete {
+                let _stripe = self.stripe(hash);
+                let _ = storage::remove_if_ino(&path, ino);
+                return None;
+            }
+            self.index.insert_if_absent(
+                NewEntry {
+                    hash,
+                    meta: Arc::new(hdr.meta),
+                    body_offset: hdr.body_offset,
+                    disk_size: storage::disk_size_of(len),
+                    ino,
+                },
+                verdict == RuleVerdict::MarkStale,
+            );
+        }
+        let snap = self.index.get(hash, key)?;
+        self.open_checked(hash, snap).ok()
+    }
+
+    /// Start writing an object. `primary_key` is the request's cache key; `meta` comes
+    /// from [`crate::policy::build_meta`] (its `vary` names pick the variant from
+    /// `req`). Errors mean "serve uncached".
+    pub fn begin_write(
+        self: &Arc<Self>,
+        primary_key: &str,
+        req: &HeaderMap,
+        mut meta: ObjectMeta,
+    ) -> io::Result<ObjectWriter> {
+        meta.key = variant_key(primary_key, &meta.vary, req);
+        let hash = key_hash(&meta.key);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        match TempObject::create(&self.layout, hash, meta, &self.token, seq) {
+            Ok(obj) => Ok(ObjectWriter {
+                cache: self.clone(),
+                obj,
+            }),
+            Err(e) => {
+                self.note_write_error("create", &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// The stripe lock for an object hash (held around rename+index and unlink).
+    pub(crate) fn stripe(&self, hash: KeyHash) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.stripes[(hash >> 64) as usize & (STRIPES - 1)])
+    }
+
+    pub(crate) fn index_committed(&self, c: Committed) {
+        self.index.insert(NewEntry {
+            hash: c.hash,
+            meta: Arc::new(c.meta),
+            body_offset: c.body_offset,
+            disk_size: c.disk_size,
+            ino: c.ino,
+        });
+        if self.over_budget() {
+            crate::manager::wake(self);
+        }
+    }
+
+    pub(crate) fn over_budget(&self) -> bool {
+        self.index.disk_bytes() > self.cfg.max_size || self.index.mem_bytes() > self.cfg.keys_zone
+    }
+
+    /// After a 304: store `new_meta` (from [`crate::policy::refresh_meta`]) for the
+    /// object, rewriting only the header (in place when it fits before the body,
+    /// otherwise into a new file with the body copied by the kernel). Clears a soft
+    /// purge.
+    pub fn refresh(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<()> {
+        new_meta.key = entry.meta.key.clone();
+        new_meta.vary = entry.meta.vary.clone();
+        new_meta.body_len = entry.meta.body_len;
+        new_meta.body_hash = entry.meta.body_hash;
+        new_meta.soft_purged = false;
+        let path = self.layout.path_for(entry.hash);
+        match storage::rewrite_header_in_place(
+            &path,
+            entry.hash,
+            &new_meta,
+            entry.body_offset,
+            entry.ino,
+        ) {
+            Ok(()) => {
+                self.index
+                    .update_meta(entry.hash, entry.ino, Arc::new(new_meta), None);
+                Ok(())
+            }
+            Err(RewriteError::NoRoom) => {
+                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                let _stripe = self.stripe(entry.hash);
+                let c = storage::rewrite_whole(
+                    &self.layout,
+                    entry.hash,
+                    new_meta,
+                    &entry.file,
+                    entry.body_offset,
+                    &self.token,
+                    seq,
+                )
+                .inspect_err(|e| self.note_write_error("refresh", e))?;
+                let meta = Arc::new(c.meta.clone());
+                let file = Some((c.ino, c.body_offset, c.disk_size));
+                if !self.index.update_meta(entry.hash, entry.ino, meta, file) {
+                    self.index_committed(c);
+                }
+                Ok(())
+            }
+            Err(RewriteError::Replaced) => Err(io::Error::other("object replaced during refresh")),
+            Err(RewriteError::Io(e)) => {
+                self.note_write_error("refresh", &e);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn note_write_error(&self, context: &str, e: &io::Error) {
+        if self.write_errors.record(context, e) {
+            tracing::warn!(cache = %self.cfg.name, "cache {context} failed: {e} (serving uncached; further errors logged at most every {:?})", storage::WRITE_ERROR_LOG_INTERVAL);
+        }
+    }
+
+    /// Delete an object's file if it is still the one the index knew.
+    pub(crate) fn delete_file(&self, hash: KeyHash, ino: u64) {
+        let path = self.layout.path_for(hash);
+        let _stripe = self.stripe(hash);
+        if let Err(e) = storage::remove_if_ino(&path, ino) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(cache = %self.cfg.name, "unlink {} failed: {e}", path.display());
+            }
+        }
+    }
+
+    /// Counters for metrics and status pages.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            name: self.cfg.name.clone(),
+            entries: self.index.entries(),
+            disk_bytes: self.index.disk_bytes(),
+            max_size: self.cfg.max_size,
+            mem_bytes: self.index.mem_bytes(),
+            keys_zone: self.cfg.keys_zone,
+            evictions: self.evictions.load(Ordering::Relaxed),
+            expired: self.expired.load(Ordering::Relaxed),
+            purged: self.purged.load(Ordering::Relaxed),
+            disk_fallback_hits: self.fallback_hits.load(Ordering::Relaxed),
+            write_errors: self.write_errors.count(),
+            last_write_error: self.write_errors.last(),
+            inflight: self.inflight.len() as u64,
+            loader: LoaderStats {
+                scanned: self.loader.scanned.load(Ordering::Relaxed),
+                loaded: self.loader.loaded.load(Ordering::Relaxed),
+                removed: self.loader.removed.load(Ordering::Relaxed),
+                done: self.loader.done.load(Ordering::Acquire),
+            },
+        }
+    }
+
+    /// Stop the loader and manager threads and wait for them (bounded by one batch).
+    /// Lookups and writes keep working; nothing is evicted afterwards.
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        crate::manager::wake(self);
+        *lock(&self.stop.flag) = true;
+        self.stop.cv.notify_all();
+        let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Sleep up to `d`, returning early when the cache is shutting down.
+    pub(crate) fn sleep_unless_stopping(&self, d: std::time::Duration) {
+        let g = lock(&self.stop.flag);
+        if !*g {
+            let _ = self.stop.cv.wait_timeout(g, d);
+        }
+    }
+
+    /// Wait until the loader has finished (tests, tools and orderly startups).
+    pub fn wait_loaded(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.loader.done.load(Ordering::Acquire) {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        true
+    }
+}
+
+enum OpenFail {
+    /// A newer file took the name: look the index up again.
+    Replaced,
+    /// Missing or damaged: drop the entry (if it still has this inode).
+    Gone(u64),
+}
+
+fn classify(hit: HitEntry, now: SystemTime) -> Lookup {
+    if crate::policy::is_fresh(&hit.meta, now) {
+        Lookup::Fresh(hit)
+    } else {
+        Lookup::Stale(hit)
+    }
+}
+
+#[cfg(test)]
+mod tests;

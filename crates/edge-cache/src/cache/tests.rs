@@ -1,0 +1,555 @@
+//! Cache tests on real temp directories: round trips, crash safety, restart, eviction,
+//! expiry, purge, Vary, refresh and concurrency.
+
+use super::*;
+use crate::manager;
+use crate::meta::Freshness;
+use crate::storage::read_body;
+use std::path::Path;
+use std::time::Duration;
+
+fn cfg(dir: &Path) -> CacheConfig {
+    CacheConfig {
+        name: "t".into(),
+        path: dir.to_path_buf(),
+        loader_sleep: Duration::from_millis(1),
+        ..Default::default()
+    }
+}
+
+fn open(dir: &Path) -> Arc<Cache> {
+    let c = Cache::open(cfg(dir)).unwrap();
+    assert!(c.wait_loaded(Duration::from_secs(10)));
+    c
+}
+
+fn req(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        h.append(n.to_string(), v.as_bytes().to_vec());
+    }
+    h
+}
+
+fn meta(lifetime: u64) -> ObjectMeta {
+    let mut m = ObjectMeta::new("", 200, SystemTime::now());
+    m.header_block = b"Content-Type: text/plain\r\n".to_vec();
+    m.freshness = Freshness {
+        lifetime: Duration::from_secs(lifetime),
+        ..Default::default()
+    };
+    m.etag = Some("\"e\"".into());
+    m
+}
+
+fn put_meta(c: &Arc<Cache>, key: &str, r: &HeaderMap, mut m: ObjectMeta, body: &[u8]) {
+    m.body_len = body.len() as u64;
+    let mut w = c.begin_write(key, r, m).unwrap();
+    for chunk in body.chunks(4000) {
+        w.write(chunk).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn put(c: &Arc<Cache>, key: &str, body: &[u8]) {
+    put_meta(c, key, &HeaderMap::new(), meta(600), body);
+}
+
+fn body_of(hit: &HitEntry) -> Vec<u8> {
+    read_body(&hit.file, hit.body_offset, hit.body_len).unwrap()
+}
+
+fn get(c: &Cache, key: &str) -> Option<Vec<u8>> {
+    match c.lookup(key, &HeaderMap::new(), SystemTime::now()) {
+        Lookup::Fresh(h) => Some(body_of(&h)),
+        _ => None,
+    }
+}
+
+fn is_stale(c: &Cache, key: &str) -> bool {
+    matches!(
+        c.lookup(key, &HeaderMap::new(), SystemTime::now()),
+        Lookup::Stale(_)
+    )
+}
+
+/// Every regular file under `dir` (recursively): (path, size).
+fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let md = e.metadata().unwrap();
+            if md.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push((e.path(), md.len()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn miss_write_then_fresh_hit_with_ready_headers() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    assert!(matches!(
+        c.lookup("http://h/a", &HeaderMap::new(), SystemTime::now()),
+        Lookup::Miss
+    ));
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    put(&c, "http://h/a", &body);
+    let Lookup::Fresh(hit) = c.lookup("http://h/a", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("expected a fresh hit");
+    };
+    assert_eq!(hit.meta.header_block, b"Content-Type: text/plain\r\n");
+    assert_eq!(hit.body_offset % 4096, 0);
+    assert_eq!(body_of(&hit), body);
+    assert_eq!(hit.meta.body_hash, storage::body_checksum(&body));
+    let s = c.stats();
+    assert_eq!((s.entries, s.write_errors), (1, 0));
+    assert_eq!(
+        s.disk_bytes,
+        storage::disk_size_of(hit.body_offset + body.len() as u64)
+    );
+    c.shutdown();
+}
+
+#[test]
+fn zero_lifetime_is_stale_and_unknown_length_works() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let mut m = meta(0);
+    m.body_len = crate::BODY_LEN_UNKNOWN;
+    let mut w = c.begin_write("k", &HeaderMap::new(), m).unwrap();
+    w.write(b"chunked body").unwrap();
+    w.finish().unwrap();
+    let Lookup::Stale(hit) = c.lookup("k", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("expected stale");
+    };
+    assert_eq!(body_of(&hit), b"chunked body");
+}
+
+#[test]
+fn dropped_writer_leaves_no_servable_object_and_no_temp_file() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let mut m = meta(600);
+    m.body_len = 10_000;
+    let mut w = c.begin_write("k", &HeaderMap::new(), m).unwrap();
+    w.write(&[7u8; 5000]).unwrap();
+    drop(w);
+    assert!(get(&c, "k").is_none());
+    assert!(files(d.path()).is_empty(), "{:?}", files(d.path()));
+    // A short body is refused at finish.
+    let mut m = meta(600);
+    m.body_len = 10;
+    let mut w = c.begin_write("k", &HeaderMap::new(), m).unwrap();
+    w.write(b"123").unwrap();
+    assert!(w.finish().is_err());
+    assert!(get(&c, "k").is_none());
+    assert!(files(d.path()).is_empty());
+}
+
+#[test]
+fn restart_rebuilds_index_and_removes_damaged_files() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    for i in 0..20 {
+        put(&c, &format!("http://h/{i}"), format!("body {i}").as_bytes());
+    }
+    let flip = c.path_for(key_hash("http://h/1"));
+    let cut = c.path_for(key_hash("http://h/2"));
+    c.shutdown();
+    drop(c);
+    // Flip a header byte, cut a body, and leave a temp file from a "killed" process.
+    let mut b = fs::read(&flip).unwrap();
+    b[70] ^= 1;
+    fs::write(&flip, &b).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&cut).unwrap();
+    f.set_len(f.metadata().unwrap().len() - 1).unwrap();
+    let tmp = flip.with_file_name(format!(
+        "{}.tmp.999-1.0",
+        crate::key::hash_hex(key_hash("x"))
+    ));
+    fs::write(&tmp, b"partial").unwrap();
+    let unrelated = d.path().join("README");
+    fs::write(&unrelated, b"operator notes").unwrap();
+
+    let c = open(d.path());
+    let s = c.stats();
+    assert!(s.loader.done);
+    assert_eq!(s.loader.loaded, 18);
+    assert_eq!(s.loader.removed, 3);
+    assert_eq!(s.entries, 18);
+    assert!(!flip.exists() && !cut.exists() && !tmp.exists());
+    assert!(unrelated.exists(), "files that are not ours are left alone");
+    assert!(get(&c, "http://h/1").is_none());
+    assert!(get(&c, "http://h/2").is_none());
+    for i in (0..20).filter(|i| *i != 1 && *i != 2) {
+        assert_eq!(
+            get(&c, &format!("http://h/{i}")).unwrap(),
+            format!("body {i}").as_bytes()
+        );
+    }
+    c.shutdown();
+}
+
+#[test]
+fn hits_before_the_loader_reaches_a_file() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    for i in 0..50 {
+        put(&c, &format!("http://h/{i}"), b"x");
+    }
+    c.shutdown();
+    drop(c);
+    // A loader that does one file per (very long) batch.
+    let slow = CacheConfig {
+        loader_files: 1,
+        loader_sleep: Duration::from_secs(3600),
+        ..cfg(d.path())
+    };
+    let c = Cache::open(slow).unwrap();
+    for i in 0..50 {
+        assert_eq!(get(&c, &format!("http://h/{i}")).unwrap(), b"x");
+    }
+    let s = c.stats();
+    assert!(!s.loader.done);
+    assert!(s.disk_fallback_hits >= 48, "{s:?}");
+    // Purges issued while loading also hit objects the loader has not reached.
+    assert_eq!(c.purge_prefix("http://h/4", false), 11);
+    assert!(get(&c, "http://h/40").is_none());
+    c.shutdown(); // interrupts the loader's sleep
+}
+
+#[test]
+fn purge_while_loading_applies_to_files_found_later() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let mut m = meta(600);
+    m.tags = vec!["red".into()];
+    put_meta(&c, "http://h/red", &HeaderMap::new(), m, b"r");
+    put(&c, "http://h/keep", b"k");
+    put(&c, "http://h/soft", b"s");
+    c.shutdown();
+    drop(c);
+    let slow = CacheConfig {
+        loader_files: 1,
+        loader_sleep: Duration::from_millis(100),
+        ..cfg(d.path())
+    };
+    let c = Cache::open(slow).unwrap();
+    c.purge_tag("red", false);
+    c.purge_key("http://h/soft", true);
+    assert!(c.wait_loaded(Duration::from_secs(10)));
+    assert!(get(&c, "http://h/red").is_none());
+    assert!(is_stale(&c, "http://h/soft"));
+    assert_eq!(get(&c, "http://h/keep").unwrap(), b"k");
+    assert_eq!(files(d.path()).len(), 2);
+}
+
+#[test]
+fn eviction_keeps_disk_use_under_max_size() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        max_size: 200 * 1024,
+        ..cfg(d.path())
+    })
+    .unwrap();
+    assert!(c.wait_loaded(Duration::from_secs(10)));
+    for i in 0..100 {
+        put(&c, &format!("http://h/{i}"), &[i as u8; 8000]);
+        if i == 50 {
+            // Keep an early object hot.
+            assert!(get(&c, "http://h/0").is_some());
+        }
+        if i % 10 == 9 {
+            let s = c.stats();
+            assert!(
+                get(&c, "http://h/0").is_some(),
+                "i={i} {s:?} {:?}",
+                c.lookup("http://h/0", &HeaderMap::new(), SystemTime::now())
+            );
+        }
+    }
+    while manager::pass(&c).more {}
+    let s = c.stats();
+    let on_disk: u64 = files(d.path())
+        .iter()
+        .map(|(_, l)| storage::disk_size_of(*l))
+        .sum();
+    assert!(s.disk_bytes <= 200 * 1024, "{s:?}");
+    assert!(on_disk <= 200 * 1024, "on disk {on_disk}");
+    assert_eq!(on_disk, s.disk_bytes);
+    assert!(s.evictions >= 80, "{s:?}");
+    assert!(get(&c, "http://h/0").is_some(), "recently used object kept");
+    assert!(get(&c, "http://h/99").is_some(), "newest object kept");
+    assert!(get(&c, "http://h/1").is_none(), "old unused object evicted");
+}
+
+#[test]
+fn the_manager_thread_evicts_on_its_own() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        max_size: 64 * 1024,
+        ..cfg(d.path())
+    })
+    .unwrap();
+    for i in 0..40 {
+        put(&c, &format!("http://h/{i}"), &[1u8; 4000]);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.stats().disk_bytes > 64 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "manager never evicted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.shutdown();
+}
+
+#[test]
+fn keys_zone_budget_is_enforced() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        keys_zone: 20 * 1024,
+        ..cfg(d.path())
+    })
+    .unwrap();
+    for i in 0..200 {
+        put(&c, &format!("http://h/{i}"), b"x");
+    }
+    while manager::pass(&c).more {}
+    let s = c.stats();
+    assert!(s.mem_bytes <= 20 * 1024, "{s:?}");
+    assert!(s.entries > 10 && s.entries < 200, "{s:?}");
+    assert_eq!(files(d.path()).len() as u64, s.entries);
+}
+
+#[test]
+fn inactive_objects_expire() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        inactive: Duration::from_millis(100),
+        ..cfg(d.path())
+    })
+    .unwrap();
+    put(&c, "http://h/old", b"o");
+    std::thread::sleep(Duration::from_millis(150));
+    put(&c, "http://h/new", b"n");
+    let out = manager::pass(&c);
+    assert_eq!(out.expired, 1);
+    assert!(get(&c, "http://h/old").is_none());
+    assert!(get(&c, "http://h/new").is_some());
+    assert_eq!(c.stats().expired, 1);
+    assert_eq!(files(d.path()).len(), 1);
+}
+
+#[test]
+fn vary_variants_are_stored_separately() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let mut m = meta(600);
+    m.vary = vec!["accept-encoding".into()];
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    let br = req(&[("Accept-Encoding", "br")]);
+    put_meta(&c, "http://h/v", &gz, m.clone(), b"gzip body");
+    put_meta(&c, "http://h/v", &br, m.clone(), b"br body");
+    let body = |r: &HeaderMap| match c.lookup("http://h/v", r, SystemTime::now()) {
+        Lookup::Fresh(h) => Some(body_of(&h)),
+        _ => None,
+    };
+    assert_eq!(body(&gz).unwrap(), b"gzip body");
+    assert_eq!(
+        body(&req(&[("accept-encoding", " gzip ")])).unwrap(),
+        b"gzip body"
+    );
+    assert_eq!(body(&br).unwrap(), b"br body");
+    assert!(body(&req(&[("Accept-Encoding", "zstd")])).is_none());
+    assert!(body(&HeaderMap::new()).is_none());
+    // Purging the URL removes every variant.
+    assert_eq!(c.purge_key("http://h/v", false), 2);
+    assert!(body(&gz).is_none() && body(&br).is_none());
+    assert!(files(d.path()).is_empty());
+}
+
+#[test]
+fn purge_by_key_prefix_and_tag() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    for i in 0..5 {
+        put(&c, &format!("http://h/a/{i}"), b"a");
+    }
+    put(&c, "http://h/ab", b"ab");
+    put(&c, "http://h/b/1", b"b");
+    let mut m = meta(600);
+    m.tags = vec!["t1".into(), "t2".into()];
+    put_meta(&c, "http://h/tagged1", &HeaderMap::new(), m.clone(), b"t");
+    put_meta(&c, "http://h/tagged2", &HeaderMap::new(), m, b"t");
+
+    assert_eq!(c.purge_key("http://h/b/1", false), 1);
+    assert_eq!(c.purge_key("http://h/b/1", false), 0);
+    assert_eq!(c.purge_prefix("http://h/a/", false), 5);
+    assert!(get(&c, "http://h/ab").is_some(), "prefix is exact");
+    assert_eq!(c.purge_tag("t2", false), 2);
+    assert_eq!(c.purge_tag("t1", false), 0, "tag index follows removals");
+    assert_eq!(c.stats().entries, 1);
+    assert_eq!(c.stats().purged, 8);
+    assert_eq!(files(d.path()).len(), 1);
+}
+
+#[test]
+fn soft_purge_marks_stale_persists_and_refresh_clears_it() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "http://h/s", b"soft");
+    assert_eq!(c.purge_prefix("http://h/", true), 1);
+    let Lookup::Stale(hit) = c.lookup("http://h/s", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("soft purge must give stale");
+    };
+    assert_eq!(body_of(&hit), b"soft");
+    drop(hit);
+    c.shutdown();
+    drop(c);
+    // The flag survives a restart.
+    let c = open(d.path());
+    let Lookup::Stale(hit) = c.lookup("http://h/s", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("soft purge must survive restart");
+    };
+    // A 304 revalidation clears it without touching the body.
+    let mut m = (*hit.meta).clone();
+    m.header_block.extend_from_slice(b"X-Revalidated: 1\r\n");
+    c.refresh(&hit, m).unwrap();
+    drop(hit);
+    let Lookup::Fresh(hit) = c.lookup("http://h/s", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("refreshed object must be fresh");
+    };
+    assert!(hit.meta.header_block.ends_with(b"X-Revalidated: 1\r\n"));
+    assert_eq!(body_of(&hit), b"soft");
+}
+
+#[test]
+fn refresh_with_a_header_too_big_for_the_slot_rewrites_the_file() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let body = vec![5u8; 50_000];
+    put_meta(&c, "k", &HeaderMap::new(), meta(0), &body);
+    let Lookup::Stale(hit) = c.lookup("k", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("expected stale");
+    };
+    let mut m = meta(600);
+    m.header_block = vec![b'h'; 9000];
+    c.refresh(&hit, m).unwrap();
+    drop(hit);
+    let Lookup::Fresh(hit) = c.lookup("k", &HeaderMap::new(), SystemTime::now()) else {
+        panic!("expected fresh");
+    };
+    assert_eq!(hit.meta.header_block.len(), 9000);
+    assert_eq!(body_of(&hit), body);
+    assert_eq!(files(d.path()).len(), 1);
+    assert_eq!(
+        c.stats().disk_bytes,
+        storage::disk_size_of(hit.body_offset + 50_000)
+    );
+}
+
+#[test]
+fn a_file_damaged_behind_our_back_is_never_served() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "k", &[1u8; 1000]);
+    let p = c.path_for(key_hash("k"));
+    let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(100).unwrap();
+    assert!(matches!(
+        c.lookup("k", &HeaderMap::new(), SystemTime::now()),
+        Lookup::Miss
+    ));
+    assert_eq!(c.stats().entries, 0);
+    // Deleted file: also a miss.
+    put(&c, "k2", b"x");
+    fs::remove_file(c.path_for(key_hash("k2"))).unwrap();
+    assert!(matches!(
+        c.lookup("k2", &HeaderMap::new(), SystemTime::now()),
+        Lookup::Miss
+    ));
+}
+
+#[test]
+fn write_errors_are_counted_and_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    // Block the level directory of "k" with a regular file: create fails (ENOTDIR).
+    let dir = c.layout.dir_for(key_hash("k"));
+    let top = dir.parent().unwrap();
+    fs::create_dir_all(top).unwrap();
+    fs::write(&dir, b"not a dir").unwrap();
+    assert!(c.begin_write("k", &HeaderMap::new(), meta(600)).is_err());
+    let s = c.stats();
+    assert_eq!(s.write_errors, 1);
+    assert!(s.last_write_error.unwrap().starts_with("create"));
+}
+
+#[test]
+fn replacing_an_object_keeps_accounting_exact() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "k", &[1u8; 10_000]);
+    put(&c, "k", &[2u8; 100]);
+    assert_eq!(get(&c, "k").unwrap(), vec![2u8; 100]);
+    let s = c.stats();
+    assert_eq!(s.entries, 1);
+    let on_disk: u64 = files(d.path())
+        .iter()
+        .map(|(_, l)| storage::disk_size_of(*l))
+        .sum();
+    assert_eq!(s.disk_bytes, on_disk);
+}
+
+#[test]
+fn concurrent_lookups_writes_and_purges() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        max_size: 400 * 1024,
+        ..cfg(d.path())
+    })
+    .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    let n = (i * 13 + t * 7) % 60;
+                    let k = format!("http://h/{n}");
+                    let body = vec![n as u8; 1000 + n * 10];
+                    match i % 5 {
+                        0 | 1 => put(&c, &k, &body),
+                        4 if i % 20 == 4 => {
+                            c.purge_key(&k, false);
+                        }
+                        _ => {
+                            if let Some(b) = get(&c, &k) {
+                                // Headers and body always belong to the same object.
+                                assert_eq!(b, body, "torn hit for {k}");
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    while manager::pass(&c).more {}
+    let s = c.stats();
+    let on_disk: u64 = files(d.path())
+        .iter()
+        .map(|(_, l)| storage::disk_size_of(*l))
+        .sum();
+    assert_eq!(s.disk_bytes, on_disk, "{s:?}");
+    assert!(s.disk_bytes <= 400 * 1024);
+}

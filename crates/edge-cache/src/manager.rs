@@ -1,0 +1,190 @@
+//! The manager: removes inactive objects and evicts least recently used ones to keep
+//! the cache within `max_size`, `min_free` and `keys_zone`, in bounded batches.
+//!
+//! How it fits: one background thread per [`crate::Cache`]. Each pass does at most
+//! `manager_files` removals or `manager_threshold` of work (nginx's budget), then sleeps
+//! `manager_sleep` if work is left, or up to [`IDLE_SLEEP`] otherwise. Writers that push
+//! the cache over budget wake it early. The index picks the victims; this module
+//! deletes their files (only if the file on disk is still the one the index knew).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::cache::Cache;
+use crate::index::Victim;
+use crate::purge::lock;
+
+/// Sleep between passes when there is nothing to do.
+pub const IDLE_SLEEP: Duration = Duration::from_secs(1);
+/// Victims taken from the index per eviction step (then the budget is re-checked).
+const EVICT_STEP: usize = 16;
+
+pub(crate) fn spawn(cache: &Arc<Cache>) -> io::Result<JoinHandle<()>> {
+    let weak = Arc::downgrade(cache);
+    std::thread::Builder::new()
+        .name(format!("cache-manager-{}", cache.cfg.name))
+        .spawn(move || run(weak))
+        .map_err(|e| io::Error::new(e.kind(), format!("spawn manager thread: {e}")))
+}
+
+/// Wake the manager now (over budget, loader done, shutdown).
+pub(crate) fn wake(cache: &Cache) {
+    *lock(&cache.wake.flag) = true;
+    cache.wake.cv.notify_all();
+}
+
+fn run(weak: Weak<Cache>) {
+    loop {
+        let Some(cache) = weak.upgrade() else { return };
+        if cache.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let outcome = pass(&cache);
+        let sleep = if outcome.more {
+            cache.cfg.manager_sleep
+        } else {
+            IDLE_SLEEP
+        };
+        let mut woken = lock(&cache.wake.flag);
+        if !*woken {
+            woken = cache
+                .wake
+                .cv
+                .wait_timeout(woken, sleep)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        *woken = false;
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub expired: usize,
+    pub evicted: usize,
+    /// The budget ran out with work left.
+    pub more: bool,
+}
+
+/// One bounded manager pass (also callable directly, e.g. by tests or an admin hook).
+pub fn pass(cache: &Cache) -> PassOutcome {
+    let start = Instant::now();
+    let cfg = &cache.cfg;
+    let budget = cfg.manager_files.max(1);
+    let mut out = PassOutcome::default();
+
+    // 1. inactive expiry, from the LRU tails.
+    let now = cache.index.now_ns();
+    let inactive = u64::try_from(cfg.inactive.as_nanos()).unwrap_or(u64::MAX);
+    if now > inactive {
+        let victims = cache.index.expire_inactive(now - inactive, budget);
+        out.expired = victims.len();
+        delete(cache, &victims);
+        cache
+            .expired
+            .fetch_add(victims.len() as u64, Ordering::Relaxed);
+        if victims.len() == budget {
+            out.more = true;
+            return out;
+        }
+    }
+
+    // 2. size, free space and index memory.
+    let mut free = if cfg.min_free > 0 {
+        free_space(&cache.layout.root).ok()
+    } else {
+        None
+    };
+    loop {
+        let over_disk = cache.index.disk_bytes() > cfg.max_size;
+        let over_mem = cache.index.mem_bytes() > cfg.keys_zone;
+        let low_free = free.is_some_and(|f| f < cfg.min_free);
+        if !(over_disk || over_mem || low_free) {
+            break;
+        }
+        if out.expired + out.evicted >= budget || start.elapsed() >= cfg.manager_threshold {
+            out.more = true;
+            break;
+        }
+        // Evict about as many as needed (by average object size), not a whole step.
+        let entries = cache.index.entries().max(1);
+        let need = |over: u64, total: u64| over.div_ceil((total / entries).max(1));
+        let mut wanted = 1u64;
+        if over_disk {
+            let d = cache.index.disk_bytes();
+            wanted = wanted.max(need(d - cfg.max_size, d));
+        }
+        if over_mem {
+            let m = cache.index.mem_bytes();
+            wanted = wanted.max(need(m - cfg.keys_zone, m));
+        }
+        if let (true, Some(f)) = (low_free, free) {
+            wanted = wanted.max(need(cfg.min_free - f, cache.index.disk_bytes()));
+        }
+        let n = EVICT_STEP
+            .min(budget - out.expired - out.evicted)
+            .min(usize::try_from(wanted).unwrap_or(usize::MAX));
+        let victims = cache.index.evict_lru(n);
+        if victims.is_empty() {
+            break; // everything left is in use
+        }
+        out.evicted += victims.len();
+        cache
+            .evictions
+            .fetch_add(victims.len() as u64, Ordering::Relaxed);
+        let freed: u64 = victims.iter().map(|v| v.disk_size).sum();
+        delete(cache, &victims);
+        if let Some(f) = free.as_mut() {
+            *f += freed;
+        }
+    }
+    out
+}
+
+fn delete(cache: &Cache, victims: &[Victim]) {
+    for v in victims {
+        cache.delete_file(v.hash, v.ino);
+    }
+}
+
+/// Bytes available to unprivileged users on the filesystem holding `path`.
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call, and `st`
+    // points to writable memory of the right type; statvfs only writes into it.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("statvfs() failed: {e}")));
+    }
+    // SAFETY: statvfs returned 0, so it fully initialised `st`.
+    let st = unsafe { st.assume_init() };
+    // The field types differ between platforms (u32 on some 32-bit targets).
+    #[allow(clippy::unnecessary_cast)]
+    let (avail, frsize) = (st.f_bavail as u64, st.f_frsize as u64);
+    Ok(avail.saturating_mul(frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statvfs_reports_free_space_and_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let free = free_space(d.path()).unwrap();
+        assert!(free > 0);
+        let missing = d.path().join("missing");
+        let e = free_space(&missing).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("statvfs"));
+    }
+}

@@ -1,0 +1,483 @@
+//! RFC 9111 caching policy: may a response be stored, for how long, and may a stored
+//! one be served now.
+//!
+//! How it fits: the server calls [`storable`] when an origin response head arrives; on
+//! `Ok` it builds the [`ObjectMeta`] with [`build_meta`] and writes the object, on `Err`
+//! it streams the response uncached (the [`NoCacheReason`] is for logs and metrics). On
+//! a lookup it uses [`is_fresh`] and [`can_serve_stale`]; after a 304 from the origin it
+//! calls [`refresh_meta`]. Nothing here does I/O; every rule is a table test below.
+//!
+//! Precedence of freshness sources (nginx order, RFC 9111 4.2.1): `s-maxage` >
+//! `max-age` > `Expires` (relative to `Date`) > the configured `cache_valid` for the
+//! status > heuristic freshness (4.2.2, only for heuristically cacheable statuses that
+//! carry `Last-Modified`).
+
+use std::time::{Duration, SystemTime};
+
+use edge_http::{parse_http_date, HeaderMap, Method};
+
+use crate::key::parse_vary;
+use crate::meta::{Freshness, ObjectMeta, BODY_LEN_UNKNOWN};
+use crate::purge::parse_tags;
+
+/// Largest delta-seconds value (RFC 9111 1.2.2: treat larger values as 2^31).
+pub const MAX_DELTA_SECONDS: u64 = 1 << 31;
+/// Cap on heuristic freshness (the RFC leaves it open; a day bounds a wild guess).
+pub const MAX_HEURISTIC: Duration = Duration::from_secs(24 * 3600);
+/// Statuses that are "heuristically cacheable" (RFC 9110 15.1).
+pub const HEURISTIC_STATUSES: &[u16] =
+    &[200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501];
+
+/// Which statuses a `cache_valid` entry applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusMatch {
+    Code(u16),
+    /// nginx `any`.
+    Any,
+}
+
+/// Policy knobs from the location config.
+#[derive(Debug, Clone)]
+pub struct PolicyConfig {
+    /// `cache_valid`: lifetime per status when the origin gave no explicit freshness.
+    /// An exact code wins over `Any`.
+    pub cache_valid: Vec<(StatusMatch, Duration)>,
+    /// Store responses with `Set-Cookie` (the cookie itself is never stored).
+    pub cache_set_cookie: bool,
+    /// Honour client `Cache-Control: no-cache` / `no-store` / `Pragma: no-cache`
+    /// (off by default, as CDNs do: clients must not be able to force origin load).
+    pub honour_client_no_cache: bool,
+    /// Fraction of (Date − Last-Modified) used as heuristic lifetime (RFC 9111 4.2.2).
+    pub heuristic_fraction: f64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            cache_valid: Vec::new(),
+            cache_set_cookie: false,
+            honour_client_no_cache: false,
+            heuristic_fraction: 0.1,
+        }
+    }
+}
+
+/// Why a response is not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCacheReason {
+    /// Not GET or HEAD.
+    Method,
+    /// 1xx, 206 (we only store whole bodies), 304, or an unknown class.
+    Status,
+    /// Client sent `no-store` (only with `honour_client_no_cache`).
+    RequestNoStore,
+    ResponseNoStore,
+    Private,
+    SetCookie,
+    VaryStar,
+    /// Request had `Authorization` and the response lacks `public`/`s-maxage`/
+    /// `must-revalidate` (RFC 9111 3.5).
+    Authorization,
+    /// No explicit lifetime, no `cache_valid` for the status, no heuristic.
+    NoFreshness,
+    /// Lifetime is zero and there is no validator to revalidate with.
+    ZeroLifetime,
+}
+
+impl NoCacheReason {
+    /// Short name for logs and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoCacheReason::Method => "method",
+            NoCacheReason::Status => "status",
+            NoCacheReason::RequestNoStore => "request_no_store",
+            NoCacheReason::ResponseNoStore => "no_store",
+            NoCacheReason::Private => "private",
+            NoCacheReason::SetCookie => "set_cookie",
+            NoCacheReason::VaryStar => "vary_star",
+            NoCacheReason::Authorization => "authorization",
+            NoCacheReason::NoFreshness => "no_freshness",
+            NoCacheReason::ZeroLifetime => "zero_lifetime",
+        }
+    }
+}
+
+/// Why a stale object is considered for serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleReason {
+    /// A refresh is under way (stale-while-revalidate / `use_stale updating`).
+    Updating,
+    /// The origin failed: error, timeout or 5xx (stale-if-error / `use_stale error`).
+    Error,
+}
+
+/// Parsed `Cache-Control` directives we act on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CacheControl {
+    pub max_age: Option<Option<u64>>,
+    pub s_maxage: Option<Option<u64>>,
+    pub no_store: bool,
+    pub no_cache: bool,
+    pub private: bool,
+    pub public: bool,
+    pub must_revalidate: bool,
+    pub proxy_revalidate: bool,
+    pub stale_while_revalidate: Option<u64>,
+    pub stale_if_error: Option<u64>,
+}
+
+impl CacheControl {
+    /// Parse every `Cache-Control` field of a message. Directive names are
+    /// case-insensitive; the first occurrence of a duplicate wins; an invalid number is
+    /// recorded as `Some(None)` (treated as already stale, RFC 9111 4.2.1).
+    pub fn parse(h: &HeaderMap) -> CacheControl {
+        let mut cc = CacheControl::default();
+        for tok in h.tokens("cache-control") {
+            let Ok(tok) = std::str::from_utf8(tok) else {
+                continue;
+            };
+            let (name, arg) = match tok.split_once('=') {
+                Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
+                None => (tok.trim(), None),
+            };
+            let secs = || arg.and_then(parse_delta);
+            match name.to_ascii_lowercase().as_str() {
+                "max-age" if cc.max_age.is_none() => cc.max_age = Some(secs()),
+                "s-maxage" if cc.s_maxage.is_none() => cc.s_maxage = Some(secs()),
+                "no-store" => cc.no_store = true,
+                "no-cache" => cc.no_cache = true,
+                "private" => cc.private = true,
+                "public" => cc.public = true,
+                "must-revalidate" => cc.must_revalidate = true,
+                "proxy-revalidate" => cc.proxy_revalidate = true,
+                "stale-while-revalidate" if cc.stale_while_revalidate.is_none() => {
+                    cc.stale_while_revalidate = secs()
+                }
+                "stale-if-error" if cc.stale_if_error.is_none() => cc.stale_if_error = secs(),
+                _ => {}
+            }
+        }
+        cc
+    }
+}
+
+/// RFC 9111 1.2.1 delta-seconds: digits only, saturating at [`MAX_DELTA_SECONDS`].
+fn parse_delta(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for b in s.bytes() {
+        v = v.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+        if v >= MAX_DELTA_SECONDS {
+            return Some(MAX_DELTA_SECONDS);
+        }
+    }
+    Some(v)
+}
+
+fn header_time(h: &HeaderMap, name: &str) -> Option<SystemTime> {
+    h.get_str(name).and_then(|v| parse_http_date(v.trim()))
+}
+
+fn since(a: SystemTime, b: SystemTime) -> Duration {
+    a.duration_since(b).unwrap_or(Duration::ZERO)
+}
+
+/// RFC 9111 4.2.3: the corrected initial age of a response.
+pub fn initial_age(
+    resp: &HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Duration {
+    let date = header_time(resp, "date").unwrap_or(response_time);
+    let apparent_age = since(response_time, date);
+    let age_value = resp
+        .get_str("age")
+        .and_then(|v| parse_delta(v.trim()))
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::ZERO);
+    let response_delay = since(response_time, request_time);
+    let corrected_age_value = age_value + response_delay;
+    apparent_age.max(corrected_age_value)
+}
+
+/// Decide whether a response may be stored and, if so, how fresh it is.
+pub fn storable(
+    method: &Method,
+    req: &HeaderMap,
+    status: u16,
+    resp: &HeaderMap,
+    cfg: &PolicyConfig,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Result<Freshness, NoCacheReason> {
+    if !matches!(method, Method::Get | Method::Head) {
+        return Err(NoCacheReason::Method);
+    }
+    if !(200..600).contains(&status) || status == 206 || status == 304 {
+        return Err(NoCacheReason::Status);
+    }
+    if cfg.honour_client_no_cache && CacheControl::parse(req).no_store {
+        return Err(NoCacheReason::RequestNoStore);
+    }
+    let cc = CacheControl::parse(resp);
+    if cc.no_store {
+        return Err(NoCacheReason::ResponseNoStore);
+    }
+    if cc.private {
+        return Err(NoCacheReason::Private);
+    }
+    if resp.contains("set-cookie") && !cfg.cache_set_cookie {
+        return Err(NoCacheReason::SetCookie);
+    }
+    let vary: Vec<&str> = resp
+        .get_all("vary")
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .collect();
+    if parse_vary(vary).is_none() {
+        return Err(NoCacheReason::VaryStar);
+    }
+    if req.contains("authorization") && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate)
+    {
+        return Err(NoCacheReason::Authorization);
+    }
+
+    let date = header_time(resp, "date").unwrap_or(response_time);
+    let explicit: Option<Duration> = if let Some(s) = cc.s_maxage {
+        Some(Duration::from_secs(s.unwrap_or(0)))
+    } else if let Some(m) = cc.max_age {
+        Some(Duration::from_secs(m.unwrap_or(0)))
+    } else {
+        // An invalid Expires (e.g. "0") means "already expired" (RFC 9111 5.3).
+        resp.get_str("expires")
+            .map(|v| parse_http_date(v.trim()).map_or(Duration::ZERO, |e| since(e, date)))
+    };
+    let configured = || {
+        cfg.cache_valid
+            .iter()
+            .find(|(m, _)| *m == StatusMatch::Code(status))
+            .or_else(|| cfg.cache_valid.iter().find(|(m, _)| *m == StatusMatch::Any))
+            .map(|(_, d)| *d)
+    };
+    let heuristic = || {
+        if !HEURISTIC_STATUSES.contains(&status) {
+            return None;
+        }
+        let lm = header_time(resp, "last-modified")?;
+        let age = since(date, lm);
+        Some(
+            age.mul_f64(cfg.heuristic_fraction.clamp(0.0, 1.0))
+                .min(MAX_HEURISTIC),
+        )
+    };
+    let lifetime = explicit
+        .or_else(configured)
+        .or_else(heuristic)
+        .ok_or(NoCacheReason::NoFreshness)?;
+    let has_validator = resp.contains("etag") || resp.contains("last-modified");
+    if lifetime.is_zero() && !has_validator {
+        return Err(NoCacheReason::ZeroLifetime);
+    }
+    Ok(Freshness {
+        lifetime,
+        initial_age: initial_age(resp, request_time, response_time),
+        stale_while_revalidate: Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0)),
+        stale_if_error: Duration::from_secs(cc.stale_if_error.unwrap_or(0)),
+        must_revalidate: cc.must_revalidate || cc.proxy_revalidate,
+        no_cache: cc.no_cache,
+    })
+}
+
+/// Should this request skip the cache (lookup and store)? Only when the config honours
+/// client `no-cache`: `Cache-Control: no-cache`/`no-store`/`max-age=0` or
+/// `Pragma: no-cache` (RFC 9111 5.4, for HTTP/1.0 clients).
+pub fn request_bypass(req: &HeaderMap, cfg: &PolicyConfig) -> bool {
+    if !cfg.honour_client_no_cache {
+        return false;
+    }
+    let cc = CacheControl::parse(req);
+    cc.no_cache
+        || cc.no_store
+        || cc.max_age == Some(Some(0))
+        || (!req.contains("cache-control") && req.has_token("pragma", "no-cache"))
+}
+
+/// Current age of a stored response (RFC 9111 4.2.3): corrected initial age plus the
+/// time it has been resident.
+pub fn age(meta: &ObjectMeta, now: SystemTime) -> Duration {
+    meta.freshness.initial_age + since(now, meta.response_time)
+}
+
+/// May the object be served without contacting the origin? False for soft-purged and
+/// `no-cache` objects (they must be revalidated first).
+pub fn is_fresh(meta: &ObjectMeta, now: SystemTime) -> bool {
+    !meta.soft_purged && !meta.freshness.no_cache && meta.freshness.lifetime > age(meta, now)
+}
+
+/// How long past its freshness lifetime the object is (zero while fresh).
+pub fn staleness(meta: &ObjectMeta, now: SystemTime) -> Duration {
+    age(meta, now).saturating_sub(meta.freshness.lifetime)
+}
+
+/// May a stale object be served, per its own directives (`stale-while-revalidate`,
+/// `stale-if-error`)? Never with `must-revalidate`/`proxy-revalidate`.
+pub fn can_serve_stale(meta: &ObjectMeta, now: SystemTime, reason: StaleReason) -> bool {
+    if meta.freshness.must_revalidate {
+        return false;
+    }
+    let window = match reason {
+        StaleReason::Updating => meta.freshness.stale_while_revalidate,
+        StaleReason::Error => meta.freshness.stale_if_error,
+    };
+    !window.is_zero() && staleness(meta, now) <= window
+}
+
+/// [`can_serve_stale`], or the location's `use_stale` allows it for this reason (nginx
+/// `proxy_cache_use_stale`: any staleness, but still never with `must-revalidate`).
+pub fn can_serve_stale_with(
+    meta: &ObjectMeta,
+    now: SystemTime,
+    reason: StaleReason,
+    config_allows: bool,
+) -> bool {
+    (config_allows && !meta.freshness.must_revalidate) || can_serve_stale(meta, now, reason)
+}
+
+/// Response headers never stored in the header block: per-hop, per-response or
+/// per-user fields the server regenerates (lowercase).
+pub const UNSTORED_HEADERS: &[&str] = &[
+    "date",
+    "age",
+    "content-length",
+    "transfer-encoding",
+    "set-cookie",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "x-cache-status",
+];
+
+/// Should a response header be kept in the stored header block?
+pub fn stored_header(name: &str) -> bool {
+    !edge_http::is_hop_by_hop(name)
+        && !UNSTORED_HEADERS
+            .iter()
+            .any(|u| u.eq_ignore_ascii_case(name))
+}
+
+/// Serialise the storable headers as `Name: value\r\n` lines (sent verbatim on hits).
+pub fn header_block(resp: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    for (name, value) in resp.iter() {
+        if stored_header(name) {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out
+}
+
+/// Build the metadata for a storable response. `key` is the PRIMARY key:
+/// [`crate::Cache::begin_write`] turns it into the variant key. `body_len` is the
+/// `Content-Length` when known.
+pub fn build_meta(
+    key: &str,
+    status: u16,
+    resp: &HeaderMap,
+    freshness: Freshness,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    body_len: Option<u64>,
+) -> ObjectMeta {
+    let strs = |name: &'static str| -> Vec<&str> {
+        resp.get_all(name)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .collect()
+    };
+    let mut m = ObjectMeta::new(key, status, response_time);
+    m.header_block = header_block(resp);
+    m.etag = resp.get_str("etag").map(|s| s.trim().to_owned());
+    m.last_modified = header_time(resp, "last-modified");
+    m.date = header_time(resp, "date");
+    m.request_time = request_time;
+    m.response_time = response_time;
+    m.freshness = freshness;
+    m.vary = parse_vary(strs("vary")).unwrap_or_default();
+    m.tags = parse_tags(strs("cache-tag"), strs("surrogate-key"));
+    m.body_len = body_len.unwrap_or(BODY_LEN_UNKNOWN);
+    m
+}
+
+/// The metadata after a 304 from the origin (RFC 9111 4.3.4): headers in the 304
+/// replace the stored ones of the same name; freshness is recomputed from the merged
+/// headers. `Err` means the refreshed response may no longer be stored (the server
+/// should purge the object). Body fields and the key are kept.
+pub fn refresh_meta(
+    old: &ObjectMeta,
+    req: &HeaderMap,
+    resp304: &HeaderMap,
+    cfg: &PolicyConfig,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Result<ObjectMeta, NoCacheReason> {
+    let mut merged = parse_header_block(&old.header_block);
+    for (name, _) in resp304.iter() {
+        merged.remove(name);
+    }
+    for (name, value) in resp304.iter() {
+        if !name.eq_ignore_ascii_case("content-length") {
+            merged.append(name, value);
+        }
+    }
+    let freshness = storable(
+        &Method::Get,
+        req,
+        old.status,
+        &merged,
+        cfg,
+        request_time,
+        response_time,
+    )?;
+    let mut m = build_meta(
+        old.primary_key(),
+        old.status,
+        &merged,
+        freshness,
+        request_time,
+        response_time,
+        Some(old.body_len),
+    );
+    m.key = old.key.clone();
+    m.vary = old.vary.clone();
+    m.body_hash = old.body_hash;
+    m.soft_purged = false;
+    Ok(m)
+}
+
+/// Parse a stored header block back into a map (revalidation only; hits never do
+/// this). Lines without a colon are skipped.
+pub fn parse_header_block(block: &[u8]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for line in block.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let Ok(name) = std::str::from_utf8(&line[..colon]) else {
+            continue;
+        };
+        let value = &line[colon + 1..];
+        let start = value
+            .iter()
+            .position(|&b| b != b' ' && b != b'\t')
+            .unwrap_or(value.len());
+        h.append(name.to_owned(), value[start..].to_vec());
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;

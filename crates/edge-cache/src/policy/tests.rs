@@ -1,0 +1,429 @@
+//! Policy tables: every directive, the precedence order, Age/Date math and heuristics.
+
+use super::*;
+use edge_http::fmt_http_date;
+use std::time::UNIX_EPOCH;
+
+fn t0() -> SystemTime {
+    // A whole second, so HTTP dates (1 s resolution) round-trip exactly.
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+}
+
+fn hdrs(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        h.append(n.to_string(), v.as_bytes().to_vec());
+    }
+    h
+}
+
+fn date(offset: i64) -> String {
+    let t = if offset >= 0 {
+        t0() + Duration::from_secs(offset as u64)
+    } else {
+        t0() - Duration::from_secs((-offset) as u64)
+    };
+    fmt_http_date(t)
+}
+
+fn check(resp: &[(&str, &str)]) -> Result<Freshness, NoCacheReason> {
+    check_with(&[], 200, resp, &PolicyConfig::default())
+}
+
+fn check_with(
+    req: &[(&str, &str)],
+    status: u16,
+    resp: &[(&str, &str)],
+    cfg: &PolicyConfig,
+) -> Result<Freshness, NoCacheReason> {
+    storable(
+        &Method::Get,
+        &hdrs(req),
+        status,
+        &hdrs(resp),
+        cfg,
+        t0(),
+        t0(),
+    )
+}
+
+fn lifetime(resp: &[(&str, &str)]) -> u64 {
+    check(resp).expect("storable").lifetime.as_secs()
+}
+
+#[test]
+fn precedence_table() {
+    let d = date(0);
+    let exp = date(300);
+    let lm = date(-10_000);
+    // (headers, expected lifetime in seconds)
+    let cases: Vec<(Vec<(&str, &str)>, u64)> = vec![
+        (
+            vec![
+                ("cache-control", "s-maxage=10, max-age=20"),
+                ("expires", &exp),
+            ],
+            10,
+        ),
+        (vec![("cache-control", "max-age=20"), ("expires", &exp)], 20),
+        (vec![("date", &d), ("expires", &exp)], 300),
+        (vec![("expires", &exp)], 300), // Date absent: relative to response time
+        (vec![("date", &d), ("last-modified", &lm)], 1000), // heuristic 10%
+        (vec![("cache-control", "max-age=\"30\"")], 30),
+        (vec![("Cache-Control", "MAX-AGE=40")], 40),
+        (
+            vec![("cache-control", "max-age=99999999999")],
+            MAX_DELTA_SECONDS,
+        ),
+        (
+            vec![
+                ("cache-control", "max-age=5"),
+                ("cache-control", "max-age=7"),
+            ],
+            5,
+        ),
+    ];
+    for (h, want) in cases {
+        assert_eq!(lifetime(&h), want, "{h:?}");
+    }
+}
+
+#[test]
+fn invalid_values_mean_stale() {
+    // Invalid max-age or Expires: stored (validator present) with zero lifetime.
+    let f = check(&[("cache-control", "max-age=abc"), ("etag", "\"a\"")]).unwrap();
+    assert_eq!(f.lifetime, Duration::ZERO);
+    let f = check(&[("expires", "0"), ("etag", "\"a\"")]).unwrap();
+    assert_eq!(f.lifetime, Duration::ZERO);
+    // ...and without a validator there is nothing worth storing.
+    assert_eq!(check(&[("expires", "0")]), Err(NoCacheReason::ZeroLifetime));
+    assert_eq!(
+        check(&[("cache-control", "max-age=0")]),
+        Err(NoCacheReason::ZeroLifetime)
+    );
+}
+
+#[test]
+fn refusals_table() {
+    let cases: Vec<(Vec<(&str, &str)>, NoCacheReason)> = vec![
+        (
+            vec![("cache-control", "no-store, max-age=60")],
+            NoCacheReason::ResponseNoStore,
+        ),
+        (
+            vec![("cache-control", "private, max-age=60")],
+            NoCacheReason::Private,
+        ),
+        (
+            vec![("cache-control", "private=\"x\", max-age=60")],
+            NoCacheReason::Private,
+        ),
+        (
+            vec![("cache-control", "max-age=60"), ("set-cookie", "a=b")],
+            NoCacheReason::SetCookie,
+        ),
+        (
+            vec![("cache-control", "max-age=60"), ("vary", "Origin, *")],
+            NoCacheReason::VaryStar,
+        ),
+        (vec![], NoCacheReason::NoFreshness),
+    ];
+    for (h, want) in cases {
+        assert_eq!(check(&h), Err(want), "{h:?}");
+    }
+}
+
+#[test]
+fn methods_and_statuses() {
+    let cc = hdrs(&[("cache-control", "max-age=60")]);
+    let cfg = PolicyConfig::default();
+    for m in [
+        Method::Post,
+        Method::Put,
+        Method::Delete,
+        Method::Other("X".into()),
+    ] {
+        assert_eq!(
+            storable(&m, &HeaderMap::new(), 200, &cc, &cfg, t0(), t0()),
+            Err(NoCacheReason::Method)
+        );
+    }
+    assert!(storable(&Method::Head, &HeaderMap::new(), 200, &cc, &cfg, t0(), t0()).is_ok());
+    for s in [100, 101, 206, 304, 600, 999] {
+        assert_eq!(
+            storable(&Method::Get, &HeaderMap::new(), s, &cc, &cfg, t0(), t0()),
+            Err(NoCacheReason::Status),
+            "status {s}"
+        );
+    }
+    // Explicit freshness makes any other final status storable (RFC 9111 3).
+    for s in [200, 301, 302, 404, 500, 503] {
+        assert!(storable(&Method::Get, &HeaderMap::new(), s, &cc, &cfg, t0(), t0()).is_ok());
+    }
+}
+
+#[test]
+fn heuristic_only_for_heuristic_statuses() {
+    let lm = date(-10_000);
+    let h = [("date", date(0)), ("last-modified", lm)];
+    let h: Vec<(&str, &str)> = h.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    let cfg = PolicyConfig::default();
+    assert_eq!(
+        check_with(&[], 404, &h, &cfg).unwrap().lifetime.as_secs(),
+        1000
+    );
+    assert_eq!(
+        check_with(&[], 302, &h, &cfg),
+        Err(NoCacheReason::NoFreshness)
+    );
+    assert_eq!(
+        check_with(&[], 500, &h, &cfg),
+        Err(NoCacheReason::NoFreshness)
+    );
+    // Capped.
+    let old = date(-100_000_000);
+    let h2 = [("date", date(0)), ("last-modified", old)];
+    let h2: Vec<(&str, &str)> = h2.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    assert_eq!(
+        check_with(&[], 200, &h2, &cfg).unwrap().lifetime,
+        MAX_HEURISTIC
+    );
+}
+
+#[test]
+fn cache_valid_sits_between_explicit_and_heuristic() {
+    let cfg = PolicyConfig {
+        cache_valid: vec![
+            (StatusMatch::Any, Duration::from_secs(5)),
+            (StatusMatch::Code(200), Duration::from_secs(600)),
+        ],
+        ..Default::default()
+    };
+    let lm = date(-10_000);
+    let d = date(0);
+    // cache_valid beats the heuristic; an exact code beats `any`.
+    let f = check_with(&[], 200, &[("date", &d), ("last-modified", &lm)], &cfg).unwrap();
+    assert_eq!(f.lifetime.as_secs(), 600);
+    assert_eq!(
+        check_with(&[], 302, &[], &cfg).unwrap().lifetime.as_secs(),
+        5
+    );
+    // Explicit headers beat cache_valid.
+    let f = check_with(&[], 200, &[("cache-control", "max-age=7")], &cfg).unwrap();
+    assert_eq!(f.lifetime.as_secs(), 7);
+    // ...but do not override refusals.
+    assert_eq!(
+        check_with(&[], 200, &[("cache-control", "no-store")], &cfg),
+        Err(NoCacheReason::ResponseNoStore)
+    );
+}
+
+#[test]
+fn set_cookie_when_configured() {
+    let cfg = PolicyConfig {
+        cache_set_cookie: true,
+        ..Default::default()
+    };
+    let resp = [("cache-control", "max-age=60"), ("set-cookie", "a=b")];
+    assert!(check_with(&[], 200, &resp, &cfg).is_ok());
+    // The cookie itself is never part of the stored header block.
+    let h = hdrs(&resp);
+    let block = header_block(&h);
+    assert_eq!(block, b"cache-control: max-age=60\r\n");
+}
+
+#[test]
+fn authorization_needs_explicit_permission() {
+    let cfg = PolicyConfig::default();
+    let auth = [("authorization", "Bearer x")];
+    assert_eq!(
+        check_with(&auth, 200, &[("cache-control", "max-age=60")], &cfg),
+        Err(NoCacheReason::Authorization)
+    );
+    for ok in [
+        "public, max-age=60",
+        "s-maxage=60",
+        "must-revalidate, max-age=60",
+    ] {
+        assert!(
+            check_with(&auth, 200, &[("cache-control", ok)], &cfg).is_ok(),
+            "{ok}"
+        );
+    }
+}
+
+#[test]
+fn recorded_flags_and_stale_windows() {
+    let f = check(&[(
+        "cache-control",
+        "max-age=60, no-cache, must-revalidate, stale-while-revalidate=30, stale-if-error=600",
+    )])
+    .unwrap();
+    assert!(f.no_cache && f.must_revalidate);
+    assert_eq!(f.stale_while_revalidate.as_secs(), 30);
+    assert_eq!(f.stale_if_error.as_secs(), 600);
+    assert!(
+        check(&[("cache-control", "max-age=1, proxy-revalidate")])
+            .unwrap()
+            .must_revalidate
+    );
+}
+
+#[test]
+fn age_and_date_math() {
+    let req_t = t0();
+    let resp_t = t0() + Duration::from_secs(2); // 2 s response delay
+                                                // Age header plus response delay.
+    let h = hdrs(&[("age", "100"), ("date", &date(2))]);
+    assert_eq!(initial_age(&h, req_t, resp_t).as_secs(), 102);
+    // Apparent age from an old Date wins when larger.
+    let h = hdrs(&[("date", &date(-500))]);
+    assert_eq!(initial_age(&h, req_t, resp_t).as_secs(), 502);
+    // A Date in the future never gives a negative age.
+    let h = hdrs(&[("date", &date(1000))]);
+    assert_eq!(initial_age(&h, req_t, resp_t).as_secs(), 2);
+    // Garbage Age is ignored.
+    let h = hdrs(&[("age", "-5")]);
+    assert_eq!(initial_age(&h, req_t, req_t).as_secs(), 0);
+}
+
+fn meta_with(f: Freshness) -> ObjectMeta {
+    let mut m = ObjectMeta::new("k", 200, t0());
+    m.freshness = f;
+    m
+}
+
+#[test]
+fn freshness_and_stale_serving() {
+    let m = meta_with(Freshness {
+        lifetime: Duration::from_secs(60),
+        initial_age: Duration::from_secs(10),
+        stale_while_revalidate: Duration::from_secs(30),
+        stale_if_error: Duration::from_secs(300),
+        ..Default::default()
+    });
+    let at = |s: u64| t0() + Duration::from_secs(s);
+    assert_eq!(age(&m, at(5)).as_secs(), 15);
+    assert!(is_fresh(&m, at(49)));
+    assert!(!is_fresh(&m, at(50)));
+    assert!(can_serve_stale(&m, at(80), StaleReason::Updating));
+    assert!(!can_serve_stale(&m, at(81), StaleReason::Updating));
+    assert!(can_serve_stale(&m, at(350), StaleReason::Error));
+    assert!(!can_serve_stale(&m, at(351), StaleReason::Error));
+    assert!(can_serve_stale_with(
+        &m,
+        at(10_000),
+        StaleReason::Error,
+        true
+    ));
+
+    let mut mr = m.clone();
+    mr.freshness.must_revalidate = true;
+    assert!(!can_serve_stale(&mr, at(60), StaleReason::Error));
+    assert!(!can_serve_stale_with(&mr, at(60), StaleReason::Error, true));
+
+    let mut nc = m.clone();
+    nc.freshness.no_cache = true;
+    assert!(!is_fresh(&nc, at(0)));
+    let mut sp = m.clone();
+    sp.soft_purged = true;
+    assert!(!is_fresh(&sp, at(0)));
+    assert!(can_serve_stale(&sp, at(0), StaleReason::Updating));
+}
+
+#[test]
+fn client_no_cache_is_ignored_unless_configured() {
+    let on = PolicyConfig {
+        honour_client_no_cache: true,
+        ..Default::default()
+    };
+    let off = PolicyConfig::default();
+    for req in [
+        vec![("cache-control", "no-cache")],
+        vec![("cache-control", "max-age=0")],
+        vec![("pragma", "no-cache")],
+    ] {
+        assert!(!request_bypass(&hdrs(&req), &off));
+        assert!(request_bypass(&hdrs(&req), &on), "{req:?}");
+    }
+    // Pragma is ignored when Cache-Control is present (RFC 9111 5.4).
+    let req = hdrs(&[("pragma", "no-cache"), ("cache-control", "max-age=10")]);
+    assert!(!request_bypass(&req, &on));
+    let resp = [("cache-control", "max-age=60")];
+    assert_eq!(
+        check_with(&[("cache-control", "no-store")], 200, &resp, &on),
+        Err(NoCacheReason::RequestNoStore)
+    );
+    assert!(check_with(&[("cache-control", "no-store")], 200, &resp, &off).is_ok());
+}
+
+#[test]
+fn build_meta_filters_headers_and_reads_tags() {
+    let resp = hdrs(&[
+        ("Content-Type", "text/plain"),
+        ("Content-Length", "5"),
+        ("Connection", "keep-alive"),
+        ("Date", &date(0)),
+        ("Age", "3"),
+        ("ETag", "\"v1\""),
+        ("Vary", "Accept-Encoding"),
+        ("Cache-Tag", "a, b"),
+        ("Surrogate-Key", "c a"),
+        ("Transfer-Encoding", "chunked"),
+    ]);
+    let f = Freshness::default();
+    let m = build_meta("http://x/", 200, &resp, f, t0(), t0(), Some(5));
+    let block = String::from_utf8(m.header_block.clone()).unwrap();
+    assert_eq!(
+        block,
+        "Content-Type: text/plain\r\nETag: \"v1\"\r\nVary: Accept-Encoding\r\nCache-Tag: a, b\r\nSurrogate-Key: c a\r\n"
+    );
+    assert_eq!(m.etag.as_deref(), Some("\"v1\""));
+    assert_eq!(m.date, Some(t0()));
+    assert_eq!(m.vary, vec!["accept-encoding"]);
+    assert_eq!(m.tags, vec!["a", "b", "c"]);
+    assert_eq!(m.body_len, 5);
+}
+
+#[test]
+fn refresh_merges_304_headers() {
+    let resp = hdrs(&[
+        ("Content-Type", "text/plain"),
+        ("ETag", "\"v1\""),
+        ("Cache-Control", "max-age=10"),
+    ]);
+    let cfg = PolicyConfig::default();
+    let f = storable(
+        &Method::Get,
+        &HeaderMap::new(),
+        200,
+        &resp,
+        &cfg,
+        t0(),
+        t0(),
+    )
+    .unwrap();
+    let mut old = build_meta("http://x/", 200, &resp, f, t0(), t0(), Some(5));
+    old.body_hash = 42;
+    old.soft_purged = true;
+    let later = t0() + Duration::from_secs(100);
+    let r304 = hdrs(&[
+        ("Cache-Control", "max-age=600"),
+        ("X-New", "1"),
+        ("Content-Length", "0"),
+    ]);
+    let m = refresh_meta(&old, &HeaderMap::new(), &r304, &cfg, later, later).unwrap();
+    assert_eq!(m.freshness.lifetime.as_secs(), 600);
+    assert_eq!((m.body_len, m.body_hash, m.soft_purged), (5, 42, false));
+    assert!(is_fresh(&m, later + Duration::from_secs(10)));
+    let block = String::from_utf8(m.header_block).unwrap();
+    assert!(block.contains("Cache-Control: max-age=600\r\n"), "{block}");
+    assert!(!block.contains("max-age=10\r\n"));
+    assert!(block.contains("X-New: 1\r\n") && block.contains("ETag: \"v1\"\r\n"));
+    // A 304 that forbids storing makes the refresh fail.
+    let r304 = hdrs(&[("Cache-Control", "no-store")]);
+    assert_eq!(
+        refresh_meta(&old, &HeaderMap::new(), &r304, &cfg, later, later),
+        Err(NoCacheReason::ResponseNoStore)
+    );
+}

@@ -1,0 +1,344 @@
+//! Purge indexes: primary keys in order (purge by prefix) and tag → objects (purge by
+//! tag), so that no purge ever scans the disk.
+//!
+//! How it fits: the [`crate::index::Index`] updates a [`PurgeIndex`] whenever an entry
+//! is inserted or removed (under the entry's shard lock, see the lock order in
+//! `index.rs`). [`crate::Cache::purge_key`], `purge_prefix` and `purge_tag` ask it which
+//! objects match and then delete them (hard purge) or mark them stale (soft purge).
+//! While the loader is still walking the disk some objects are not indexed yet, so each
+//! purge is also remembered as a [`PurgeRule`] until the loader is done; the loader and
+//! the disk fallback in `lookup` apply those rules to the files they find.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, RwLock};
+use std::time::SystemTime;
+
+use crate::key::KeyHash;
+use crate::meta::ObjectMeta;
+
+/// Most tags taken from one response (`Cache-Tag` plus `Surrogate-Key`).
+pub const MAX_TAGS_PER_OBJECT: usize = 64;
+/// Longest tag kept (longer ones are dropped: they are never purged by a sane client).
+pub const MAX_TAG_LEN: usize = 256;
+/// Most purge rules kept while the loader runs; past it the oldest rule is dropped (a
+/// bound on memory; documented in docs/cache.md as a limit of purging during loading).
+pub const MAX_PENDING_RULES: usize = 10_000;
+
+/// Ordered primary keys and the tag map.
+#[derive(Debug, Default)]
+pub struct PurgeIndex {
+    prefixes: RwLock<BTreeSet<String>>,
+    tags: Mutex<HashMap<String, HashSet<KeyHash>>>,
+}
+
+impl PurgeIndex {
+    pub(crate) fn add_primary(&self, primary: &str) {
+        write(&self.prefixes).insert(primary.to_owned());
+    }
+
+    pub(crate) fn remove_primary(&self, primary: &str) {
+        write(&self.prefixes).remove(primary);
+    }
+
+    pub(crate) fn add_tags(&self, hash: KeyHash, tags: &[String]) {
+        if tags.is_empty() {
+            return;
+        }
+        let mut map = lock(&self.tags);
+        for t in tags {
+            map.entry(t.clone()).or_default().insert(hash);
+        }
+    }
+
+    pub(crate) fn remove_tags(&self, hash: KeyHash, tags: &[String]) {
+        if tags.is_empty() {
+            return;
+        }
+        let mut map = lock(&self.tags);
+        for t in tags {
+            if let Some(set) = map.get_mut(t) {
+                set.remove(&hash);
+                if set.is_empty() {
+                    map.remove(t);
+                }
+            }
+        }
+    }
+
+    /// Primary keys starting with `prefix` (an ordered range walk, not a scan).
+    pub fn primaries_with_prefix(&self, prefix: &str) -> Vec<String> {
+        let set = read(&self.prefixes);
+        set.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ))
+        .take_while(|k| k.starts_with(prefix))
+        .cloned()
+        .collect()
+    }
+
+    /// Objects carrying `tag`.
+    pub fn tagged(&self, tag: &str) -> Vec<KeyHash> {
+        lock(&self.tags)
+            .get(tag)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of distinct tags (stats).
+    pub fn tag_count(&self) -> usize {
+        lock(&self.tags).len()
+    }
+}
+
+/// Tags from a response's `Cache-Tag` (comma separated) and `Surrogate-Key` (space
+/// separated) header values, deduplicated and bounded.
+pub fn parse_tags<'a>(
+    cache_tag: impl IntoIterator<Item = &'a str>,
+    surrogate_key: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |t: &str| {
+        let t = t.trim();
+        if !t.is_empty()
+            && t.len() <= MAX_TAG_LEN
+            && out.len() < MAX_TAGS_PER_OBJECT
+            && !out.iter().any(|o| o == t)
+        {
+            out.push(t.to_owned());
+        }
+    };
+    for v in cache_tag {
+        v.split(',').for_each(&mut push);
+    }
+    for v in surrogate_key {
+        v.split_ascii_whitespace().for_each(&mut push);
+    }
+    out
+}
+
+/// What a purge matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeTarget {
+    /// A primary key (all its variants).
+    Key(String),
+    Prefix(String),
+    Tag(String),
+}
+
+/// A purge remembered while the loader runs, applied to objects it finds later.
+#[derive(Debug, Clone)]
+pub struct PurgeRule {
+    pub target: PurgeTarget,
+    pub soft: bool,
+    /// Objects stored at or after this time were fetched after the purge: kept.
+    pub at: SystemTime,
+}
+
+impl PurgeRule {
+    /// Does this rule apply to an object found on disk?
+    pub fn matches(&self, meta: &ObjectMeta) -> bool {
+        if meta.response_time >= self.at {
+            return false;
+        }
+        match &self.target {
+            PurgeTarget::Key(k) => meta.primary_key() == k,
+            PurgeTarget::Prefix(p) => meta.primary_key().starts_with(p.as_str()),
+            PurgeTarget::Tag(t) => meta.tags.iter().any(|x| x == t),
+        }
+    }
+}
+
+/// What the loader should do with a file found on disk, given the pending rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleVerdict {
+    Keep,
+    /// Keep but serve as stale (soft purge).
+    MarkStale,
+    Delete,
+}
+
+/// Purges issued before the loader finished.
+#[derive(Debug, Default)]
+pub struct PendingRules {
+    rules: Mutex<Vec<PurgeRule>>,
+}
+
+impl PendingRules {
+    pub fn push(&self, rule: PurgeRule) {
+        let mut r = lock(&self.rules);
+        if r.len() >= MAX_PENDING_RULES {
+            r.remove(0);
+        }
+        r.push(rule);
+    }
+
+    pub fn verdict(&self, meta: &ObjectMeta) -> RuleVerdict {
+        let r = lock(&self.rules);
+        let mut v = RuleVerdict::Keep;
+        for rule in r.iter().filter(|rule| rule.matches(meta)) {
+            if !rule.soft {
+                return RuleVerdict::Delete;
+            }
+            v = RuleVerdict::MarkStale;
+        }
+        v
+    }
+
+    /// Drop every rule (the loader is done, everything is indexed).
+    pub fn clear(&self) {
+        lock(&self.rules).clear();
+    }
+}
+
+impl crate::Cache {
+    /// Purge a URL: every stored variant of the primary key. `soft` marks them stale
+    /// (served as STALE/UPDATING while revalidated) instead of deleting. Returns the
+    /// number of objects affected.
+    pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
+        let hashes = self.index.variants_of(crate::key::key_hash(primary_key));
+        self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
+    }
+
+    /// Purge every object whose primary key starts with `prefix` (an ordered index
+    /// walk; the disk is never scanned).
+    pub fn purge_prefix(&self, prefix: &str, soft: bool) -> usize {
+        let mut hashes = Vec::new();
+        for primary in self.index.purge_index().primaries_with_prefix(prefix) {
+            hashes.extend(self.index.variants_of(crate::key::key_hash(&primary)));
+        }
+        self.purge_hashes(PurgeTarget::Prefix(prefix.to_owned()), hashes, soft)
+    }
+
+    /// Purge every object tagged `tag` (from `Cache-Tag` / `Surrogate-Key`).
+    pub fn purge_tag(&self, tag: &str, soft: bool) -> usize {
+        let hashes = self.index.purge_index().tagged(tag);
+        self.purge_hashes(PurgeTarget::Tag(tag.to_owned()), hashes, soft)
+    }
+
+    fn purge_hashes(&self, target: PurgeTarget, hashes: Vec<KeyHash>, soft: bool) -> usize {
+        use std::sync::atomic::Ordering;
+        // While loading, remember the purge for files not indexed yet; the gate makes
+        // "record + purge" atomic against the loader's "check + insert".
+        let _gate = if self.loader.done.load(Ordering::Acquire) {
+            None
+        } else {
+            let g = lock(&self.loader_gate);
+            if !self.loader.done.load(Ordering::Acquire) {
+                self.pending.push(PurgeRule {
+                    target,
+                    soft,
+                    at: SystemTime::now(),
+                });
+            }
+            Some(g)
+        };
+        let mut n = 0;
+        for h in hashes {
+            if soft {
+                if let Some((meta, body_offset, ino)) = self.index.set_soft_purged(h) {
+                    // Persist the flag so a restart does not resurrect the object as
+                    // fresh; best effort (the in-memory flag already applies).
+                    let path = self.layout.path_for(h);
+                    let _ =
+                        crate::storage::rewrite_header_in_place(&path, h, &meta, body_offset, ino);
+                    n += 1;
+                }
+            } else if let Some(v) = self.index.remove(h, None) {
+                self.delete_file(v.hash, v.ino);
+                n += 1;
+            }
+        }
+        self.purged.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn prefix_walk_is_ordered_and_exact() {
+        let p = PurgeIndex::default();
+        for k in [
+            "http://a/x/1",
+            "http://a/x/2",
+            "http://a/xy",
+            "http://a/y",
+            "http://b/x",
+        ] {
+            p.add_primary(k);
+        }
+        assert_eq!(
+            p.primaries_with_prefix("http://a/x/"),
+            vec!["http://a/x/1", "http://a/x/2"]
+        );
+        assert_eq!(p.primaries_with_prefix("http://a/x").len(), 3);
+        assert_eq!(p.primaries_with_prefix("http://c").len(), 0);
+        p.remove_primary("http://a/x/1");
+        assert_eq!(p.primaries_with_prefix("http://a/x/"), vec!["http://a/x/2"]);
+    }
+
+    #[test]
+    fn tags_add_remove() {
+        let p = PurgeIndex::default();
+        p.add_tags(1, &["a".into(), "b".into()]);
+        p.add_tags(2, &["a".into()]);
+        let mut a = p.tagged("a");
+        a.sort();
+        assert_eq!(a, vec![1, 2]);
+        p.remove_tags(1, &["a".into(), "b".into()]);
+        assert_eq!(p.tagged("a"), vec![2]);
+        assert!(p.tagged("b").is_empty());
+        assert_eq!(p.tag_count(), 1);
+    }
+
+    #[test]
+    fn tag_parsing() {
+        let t = parse_tags(["a, b,,a", " c"], ["d  e", "a"]);
+        assert_eq!(t, vec!["a", "b", "c", "d", "e"]);
+        let long = "x".repeat(MAX_TAG_LEN + 1);
+        assert!(parse_tags([long.as_str()], []).is_empty());
+        let many: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+        let joined = many.join(",");
+        assert_eq!(parse_tags([joined.as_str()], []).len(), MAX_TAGS_PER_OBJECT);
+    }
+
+    #[test]
+    fn pending_rules_only_hit_older_objects() {
+        let now = SystemTime::now();
+        let rules = PendingRules::default();
+        let mut m = ObjectMeta::new("http://a/x\0gzip", 200, now - Duration::from_secs(10));
+        m.tags = vec!["t".into()];
+        assert_eq!(rules.verdict(&m), RuleVerdict::Keep);
+        rules.push(PurgeRule {
+            target: PurgeTarget::Tag("t".into()),
+            soft: true,
+            at: now,
+        });
+        assert_eq!(rules.verdict(&m), RuleVerdict::MarkStale);
+        rules.push(PurgeRule {
+            target: PurgeTarget::Key("http://a/x".into()),
+            soft: false,
+            at: now,
+        });
+        assert_eq!(rules.verdict(&m), RuleVerdict::Delete);
+        m.response_time = now + Duration::from_secs(1);
+        assert_eq!(rules.verdict(&m), RuleVerdict::Keep);
+        rules.clear();
+    }
+}

@@ -1,0 +1,766 @@
+//! On-disk storage: one file per object, written to a temp file and renamed when whole.
+//!
+//! How it fits: [`crate::Cache`] calls [`Layout::path_for`] to find an object,
+//! [`TempObject`] to write one (the server streams the origin body into it), and
+//! [`read_header`] to validate one (the loader at start, and lookups that fall back to
+//! the disk before the loader is done). Nothing here touches the index.
+//!
+//! File layout (all integers little-endian), see `docs/cache.md`:
+//! ```text
+//! 0   8  magic "EDGCACHE"
+//! 8   4  format version (FORMAT_VERSION)
+//! 12  4  meta length M
+//! 16  8  body offset B (multiple of 4096, >= 64 + M)
+//! 24  8  body length L
+//! 32 16  key hash (xxh3-128 of the variant key)
+//! 48  8  reserved (0)
+//! 56  8  xxh3-64 of bytes 0..56 followed by the M meta bytes
+//! 64  M  ObjectMeta (meta.rs encoding)
+//! ..     zero padding up to B
+//! B   L  body
+//! ```
+//! A file is servable only when the magic, version and checksum match, the key hashes
+//! to the file name, and the file size is exactly B + L. Because the rename happens only
+//! after the full body is written and the header rewritten with the final length and
+//! body checksum, a killed process leaves either the old object, the new object, or a
+//! `.tmp.` file that the loader deletes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use crate::key::{hash_hex, KeyHash};
+use crate::meta::{MetaError, ObjectMeta, BODY_LEN_UNKNOWN};
+
+/// First 8 bytes of every object file.
+pub const MAGIC: &[u8; 8] = b"EDGCACHE";
+/// Bump when the layout or the meta encoding changes: older files are then removed by
+/// the loader instead of being misread.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the fixed prefix before the meta bytes.
+pub const PREFIX_LEN: usize = 64;
+/// Bodies start at a multiple of this (O_DIRECT alignment; room for in-place refresh).
+pub const BODY_ALIGN: u64 = 4096;
+/// Free bytes always left between the meta and the body, so that a 304 refresh with
+/// slightly longer headers can still rewrite the header in place.
+pub const HEADER_SLACK: usize = 256;
+/// Largest meta block a reader accepts (a corrupt length must not allocate gigabytes).
+pub const MAX_META_LEN: usize = 1 << 20;
+/// Minimum time between two log lines about write errors.
+pub const WRITE_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// Marker in temp file names: `<hash>.tmp.<process token>.<n>`.
+pub const TMP_MARKER: &str = ".tmp.";
+
+/// Where objects live: `<root>/<level dirs>/<32 hex>`.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub root: PathBuf,
+    /// nginx `levels`: `[1, 2]` means `/c/29/` taken from the END of the hex name.
+    pub levels: Vec<u8>,
+}
+
+/// Why `levels` was rejected.
+pub fn validate_levels(levels: &[u8]) -> Result<(), String> {
+    if levels.len() > 3 {
+        return Err(format!("levels: at most 3 levels, got {}", levels.len()));
+    }
+    if let Some(l) = levels.iter().find(|&&l| l != 1 && l != 2) {
+        return Err(format!("levels: each level is 1 or 2 characters, got {l}"));
+    }
+    Ok(())
+}
+
+impl Layout {
+    /// The directory an object lives in.
+    pub fn dir_for(&self, hash: KeyHash) -> PathBuf {
+        let hex = hash_hex(hash);
+        let mut dir = self.root.clone();
+        let mut end = hex.len();
+        for &l in &self.levels {
+            let start = end - l as usize;
+            dir.push(&hex[start..end]);
+            end = start;
+        }
+        dir
+    }
+
+    /// The final path of an object.
+    pub fn path_for(&self, hash: KeyHash) -> PathBuf {
+        let mut p = self.dir_for(hash);
+        p.push(hash_hex(hash));
+        p
+    }
+}
+
+/// A validated object header.
+#[derive(Debug, Clone)]
+pub struct StoredHeader {
+    pub meta: ObjectMeta,
+    pub hash: KeyHash,
+    pub body_offset: u64,
+}
+
+/// Why a file on disk is not servable.
+#[derive(Debug)]
+pub enum StorageError {
+    Io(io::Error),
+    BadMagic,
+    /// Written by another format version (removed by the loader).
+    OldVersion(u32),
+    BadChecksum,
+    BadMeta(MetaError),
+    /// Size on disk differs from body offset + body length (cut short or grown).
+    BadSize {
+        expected: u64,
+        actual: u64,
+    },
+    /// The stored key does not hash to the expected name.
+    WrongKey,
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorageError::Io(e) => write!(f, "{e}"),
+            StorageError::BadMagic => f.write_str("bad magic"),
+            StorageError::OldVersion(v) => {
+                write!(f, "format version {v}, expected {FORMAT_VERSION}")
+            }
+            StorageError::BadChecksum => f.write_str("header checksum mismatch"),
+            StorageError::BadMeta(e) => write!(f, "{e}"),
+            StorageError::BadSize { expected, actual } => {
+                write!(f, "file size {actual}, expected {expected}")
+            }
+            StorageError::WrongKey => f.write_str("key does not match file name"),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+impl From<io::Error> for StorageError {
+    fn from(e: io::Error) -> Self {
+        StorageError::Io(e)
+    }
+}
+
+/// Encode the header region (prefix + meta + padding) for `meta`; its length is the body
+/// offset. `body_offset` forces a given offset (in-place rewrite); `None` picks the
+/// smallest aligned offset with [`HEADER_SLACK`] spare bytes.
+pub fn encode_header(
+    hash: KeyHash,
+    meta: &ObjectMeta,
+    body_offset: Option<u64>,
+) -> Result<Vec<u8>, NoRoom> {
+    let mut buf = vec![0u8; PREFIX_LEN];
+    meta.encode(&mut buf);
+    let meta_len = buf.len() - PREFIX_LEN;
+    let needed = (buf.len() + HEADER_SLACK) as u64;
+    let offset = match body_offset {
+        Some(off) if (buf.len() as u64) <= off => off,
+        Some(_) => return Err(NoRoom),
+        None => needed.div_ceil(BODY_ALIGN) * BODY_ALIGN,
+    };
+    buf[0..8].copy_from_slice(MAGIC);
+    buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    buf[12..16].copy_from_slice(&(meta_len as u32).to_le_bytes());
+    buf[16..24].copy_from_slice(&offset.to_le_bytes());
+    buf[24..32].copy_from_slice(&meta.body_len.to_le_bytes());
+    buf[32..48].copy_from_slice(&hash.to_le_bytes());
+    let sum = header_checksum(&buf[..56], &buf[PREFIX_LEN..]);
+    buf[56..64].copy_from_slice(&sum.to_le_bytes());
+    buf.resize(offset as usize, 0);
+    Ok(buf)
+}
+
+/// The new header does not fit before the existing body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom;
+
+fn header_checksum(prefix: &[u8], meta: &[u8]) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(prefix);
+    h.update(meta);
+    h.digest()
+}
+
+/// Read and validate the header of an open object file. Reads only the header region,
+/// never the body. `expect` is the hash the file name promises.
+pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, StorageError> {
+    let mut first = vec![0u8; BODY_ALIGN as usize];
+    let n = read_full_at(file, &mut first, 0)?;
+    first.truncate(n);
+    if first.len() < PREFIX_LEN || &first[0..8] != MAGIC {
+        return Err(StorageError::BadMagic);
+    }
+    let version = u32::from_le_bytes(first[8..12].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(StorageError::OldVersion(version));
+    }
+    let meta_len = u32::from_le_bytes(first[12..16].try_into().expect("4 bytes")) as usize;
+    if meta_len > MAX_META_LEN {
+        return Err(StorageError::BadChecksum);
+    }
+    let body_offset = u64::from_le_bytes(first[16..24].try_into().expect("8 bytes"));
+    let body_len = u64::from_le_bytes(first[24..32].try_into().expect("8 bytes"));
+    let hash = u128::from_le_bytes(first[32..48].try_into().expect("16 bytes"));
+    let sum = u64::from_le_bytes(first[56..64].try_into().expect("8 bytes"));
+    let end = PREFIX_LEN + meta_len;
+    let meta_bytes: Vec<u8> = if end <= first.len() {
+        first[PREFIX_LEN..end].to_vec()
+    } else {
+        let mut rest = vec![0u8; meta_len];
+        let n = read_full_at(file, &mut rest, PREFIX_LEN as u64)?;
+        if n != meta_len {
+            return Err(StorageError::BadChecksum);
+        }
+        rest
+    };
+    if header_checksum(&first[..56], &meta_bytes) != sum {
+        return Err(StorageError::BadChecksum);
+    }
+    let meta = ObjectMeta::decode(&meta_bytes).map_err(StorageError::BadMeta)?;
+    if hash != expect || crate::key::key_hash(&meta.key) != hash {
+        return Err(StorageError::WrongKey);
+    }
+    if meta.body_len != body_len
+        || body_len == BODY_LEN_UNKNOWN
+        || body_offset % BODY_ALIGN != 0
+        || body_offset < end as u64
+    {
+        return Err(StorageError::BadChecksum);
+    }
+    let actual = file.metadata()?.len();
+    let expected = body_offset.saturating_add(body_len);
+    if actual != expected {
+        return Err(StorageError::BadSize { expected, actual });
+    }
+    Ok(StoredHeader {
+        meta,
+        hash,
+        body_offset,
+    })
+}
+
+/// `pread` until `buf` is full or EOF; returns the bytes read.
+pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], off) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                off += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// A committed object: what the index needs to know about the file.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub meta: ObjectMeta,
+    pub hash: KeyHash,
+    pub body_offset: u64,
+    /// Bytes on disk (file size rounded up to whole blocks).
+    pub disk_size: u64,
+    /// Inode of the final file (detects replacement between index read and open).
+    pub ino: u64,
+}
+
+/// Bytes a file of `len` bytes occupies (rounded up to 4 KiB blocks).
+pub fn disk_size_of(len: u64) -> u64 {
+    len.div_ceil(BODY_ALIGN) * BODY_ALIGN
+}
+
+/// An object being written to `<final>.tmp.<token>.<n>`; renamed into place by
+/// [`TempObject::commit`]. Dropping it without commit removes the temp file.
+pub struct TempObject {
+    file: Option<File>,
+    tmp_path: PathBuf,
+    final_path: PathBuf,
+    hash: KeyHash,
+    meta: ObjectMeta,
+    body_offset: u64,
+    written: u64,
+    hasher: Xxh3,
+    committed: bool,
+}
+
+impl std::fmt::Debug for TempObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TempObject")
+            .field("tmp_path", &self.tmp_path)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl TempObject {
+    /// Create the temp file (and its directories) and write the provisional header.
+    /// `token` makes temp names unique per process, so the loader only removes temp
+    /// files left by earlier processes.
+    pub fn create(
+        layout: &Layout,
+        hash: KeyHash,
+        meta: ObjectMeta,
+        token: &str,
+        seq: u64,
+    ) -> io::Result<TempObject> {
+        let mut meta = meta;
+        meta.normalize_times();
+        let dir = layout.dir_for(hash);
+        let final_path = layout.path_for(hash);
+        let tmp_path = dir.join(format!("{}{TMP_MARKER}{token}.{seq}", hash_hex(hash)));
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&tmp_path)
+        };
+        let mut file = match open() {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&dir)?;
+                open()?
+            }
+            Err(e) => return Err(e),
+        };
+        let header = encode_header(hash, &meta, None)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
+        let mut obj = TempObject {
+            file: None,
+            tmp_path,
+            final_path,
+            hash,
+            meta,
+            body_offset: header.len() as u64,
+            written: 0,
+            hasher: Xxh3::new(),
+            committed: false,
+        };
+        // From here on, Drop removes the temp file on any error.
+        let res = file.write_all(&header);
+        obj.file = Some(file);
+        res?;
+        Ok(obj)
+    }
+
+    /// Append body bytes.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        let file = self.file.as_mut().ok_or_else(closed)?;
+        file.write_all(data)?;
+        self.hasher.update(data);
+        self.written += data.len() as u64;
+        Ok(())
+    }
+
+    /// Body bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Hash of the object's key (its file name).
+    pub fn hash(&self) -> KeyHash {
+        self.hash
+    }
+
+    /// Offset of the body in the file.
+    pub fn body_offset(&self) -> u64 {
+        self.body_offset
+    }
+
+    /// The metadata this object will be committed with.
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    /// A second handle on the temp file for readers that stream the body while it is
+    /// being written ([`crate::inflight`]); valid after the rename too.
+    pub fn reader(&self) -> io::Result<File> {
+        self.file.as_ref().ok_or_else(closed)?.try_clone()
+    }
+
+    /// Check the length, write the final header (length, body checksum) and rename the
+    /// file into place. On any error the temp file is removed.
+    pub fn commit(mut self) -> io::Result<Committed> {
+        let declared = self.meta.body_len;
+        if declared != BODY_LEN_UNKNOWN && declared != self.written {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("body length {} != declared {declared}", self.written),
+            ));
+        }
+        self.meta.body_len = self.written;
+        self.meta.body_hash = self.hasher.digest();
+        let header = encode_header(self.hash, &self.meta, Some(self.body_offset))
+            .map_err(|_| io::Error::other("header grew while writing"))?;
+        let file = self.file.as_ref().ok_or_else(closed)?;
+        file.write_all_at(&header, 0)?;
+        let ino = file.metadata()?.ino();
+        fs::rename(&self.tmp_path, &self.final_path)?;
+        self.committed = true;
+        Ok(Committed {
+            meta: self.meta.clone(),
+            hash: self.hash,
+            body_offset: self.body_offset,
+            disk_size: disk_size_of(self.body_offset + self.written),
+            ino,
+        })
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::other("object file already closed")
+}
+
+impl Drop for TempObject {
+    fn drop(&mut self) {
+        if !self.committed {
+            // The fd closes with `file`; the name goes now so nothing can serve it.
+            let _ = fs::remove_file(&self.tmp_path);
+        }
+    }
+}
+
+/// Rewrite only the header region of an existing object in place (a 304 refresh or a
+/// soft purge). Fails with `NoRoom` (as `io::ErrorKind::Other`) when the new header does
+/// not fit before the body; the caller then rewrites the whole file.
+pub fn rewrite_header_in_place(
+    path: &Path,
+    hash: KeyHash,
+    meta: &ObjectMeta,
+    body_offset: u64,
+    expect_ino: u64,
+) -> Result<(), RewriteError> {
+    let header = encode_header(hash, meta, Some(body_offset)).map_err(|_| RewriteError::NoRoom)?;
+    let file = OpenOptions::new().write(true).open(path)?;
+    if file.metadata()?.ino() != expect_ino {
+        return Err(RewriteError::Replaced);
+    }
+    file.write_all_at(&header, 0)?;
+    Ok(())
+}
+
+/// Why an in-place header rewrite did not happen.
+#[derive(Debug)]
+pub enum RewriteError {
+    NoRoom,
+    /// The file was replaced (or removed) since the index entry was made.
+    Replaced,
+    Io(io::Error),
+}
+
+impl From<io::Error> for RewriteError {
+    fn from(e: io::Error) -> Self {
+        RewriteError::Io(e)
+    }
+}
+
+/// Copy an object's body from `src` into a new file with `meta` as header (used when a
+/// refreshed header no longer fits in place).
+pub fn rewrite_whole(
+    layout: &Layout,
+    hash: KeyHash,
+    mut meta: ObjectMeta,
+    src: &File,
+    src_body_offset: u64,
+    token: &str,
+    seq: u64,
+) -> io::Result<Committed> {
+    let body_len = meta.body_len;
+    meta.body_len = BODY_LEN_UNKNOWN;
+    let mut obj = TempObject::create(layout, hash, meta, token, seq)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut off = 0u64;
+    while off < body_len {
+        let want = (body_len - off).min(buf.len() as u64) as usize;
+        let n = src.read_at(&mut buf[..want], src_body_offset + off)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "source body cut short",
+            ));
+        }
+        obj.write(&buf[..n])?;
+        off += n as u64;
+    }
+    obj.commit()
+}
+
+/// Unlink `path` only if it is still the file with inode `ino` (a newer object renamed
+/// into the same name is left alone).
+pub fn remove_if_ino(path: &Path, ino: u64) -> io::Result<()> {
+    let md = fs::symlink_metadata(path)?;
+    if md.ino() != ino {
+        return Ok(());
+    }
+    fs::remove_file(path)
+}
+
+/// Read a whole file's body into memory (tests and small tools only).
+pub fn read_body(file: &File, body_offset: u64, body_len: u64) -> io::Result<Vec<u8>> {
+    let mut v = vec![0u8; body_len as usize];
+    let n = read_full_at(file, &mut v, body_offset)?;
+    v.truncate(n);
+    Ok(v)
+}
+
+/// Counts write errors and rate-limits their logging (ENOSPC or EIO on every miss must
+/// not flood the error log).
+#[derive(Debug, Default)]
+pub struct WriteErrors {
+    count: AtomicU64,
+    last: Mutex<Option<(Instant, String)>>,
+}
+
+impl WriteErrors {
+    /// Record an error; returns true when the caller should log it now (at most once
+    /// per [`WRITE_ERROR_LOG_INTERVAL`]).
+    pub fn record(&self, context: &str, err: &io::Error) -> bool {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let should_log = match &*last {
+            Some((t, _)) => now.duration_since(*t) >= WRITE_ERROR_LOG_INTERVAL,
+            None => true,
+        };
+        let msg = format!("{context}: {err}");
+        let at = match &*last {
+            Some((t, _)) if !should_log => *t,
+            _ => now,
+        };
+        *last = Some((at, msg));
+        should_log
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The most recent error message, if any.
+    pub fn last(&self) -> Option<String> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref().map(|(_, m)| m.clone())
+    }
+}
+
+/// Read a file's full content (tests).
+#[cfg(test)]
+pub(crate) fn read_all(path: &Path) -> Vec<u8> {
+    use std::io::Read;
+    let mut v = Vec::new();
+    File::open(path).unwrap().read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Quick checksum of a body (tests and tools).
+pub fn body_checksum(body: &[u8]) -> u64 {
+    xxh3_64(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::key_hash;
+    use std::time::SystemTime;
+
+    fn layout(dir: &Path) -> Layout {
+        Layout {
+            root: dir.to_path_buf(),
+            levels: vec![1, 2],
+        }
+    }
+
+    fn meta(key: &str, len: u64) -> ObjectMeta {
+        let mut m = ObjectMeta::new(key, 200, SystemTime::now());
+        m.header_block = b"Content-Type: text/plain\r\n".to_vec();
+        m.body_len = len;
+        m
+    }
+
+    fn write_obj(l: &Layout, key: &str, body: &[u8]) -> Committed {
+        let h = key_hash(key);
+        let mut t = TempObject::create(l, h, meta(key, body.len() as u64), "t", 0).unwrap();
+        for c in body.chunks(1000) {
+            t.write(c).unwrap();
+        }
+        t.commit().unwrap()
+    }
+
+    #[test]
+    fn levels_name_dirs_from_the_end_like_nginx() {
+        let l = Layout {
+            root: "/c".into(),
+            levels: vec![1, 2],
+        };
+        let h = 0xb7f54b2df7773722d382f4809d65029c_u128;
+        assert_eq!(
+            l.path_for(h),
+            Path::new("/c/c/29/b7f54b2df7773722d382f4809d65029c")
+        );
+        assert!(validate_levels(&[1, 2]).is_ok());
+        assert!(validate_levels(&[3]).is_err());
+        assert!(validate_levels(&[1, 1, 1, 1]).is_err());
+    }
+
+    #[test]
+    fn round_trip_body_aligned_and_checksummed() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let c = write_obj(&l, "http://x/a", &body);
+        assert_eq!(c.body_offset % BODY_ALIGN, 0);
+        assert_eq!(c.meta.body_hash, body_checksum(&body));
+        let f = File::open(l.path_for(c.hash)).unwrap();
+        let h = read_header(&f, c.hash).unwrap();
+        assert_eq!(h.meta, c.meta);
+        assert_eq!(read_body(&f, h.body_offset, h.meta.body_len).unwrap(), body);
+        // No temp file left behind.
+        let names: Vec<_> = fs::read_dir(l.dir_for(c.hash)).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn dropped_writer_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let h = key_hash("k");
+        let mut t = TempObject::create(&l, h, meta("k", 100), "t", 0).unwrap();
+        t.write(&[1; 50]).unwrap();
+        drop(t);
+        assert!(!l.path_for(h).exists());
+        assert_eq!(fs::read_dir(l.dir_for(h)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn short_body_is_not_committed() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let h = key_hash("k");
+        let mut t = TempObject::create(&l, h, meta("k", 100), "t", 0).unwrap();
+        t.write(&[1; 99]).unwrap();
+        assert!(t.commit().is_err());
+        assert!(!l.path_for(h).exists());
+        assert_eq!(fs::read_dir(l.dir_for(h)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn unknown_length_takes_the_written_length() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let h = key_hash("k");
+        let mut t = TempObject::create(&l, h, meta("k", BODY_LEN_UNKNOWN), "t", 0).unwrap();
+        t.write(b"hello").unwrap();
+        let c = t.commit().unwrap();
+        assert_eq!(c.meta.body_len, 5);
+        let f = File::open(l.path_for(h)).unwrap();
+        assert_eq!(read_header(&f, h).unwrap().meta.body_len, 5);
+    }
+
+    #[test]
+    fn every_header_byte_flip_is_detected() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/flip", b"body bytes");
+        let path = l.path_for(c.hash);
+        let orig = read_all(&path);
+        let header_end = PREFIX_LEN + {
+            let mut v = Vec::new();
+            c.meta.encode(&mut v);
+            v.len()
+        };
+        for i in 0..header_end {
+            let mut bad = orig.clone();
+            bad[i] ^= 0x20;
+            fs::write(&path, &bad).unwrap();
+            let f = File::open(&path).unwrap();
+            assert!(
+                read_header(&f, c.hash).is_err(),
+                "flip at byte {i} not detected"
+            );
+        }
+    }
+
+    #[test]
+    fn cut_body_and_wrong_name_are_detected() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/cut", &[9u8; 5000]);
+        let path = l.path_for(c.hash);
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(c.body_offset + 4999).unwrap();
+        let f = File::open(&path).unwrap();
+        assert!(matches!(
+            read_header(&f, c.hash),
+            Err(StorageError::BadSize { .. })
+        ));
+        assert!(matches!(
+            read_header(&f, c.hash ^ 1),
+            Err(StorageError::WrongKey)
+        ));
+    }
+
+    #[test]
+    fn old_version_is_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/v", b"x");
+        let path = l.path_for(c.hash);
+        let mut b = read_all(&path);
+        b[8..12].copy_from_slice(&0u32.to_le_bytes());
+        fs::write(&path, &b).unwrap();
+        let f = File::open(&path).unwrap();
+        assert!(matches!(
+            read_header(&f, c.hash),
+            Err(StorageError::OldVersion(0))
+        ));
+    }
+
+    #[test]
+    fn header_rewrite_in_place_keeps_body() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/r", b"the body");
+        let path = l.path_for(c.hash);
+        let mut m = c.meta.clone();
+        m.header_block.extend_from_slice(b"X-New: 1\r\n");
+        m.soft_purged = true;
+        rewrite_header_in_place(&path, c.hash, &m, c.body_offset, c.ino).unwrap();
+        let f = File::open(&path).unwrap();
+        let h = read_header(&f, c.hash).unwrap();
+        assert_eq!(h.meta, m);
+        assert_eq!(read_body(&f, h.body_offset, 8).unwrap(), b"the body");
+        // A header that does not fit is refused, and the whole-file rewrite works.
+        m.header_block = vec![b'a'; 10_000];
+        assert!(matches!(
+            rewrite_header_in_place(&path, c.hash, &m, c.body_offset, c.ino),
+            Err(RewriteError::NoRoom)
+        ));
+        let c2 = rewrite_whole(&l, c.hash, m.clone(), &f, c.body_offset, "t", 1).unwrap();
+        let f2 = File::open(&path).unwrap();
+        let h2 = read_header(&f2, c.hash).unwrap();
+        assert_eq!(h2.meta.header_block.len(), 10_000);
+        assert_eq!(read_body(&f2, c2.body_offset, 8).unwrap(), b"the body");
+    }
+
+    #[test]
+    fn write_errors_are_rate_limited() {
+        let w = WriteErrors::default();
+        let e = io::Error::other("disk full");
+        assert!(w.record("write", &e));
+        assert!(!w.record("write", &e));
+        assert_eq!(w.count(), 2);
+        assert_eq!(w.last().unwrap(), "write: disk full");
+    }
+}
