@@ -85,16 +85,24 @@ pub struct Args {
 /// Parses `10s`, `1m`, `500ms`, `250us`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration '{s}' (try 10s, 1m, 500ms)"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (try 10s, 1m, 500ms)"))?;
     let secs = match unit {
         "" | "s" => n,
         "ms" => n / 1e3,
         "us" => n / 1e6,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in '{s}' (use us, ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in '{s}' (use us, ms, s, m or h)"
+            ))
+        }
     };
     if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
         return Err(format!("duration '{s}' must be positive"));
@@ -174,14 +182,20 @@ where
     }
     if let Some(r) = args.ramp {
         if !(r.is_finite() && r > 0.0) {
-            return Err(usage(format!("--ramp must be a positive number of connections per second, got {r}")));
+            return Err(usage(format!(
+                "--ramp must be a positive number of connections per second, got {r}"
+            )));
         }
     }
     if args.pipeline == 0 || args.pipeline > MAX_PIPELINE {
-        return Err(usage(format!("--pipeline must be between 1 and {MAX_PIPELINE}")));
+        return Err(usage(format!(
+            "--pipeline must be between 1 and {MAX_PIPELINE}"
+        )));
     }
     if args.no_keepalive && args.pipeline > 1 {
-        return Err(usage("--pipeline needs keep-alive connections; drop --no-keepalive".into()));
+        return Err(usage(
+            "--pipeline needs keep-alive connections; drop --no-keepalive".into(),
+        ));
     }
     if let Some(n) = args.paths {
         if n == 0 || n > MAX_PATHS {
@@ -194,7 +208,12 @@ where
     if args.headers.len() > MAX_HEADERS {
         return Err(usage(format!("at most {MAX_HEADERS} -H headers")));
     }
-    let headers = args.headers.iter().map(|h| check_header(h)).collect::<Result<Vec<_>, _>>().map_err(usage)?;
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| check_header(h))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(usage)?;
     let url = Url::parse(&args.url).map_err(|e| usage(format!("invalid URL {e}")))?;
     let mix_text = match &args.mix {
         None => None,
@@ -233,7 +252,10 @@ where
 fn read_mix(p: &std::path::Path) -> Result<String, String> {
     let meta = std::fs::metadata(p).map_err(|e| format!("--mix {}: {e}", p.display()))?;
     if meta.len() > MAX_MIX_BYTES {
-        return Err(format!("--mix {}: larger than {MAX_MIX_BYTES} bytes", p.display()));
+        return Err(format!(
+            "--mix {}: larger than {MAX_MIX_BYTES} bytes",
+            p.display()
+        ));
     }
     std::fs::read_to_string(p).map_err(|e| format!("--mix {}: {e}", p.display()))
 }
@@ -267,16 +289,40 @@ mod tests {
     #[test]
     fn defaults_and_flags() {
         let c = parse(["edgeload", "http://127.0.0.1:1/x"]).unwrap();
-        assert_eq!((c.threads, c.connections, c.duration), (2, 10, Duration::from_secs(10)));
+        assert_eq!(
+            (c.threads, c.connections, c.duration),
+            (2, 10, Duration::from_secs(10))
+        );
         assert_eq!(c.timeout, Duration::from_secs(2));
         assert!(c.keepalive && c.open_loop.is_none() && !c.show_classes);
         let c = parse([
-            "edgeload", "-t1", "-c", "4", "-d", "2s", "-R", "500", "--ramp", "100", "--paths", "10", "-H", "X-A: 1",
-            "--latency", "--timeout", "500ms", "--requests", "7", "http://127.0.0.1:1/obj",
+            "edgeload",
+            "-t1",
+            "-c",
+            "4",
+            "-d",
+            "2s",
+            "-R",
+            "500",
+            "--ramp",
+            "100",
+            "--paths",
+            "10",
+            "-H",
+            "X-A: 1",
+            "--latency",
+            "--timeout",
+            "500ms",
+            "--requests",
+            "7",
+            "http://127.0.0.1:1/obj",
         ])
         .unwrap();
         assert_eq!(c.open_loop, Some(OpenLoop { rate: 500.0 }));
-        assert_eq!((c.ramp, c.requests, c.classes[0].name.as_str()), (Some(100.0), Some(7), "/obj/*"));
+        assert_eq!(
+            (c.ramp, c.requests, c.classes[0].name.as_str()),
+            (Some(100.0), Some(7), "/obj/*")
+        );
         assert!(c.show_classes && c.latency);
     }
 

@@ -136,14 +136,19 @@ impl ResponseReader {
                     }
                 }
                 State::ChunkSize => {
-                    let Some(line) = take_line(avail, MAX_CHUNK_LINE, ParseError::ChunkLineTooLong)? else {
+                    let Some(line) =
+                        take_line(avail, MAX_CHUNK_LINE, ParseError::ChunkLineTooLong)?
+                    else {
                         return Ok((pos, Step::NeedMore));
                     };
                     let size = parse_chunk_size(&avail[..line.content])?;
                     pos += line.total;
                     self.bytes += line.total as u64;
-                    self.state =
-                        if size == 0 { State::Trailers { seen: 0 } } else { State::ChunkData { remaining: size } };
+                    self.state = if size == 0 {
+                        State::Trailers { seen: 0 }
+                    } else {
+                        State::ChunkData { remaining: size }
+                    };
                 }
                 State::ChunkCrlf => {
                     let used = match avail {
@@ -157,7 +162,9 @@ impl ResponseReader {
                     self.state = State::ChunkSize;
                 }
                 State::Trailers { seen } => {
-                    let Some(line) = take_line(avail, MAX_TRAILER_BYTES, ParseError::TrailersTooLarge)? else {
+                    let Some(line) =
+                        take_line(avail, MAX_TRAILER_BYTES, ParseError::TrailersTooLarge)?
+                    else {
                         return Ok((pos, Step::NeedMore));
                     };
                     pos += line.total;
@@ -207,7 +214,9 @@ impl ResponseReader {
         let mut resp = httparse::Response::new(&mut headers);
         let used = match resp.parse(avail) {
             Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) if avail.len() >= MAX_HEAD_BYTES => return Err(ParseError::HeadTooLarge),
+            Ok(httparse::Status::Partial) if avail.len() >= MAX_HEAD_BYTES => {
+                return Err(ParseError::HeadTooLarge)
+            }
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
             Err(e) => return Err(ParseError::Head(e)),
@@ -256,16 +265,17 @@ impl ResponseReader {
         if let Some(v) = &mut self.verify {
             v.start(checksum);
         }
-        self.state = if status == 101 || status == 204 || status == 304 || (100..200).contains(&status) {
-            State::Length { remaining: 0 }
-        } else if chunked {
-            State::ChunkSize
-        } else if let Some(n) = length {
-            State::Length { remaining: n }
-        } else {
-            self.keep_alive = false;
-            State::UntilClose
-        };
+        self.state =
+            if status == 101 || status == 204 || status == 304 || (100..200).contains(&status) {
+                State::Length { remaining: 0 }
+            } else if chunked {
+                State::ChunkSize
+            } else if let Some(n) = length {
+                State::Length { remaining: n }
+            } else {
+                self.keep_alive = false;
+                State::UntilClose
+            };
         Ok(Some(used))
     }
 
@@ -283,7 +293,10 @@ impl ResponseReader {
             status: self.status,
             keep_alive: self.keep_alive,
             bytes: self.bytes,
-            verdict: self.verify.as_ref().map_or(Verdict::Skipped, BodyCheck::finish),
+            verdict: self
+                .verify
+                .as_ref()
+                .map_or(Verdict::Skipped, BodyCheck::finish),
         };
         self.state = State::Head;
         self.bytes = 0;
@@ -302,8 +315,15 @@ fn take_line(avail: &[u8], max: usize, too_long: ParseError) -> Result<Option<Li
     let window = &avail[..avail.len().min(max + 2)];
     match memchr::memchr(b'\n', window) {
         Some(i) => {
-            let content = if i > 0 && window[i - 1] == b'\r' { i - 1 } else { i };
-            Ok(Some(Line { content, total: i + 1 }))
+            let content = if i > 0 && window[i - 1] == b'\r' {
+                i - 1
+            } else {
+                i
+            };
+            Ok(Some(Line {
+                content,
+                total: i + 1,
+            }))
         }
         None if avail.len() > max + 1 => Err(too_long),
         None => Ok(None),
@@ -321,7 +341,10 @@ fn parse_content_length(v: &[u8]) -> Result<u64, ParseError> {
 
 /// `1a;ext=1` -> 26. At most 15 hex digits, so sizes stay far from overflow.
 fn parse_chunk_size(line: &[u8]) -> Result<u64, ParseError> {
-    let end = line.iter().position(|&b| b == b';' || b == b' ' || b == b'\t').unwrap_or(line.len());
+    let end = line
+        .iter()
+        .position(|&b| b == b';' || b == b' ' || b == b'\t')
+        .unwrap_or(line.len());
     let digits = &line[..end];
     if digits.is_empty() || digits.len() > 15 {
         return Err(ParseError::BadChunkSize);
@@ -341,7 +364,11 @@ mod tests {
 
     /// Feeds `input` in pieces of at most `step` bytes, the way a socket would deliver it,
     /// keeping unconsumed bytes like the connection's buffer does.
-    fn feed(r: &mut ResponseReader, input: &[u8], step: usize) -> Result<(Vec<Completed>, bool), ParseError> {
+    fn feed(
+        r: &mut ResponseReader,
+        input: &[u8],
+        step: usize,
+    ) -> Result<(Vec<Completed>, bool), ParseError> {
         let mut buf = Vec::new();
         let mut out = Vec::new();
         for part in input.chunks(step.max(1)) {
@@ -365,7 +392,8 @@ mod tests {
         let mut first = None;
         for step in 1..=input.len() {
             let mut r = ResponseReader::new(verify);
-            let (got, empty) = feed(&mut r, input, step).unwrap_or_else(|e| panic!("step {step}: {e:?}"));
+            let (got, empty) =
+                feed(&mut r, input, step).unwrap_or_else(|e| panic!("step {step}: {e:?}"));
             assert!(empty, "step {step}: leftover bytes");
             if let Some(f) = &first {
                 assert_eq!(f, &got, "step {step}");
@@ -383,7 +411,10 @@ mod tests {
         let input = [&one[..], &two[..]].concat();
         let got = shotgun(&input, false);
         assert_eq!(got.len(), 2);
-        assert_eq!((got[0].status, got[0].keep_alive, got[0].bytes), (200, true, one.len() as u64));
+        assert_eq!(
+            (got[0].status, got[0].keep_alive, got[0].bytes),
+            (200, true, one.len() as u64)
+        );
         assert_eq!((got[1].status, got[1].keep_alive), (404, false));
         assert_eq!(got[0].verdict, Verdict::Skipped);
     }
@@ -423,9 +454,15 @@ mod tests {
     fn verify_hashes_bodies_in_every_framing() {
         let body = b"0123456789abcdef0123456789";
         let sum = format!("{:016x}", xxh3_64(body));
-        let cl = format!("HTTP/1.1 200 OK\r\nX-Checksum: {sum}\r\nContent-Length: {}\r\n\r\n", body.len());
+        let cl = format!(
+            "HTTP/1.1 200 OK\r\nX-Checksum: {sum}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
         let ch = format!("HTTP/1.1 200 OK\r\nx-checksum: {sum}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n012\r\n17\r\n");
-        let bad = format!("HTTP/1.1 200 OK\r\nX-Checksum: {sum}\r\nContent-Length: {}\r\n\r\n", body.len());
+        let bad = format!(
+            "HTTP/1.1 200 OK\r\nX-Checksum: {sum}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
         let none = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
         let mut input = cl.into_bytes();
         input.extend_from_slice(body);
@@ -438,45 +475,110 @@ mod tests {
         input.extend_from_slice(&corrupt);
         input.extend_from_slice(none.as_bytes());
         let v: Vec<Verdict> = shotgun(&input, true).iter().map(|c| c.verdict).collect();
-        assert_eq!(v, vec![Verdict::Ok, Verdict::Ok, Verdict::Mismatch, Verdict::NoChecksum]);
+        assert_eq!(
+            v,
+            vec![
+                Verdict::Ok,
+                Verdict::Ok,
+                Verdict::Mismatch,
+                Verdict::NoChecksum
+            ]
+        );
     }
 
     #[test]
     fn malformed_input_is_an_error_not_a_panic() {
         let cases: &[(&[u8], ParseError)] = &[
-            (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", ParseError::BadContentLength),
-            (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", ParseError::BadContentLength),
-            (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", ParseError::BadContentLength),
-            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", ParseError::BadChunkSize),
-            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n", ParseError::BadChunkSize),
-            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc", ParseError::MissingChunkCrlf),
-            (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", ParseError::Truncated),
-            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", ParseError::Truncated),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+                ParseError::BadContentLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                ParseError::BadContentLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                ParseError::BadContentLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                ParseError::BadChunkSize,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+                ParseError::BadChunkSize,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc",
+                ParseError::MissingChunkCrlf,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc",
+                ParseError::Truncated,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+                ParseError::Truncated,
+            ),
         ];
         for (input, want) in cases {
             let mut r = ResponseReader::new(true);
-            assert_eq!(feed(&mut r, input, 7).unwrap_err(), *want, "{:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                feed(&mut r, input, 7).unwrap_err(),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
         }
         let mut r = ResponseReader::new(false);
-        assert!(matches!(r.advance(b"garbage\r\n\r\n"), Err(ParseError::Head(_))));
-        let huge = [b"HTTP/1.1 200 OK\r\nX: ".as_slice(), &vec![b'a'; MAX_HEAD_BYTES]].concat();
-        assert_eq!(ResponseReader::new(false).advance(&huge), Err(ParseError::HeadTooLarge));
+        assert!(matches!(
+            r.advance(b"garbage\r\n\r\n"),
+            Err(ParseError::Head(_))
+        ));
+        let huge = [
+            b"HTTP/1.1 200 OK\r\nX: ".as_slice(),
+            &vec![b'a'; MAX_HEAD_BYTES],
+        ]
+        .concat();
+        assert_eq!(
+            ResponseReader::new(false).advance(&huge),
+            Err(ParseError::HeadTooLarge)
+        );
         let many: String = (0..=MAX_HEADERS).map(|i| format!("H{i}: v\r\n")).collect();
         let many = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
-        assert_eq!(ResponseReader::new(false).advance(many.as_bytes()), Err(ParseError::HeadTooLarge));
-        let long_chunk = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;".as_slice(), &[b'x'; 5000]].concat();
-        assert_eq!(ResponseReader::new(false).advance(&long_chunk), Err(ParseError::ChunkLineTooLong));
+        assert_eq!(
+            ResponseReader::new(false).advance(many.as_bytes()),
+            Err(ParseError::HeadTooLarge)
+        );
+        let long_chunk = [
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;".as_slice(),
+            &[b'x'; 5000],
+        ]
+        .concat();
+        assert_eq!(
+            ResponseReader::new(false).advance(&long_chunk),
+            Err(ParseError::ChunkLineTooLong)
+        );
         let trailers: String = (0..2000).map(|i| format!("T{i}: vvvvvv\r\n")).collect();
         let t = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n{trailers}\r\n");
-        assert_eq!(ResponseReader::new(false).advance(t.as_bytes()), Err(ParseError::TrailersTooLarge));
+        assert_eq!(
+            ResponseReader::new(false).advance(t.as_bytes()),
+            Err(ParseError::TrailersTooLarge)
+        );
     }
 
     #[test]
     fn partial_head_is_not_consumed() {
         let mut r = ResponseReader::new(false);
-        assert_eq!(r.advance(b"HTTP/1.1 200 OK\r\nContent-Le").unwrap(), (0, Step::NeedMore));
+        assert_eq!(
+            r.advance(b"HTTP/1.1 200 OK\r\nContent-Le").unwrap(),
+            (0, Step::NeedMore)
+        );
         assert!(!r.mid_response());
-        let (used, st) = r.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nab").unwrap();
+        let (used, st) = r
+            .advance(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nab")
+            .unwrap();
         assert_eq!((used, st), (40, Step::NeedMore));
         assert!(r.mid_response());
     }

@@ -44,7 +44,11 @@ pub enum Pacing {
     Closed,
     /// Send request `k` at `t0 + k * interval` (wrk2's model); latency is measured from
     /// that intended time, which corrects for coordinated omission.
-    Open { t0: Instant, interval_ns: f64, k: u64 },
+    Open {
+        t0: Instant,
+        interval_ns: f64,
+        k: u64,
+    },
 }
 
 impl Pacing {
@@ -52,7 +56,9 @@ impl Pacing {
     fn due(&self) -> Option<Instant> {
         match *self {
             Pacing::Closed => None,
-            Pacing::Open { t0, interval_ns, k } => Some(t0 + Duration::from_nanos((k as f64 * interval_ns) as u64)),
+            Pacing::Open { t0, interval_ns, k } => {
+                Some(t0 + Duration::from_nanos((k as f64 * interval_ns) as u64))
+            }
         }
     }
 
@@ -103,20 +109,31 @@ struct Conn {
     timer: Pin<Box<Sleep>>,
     /// The request budget (`--requests`) ran out.
     exhausted: bool,
+    /// A request ticket taken before connecting, so that no connection is opened that
+    /// will have nothing to send (exact connection counts under `--requests`).
+    held_ticket: bool,
 }
 
 /// Runs connection number `g` (0..connections) until the worker drops it at the end of
 /// the test, or until `--requests` is used up.
 pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize) {
     let cfg = &shared.cfg;
-    let open_at = shared.start + cfg.ramp.map_or(Duration::ZERO, |r| Duration::from_secs_f64(g as f64 / r));
+    let open_at = shared.start
+        + cfg
+            .ramp
+            .map_or(Duration::ZERO, |r| Duration::from_secs_f64(g as f64 / r));
     let pacing = match cfg.open_loop {
         None => Pacing::Closed,
         Some(o) => {
             let interval_ns = cfg.connections as f64 / o.rate * 1e9;
             // Stagger the connections over one interval so sends are evenly spread.
-            let phase = Duration::from_nanos((interval_ns * g as f64 / cfg.connections as f64) as u64);
-            Pacing::Open { t0: open_at + phase, interval_ns, k: 0 }
+            let phase =
+                Duration::from_nanos((interval_ns * g as f64 / cfg.connections as f64) as u64);
+            Pacing::Open {
+                t0: open_at + phase,
+                interval_ns,
+                k: 0,
+            }
         }
     };
     let seed = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared.seed;
@@ -132,6 +149,7 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
         rng: crate::mix::SplitMix64::new(seed),
         timer: Box::pin(sleep_until(open_at.into())),
         exhausted: false,
+        held_ticket: false,
         stats,
         shared: shared.clone(),
     };
@@ -139,6 +157,12 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
     let mut scheduled = open_at;
     let mut backoff = RETRY_BACKOFF;
     loop {
+        if c.shared.cfg.requests.is_some() && !c.held_ticket {
+            if !c.ticket() {
+                return;
+            }
+            c.held_ticket = true;
+        }
         let t0 = Instant::now();
         let fd = match connect(c.shared.cfg.addr, t0 + c.shared.cfg.timeout).await {
             Ok(fd) => fd,
@@ -174,9 +198,12 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
 
 /// Non-blocking connect, timed to writability; `deadline` bounds the handshake.
 async fn connect(addr: SocketAddr, deadline: Instant) -> Result<AsyncFd<TcpStream>, ConnectError> {
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|_| ConnectError::Failed)?;
-    sock.set_nonblocking(true).map_err(|_| ConnectError::Failed)?;
-    sock.set_tcp_nodelay(true).map_err(|_| ConnectError::Failed)?;
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|_| ConnectError::Failed)?;
+    sock.set_nonblocking(true)
+        .map_err(|_| ConnectError::Failed)?;
+    sock.set_tcp_nodelay(true)
+        .map_err(|_| ConnectError::Failed)?;
     match sock.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -205,7 +232,8 @@ async fn write_all(fd: &AsyncFd<TcpStream>, buf: &[u8], deadline: Instant) -> io
     // Fast path: a request almost always fits the socket buffer in one call.
     match fd.get_ref().write(buf) {
         Ok(n) => off = n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e)
+            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
         Err(e) => return Err(e),
     }
     while off < buf.len() {
@@ -237,6 +265,10 @@ impl Conn {
     /// Takes one request from the `--requests` budget.
     #[inline]
     fn ticket(&mut self) -> bool {
+        if self.held_ticket {
+            self.held_ticket = false;
+            return true;
+        }
         if self.exhausted || !self.shared.take_ticket() {
             self.exhausted = true;
             return false;
@@ -249,7 +281,11 @@ impl Conn {
     fn push_request(&mut self, intended: Instant, sent: Instant) {
         let class = self.shared.picker.pick(self.rng.next_u64());
         self.shared.cfg.classes[class].write_request(self.rng.next_u64(), &mut self.wbuf);
-        self.inflight.push_back(InFlight { class, intended, sent });
+        self.inflight.push_back(InFlight {
+            class,
+            intended,
+            sent,
+        });
     }
 
     /// Queues what is due now: a full batch in closed loop once the previous one is
@@ -343,7 +379,11 @@ impl Conn {
     async fn wait_and_read(&mut self, fd: &AsyncFd<TcpStream>, timeout: Duration) -> Option<End> {
         let now = Instant::now();
         let read_deadline = self.inflight.front().map(|f| f.sent + timeout);
-        let send_due = if self.inflight.len() < self.depth && !self.exhausted { self.pacing.due() } else { None };
+        let send_due = if self.inflight.len() < self.depth && !self.exhausted {
+            self.pacing.due()
+        } else {
+            None
+        };
         let wake = match (read_deadline, send_due) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -369,7 +409,11 @@ impl Conn {
             None => {
                 // A timer fired: is the oldest request overdue?
                 let now = Instant::now();
-                if self.inflight.front().is_some_and(|f| now >= f.sent + timeout) {
+                if self
+                    .inflight
+                    .front()
+                    .is_some_and(|f| now >= f.sent + timeout)
+                {
                     self.fail_inflight(true);
                     return Some(End::Reconnect);
                 }
@@ -480,7 +524,10 @@ mod tests {
     use std::net::TcpListener;
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     }
 
     #[test]
@@ -488,9 +535,14 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         rt().block_on(async {
-            let fd = connect(addr, Instant::now() + Duration::from_secs(2)).await.ok().expect("connect");
+            let fd = connect(addr, Instant::now() + Duration::from_secs(2))
+                .await
+                .ok()
+                .expect("connect");
             let (mut srv, _) = l.accept().unwrap();
-            write_all(&fd, b"ping", Instant::now() + Duration::from_secs(2)).await.unwrap();
+            write_all(&fd, b"ping", Instant::now() + Duration::from_secs(2))
+                .await
+                .unwrap();
             let mut buf = [0u8; 4];
             srv.read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"ping");
@@ -506,7 +558,11 @@ mod tests {
     #[test]
     fn open_loop_schedule_is_even() {
         let t0 = Instant::now();
-        let mut p = Pacing::Open { t0, interval_ns: 2_500_000.0, k: 0 };
+        let mut p = Pacing::Open {
+            t0,
+            interval_ns: 2_500_000.0,
+            k: 0,
+        };
         let mut due = Vec::new();
         for _ in 0..5 {
             due.push(p.due().unwrap().duration_since(t0).as_micros());

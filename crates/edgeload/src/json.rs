@@ -66,7 +66,11 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
         url: cfg.url.to_url_string(),
         threads: cfg.threads,
         connections: cfg.connections,
-        mode: if cfg.open_loop.is_some() { "open" } else { "closed" },
+        mode: if cfg.open_loop.is_some() {
+            "open"
+        } else {
+            "closed"
+        },
         target_rps: cfg.open_loop.map(|o| o.rate),
         requests: st.completed,
         duration_s: runtime.as_secs_f64(),
@@ -124,15 +128,33 @@ mod tests {
     fn keys_are_the_contract() {
         let cfg = crate::cli::parse(["edgeload", "--verify", "http://127.0.0.1:1/"]).unwrap();
         let mut st = ThreadStats::new(1);
-        st.response(0, 200, 10, Verdict::Ok, Duration::from_micros(1000), Duration::from_micros(900));
+        st.response(
+            0,
+            200,
+            10,
+            Verdict::Ok,
+            Duration::from_micros(1000),
+            Duration::from_micros(900),
+        );
         let v = serde_json::to_value(build(&cfg, &st, Duration::from_secs(2))).unwrap();
         assert_eq!(v["requests"], 1);
         assert_eq!(v["rps"], 0.5);
         assert_eq!(v["status"]["200"], 1);
-        for k in ["connect", "read", "write", "timeout", "status", "verify", "connect_timeout", "delay_timeout"] {
+        for k in [
+            "connect",
+            "read",
+            "write",
+            "timeout",
+            "status",
+            "verify",
+            "connect_timeout",
+            "delay_timeout",
+        ] {
             assert_eq!(v["errors"][k], 0, "{k}");
         }
-        for k in ["min", "mean", "stdev", "max", "p50", "p75", "p90", "p99", "p99.9", "p99.99"] {
+        for k in [
+            "min", "mean", "stdev", "max", "p50", "p75", "p90", "p99", "p99.9", "p99.99",
+        ] {
             assert!(v["latency_us"][k].is_number(), "{k}");
             assert!(v["delay_us"][k].is_number(), "{k}");
         }

@@ -101,13 +101,17 @@ pub fn parse_mix(name: &str, text: &str, url: &Url) -> Result<Vec<(u64, String)>
         let (Some(w), Some(u), None) = (parts.next(), parts.next(), parts.next()) else {
             return Err(at(format!("expected 'WEIGHT URL', got '{line}'")));
         };
-        let weight: f64 = w.parse().map_err(|_| at(format!("weight '{w}' is not a number")))?;
+        let weight: f64 = w
+            .parse()
+            .map_err(|_| at(format!("weight '{w}' is not a number")))?;
         if !(weight.is_finite() && weight > 0.0 && weight <= 1e12) {
             return Err(at(format!("weight '{w}' must be a positive number")));
         }
         let weight = ((weight * WEIGHT_SCALE).round() as u64).max(1);
         let path = if u.starts_with('/') {
-            Url::parse(&format!("http://{}{u}", url.authority)).map_err(|e| at(e.0))?.path
+            Url::parse(&format!("http://{}{u}", url.authority))
+                .map_err(|e| at(e.0))?
+                .path
         } else {
             let other = Url::parse(u).map_err(|e| at(e.0))?;
             if other.host != url.host || other.port != url.port {
@@ -143,7 +147,11 @@ mod tests {
         let m = parse_mix("m.txt", text, &url()).unwrap();
         assert_eq!(
             m,
-            vec![(70_000, "/obj/10k/1".into()), (20_000, "/obj/100k/1".into()), (500, "/obj/1m/1".into())]
+            vec![
+                (70_000, "/obj/10k/1".into()),
+                (20_000, "/obj/100k/1".into()),
+                (500, "/obj/1m/1".into())
+            ]
         );
     }
 
@@ -154,8 +162,14 @@ mod tests {
             ("1 /a\n-1 /b", "m:2: weight '-1' must be a positive"),
             ("1", "m:1: expected 'WEIGHT URL'"),
             ("1 /a b", "m:1: expected 'WEIGHT URL'"),
-            ("1 http://other:8080/a", "m:1: 'http://other:8080/a' is on other:8080"),
-            ("1 https://127.0.0.1:8080/", "m:1: 'https://127.0.0.1:8080/': https://"),
+            (
+                "1 http://other:8080/a",
+                "m:1: 'http://other:8080/a' is on other:8080",
+            ),
+            (
+                "1 https://127.0.0.1:8080/",
+                "m:1: 'https://127.0.0.1:8080/': https://",
+            ),
             ("# nothing", "m: no 'WEIGHT URL' lines"),
         ] {
             let e = parse_mix("m", text, &url()).unwrap_err();

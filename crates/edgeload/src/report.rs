@@ -30,7 +30,11 @@ pub fn header(cfg: &Config) -> String {
         cfg.connections
     );
     if let Some(o) = cfg.open_loop {
-        let _ = writeln!(out, "  Open loop at {:.2} requests/sec (latency from intended send times)", o.rate);
+        let _ = writeln!(
+            out,
+            "  Open loop at {:.2} requests/sec (latency from intended send times)",
+            o.rate
+        );
     }
     if let Some(r) = cfg.ramp {
         let _ = writeln!(out, "  Ramp: {r:.2} connections/sec");
@@ -49,7 +53,11 @@ fn stats_row(out: &mut String, name: &str, s: &Summary, fmt: fn(f64) -> String) 
 fn distribution(out: &mut String, title: &str, s: &Summary) {
     let _ = writeln!(out, "  {title} Distribution");
     for (label, v) in s.percentiles() {
-        let _ = writeln!(out, "{label:>7}%{}", units::padded(&units::time_us(v as f64), 10));
+        let _ = writeln!(
+            out,
+            "{label:>7}%{}",
+            units::padded(&units::time_us(v as f64), 10)
+        );
     }
 }
 
@@ -57,9 +65,18 @@ fn distribution(out: &mut String, title: &str, s: &Summary) {
 pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
     let mut out = String::new();
     let latency = Summary::of(&st.latency);
-    let _ = writeln!(out, "  Thread Stats{:>6}{:>11}{:>8}{:>12}", "Avg", "Stdev", "Max", "+/- Stdev");
+    let _ = writeln!(
+        out,
+        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
+        "Avg", "Stdev", "Max", "+/- Stdev"
+    );
     stats_row(&mut out, "Latency", &latency, units::time_us);
-    stats_row(&mut out, "Req/Sec", &Summary::of(&st.req_rate), units::metric);
+    stats_row(
+        &mut out,
+        "Req/Sec",
+        &Summary::of(&st.req_rate),
+        units::metric,
+    );
     if cfg.latency {
         distribution(&mut out, "Latency", &latency);
     }
@@ -93,7 +110,11 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
         );
     }
     if cfg.ramp.is_some() || e.connect_timeout + e.delay_timeout > 0 {
-        let _ = writeln!(out, "  Ramp timeouts: connect_timeout {}, delay_timeout {}", e.connect_timeout, e.delay_timeout);
+        let _ = writeln!(
+            out,
+            "  Ramp timeouts: connect_timeout {}, delay_timeout {}",
+            e.connect_timeout, e.delay_timeout
+        );
     }
     if e.status > 0 {
         let _ = writeln!(out, "  Non-2xx or 3xx responses: {}", e.status);
@@ -107,15 +128,29 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
         );
     }
     let _ = writeln!(out, "Requests/sec: {:9.2}", st.completed as f64 / secs);
-    let _ = writeln!(out, "Transfer/sec: {:>10}B", units::binary(st.bytes as f64 / secs));
+    let _ = writeln!(
+        out,
+        "Transfer/sec: {:>10}B",
+        units::binary(st.bytes as f64 / secs)
+    );
     out
 }
 
 /// The per-URL-class table (`--mix`, `--paths`).
 fn classes(out: &mut String, cfg: &Config, st: &ThreadStats) {
-    let w = cfg.classes.iter().map(|c| c.name.len().min(MAX_CLASS_NAME)).max().unwrap_or(3).max(9);
+    let w = cfg
+        .classes
+        .iter()
+        .map(|c| c.name.len().min(MAX_CLASS_NAME))
+        .max()
+        .unwrap_or(3)
+        .max(9);
     let _ = writeln!(out, "  URL Classes");
-    let _ = writeln!(out, "    {:<w$} {:>10} {:>8} {:>9} {:>9} {:>10}", "URL class", "Requests", "Errors", "p50", "p99", "Read");
+    let _ = writeln!(
+        out,
+        "    {:<w$} {:>10} {:>8} {:>9} {:>9} {:>10}",
+        "URL class", "Requests", "Errors", "p50", "p99", "Read"
+    );
     for (c, s) in cfg.classes.iter().zip(&st.classes) {
         let name: String = c.name.chars().take(MAX_CLASS_NAME).collect();
         let sum = Summary::of(&s.latency);
@@ -160,7 +195,11 @@ pub fn histogram(h: &Histogram<u64>) -> String {
     let (lo, hi) = (bucket(h.min()), bucket(h.max()));
     let peak = counts[lo..=hi].iter().copied().max().unwrap_or(1).max(1);
     for (b, &n) in counts.iter().enumerate().take(hi + 1).skip(lo) {
-        let edge = if b == 0 { 0.0 } else { ms((1u64 << (b - 1)) as f64) };
+        let edge = if b == 0 {
+            0.0
+        } else {
+            ms((1u64 << (b - 1)) as f64)
+        };
         let stars = (n * BAR_WIDTH).div_ceil(peak) as usize;
         let _ = writeln!(out, "{edge:>10.3} |{:<50} {n}", "*".repeat(stars));
     }
@@ -183,19 +222,45 @@ mod tests {
     #[test]
     fn wrk_layout() {
         let c = cfg(&["--latency", "--verify"]);
-        assert_eq!(header(&c), "Running 10s test @ http://127.0.0.1:8080/\n  2 threads and 10 connections\n");
+        assert_eq!(
+            header(&c),
+            "Running 10s test @ http://127.0.0.1:8080/\n  2 threads and 10 connections\n"
+        );
         let mut st = ThreadStats::new(1);
         for us in [100u64, 200, 300, 400, 12_000] {
-            st.response(0, 200, 1000, Verdict::Ok, Duration::from_micros(us), Duration::from_micros(us));
+            st.response(
+                0,
+                200,
+                1000,
+                Verdict::Ok,
+                Duration::from_micros(us),
+                Duration::from_micros(us),
+            );
         }
-        st.response(0, 500, 100, Verdict::NoChecksum, Duration::from_micros(250), Duration::from_micros(250));
+        st.response(
+            0,
+            500,
+            100,
+            Verdict::NoChecksum,
+            Duration::from_micros(250),
+            Duration::from_micros(250),
+        );
         st.req_rate.record(1000).unwrap();
         st.bytes = 6000;
         let r = render(&c, &st, Duration::from_millis(10_100));
         let lines: Vec<&str> = r.lines().collect();
-        assert_eq!(lines[0], "  Thread Stats   Avg      Stdev     Max   +/- Stdev");
-        assert_eq!(lines[1], "    Latency     2.21ms    4.38ms  12.01ms   83.33%");
-        assert_eq!(lines[2], "    Req/Sec     1.00k     0.00     1.00k   100.00%");
+        assert_eq!(
+            lines[0],
+            "  Thread Stats   Avg      Stdev     Max   +/- Stdev"
+        );
+        assert_eq!(
+            lines[1],
+            "    Latency     2.21ms    4.38ms  12.01ms   83.33%"
+        );
+        assert_eq!(
+            lines[2],
+            "    Req/Sec     1.00k     0.00     1.00k   100.00%"
+        );
         assert_eq!(lines[3], "  Latency Distribution");
         assert_eq!(lines[4], "     50%  250.00us");
         assert_eq!(lines[7], "     99%   12.01ms");
@@ -203,7 +268,10 @@ mod tests {
         assert_eq!(lines[9], "  99.99%   12.01ms");
         assert_eq!(lines[10], "  6 requests in 10.10s, 5.86KB read");
         assert_eq!(lines[11], "  Non-2xx or 3xx responses: 1");
-        assert_eq!(lines[12], "  Verify: 5 ok, 0 mismatched, 1 without checksum");
+        assert_eq!(
+            lines[12],
+            "  Verify: 5 ok, 0 mismatched, 1 without checksum"
+        );
         assert_eq!(lines[13], "Requests/sec:      0.59");
         assert_eq!(lines[14], "Transfer/sec:     594.06B");
         assert!(!r.contains("Socket errors"));
@@ -217,7 +285,10 @@ mod tests {
         }
         let out = histogram(&h);
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines[0], "Values min:0.30 avg:1.13 med:1.50 max:1.80 dev:0.62 count:7");
+        assert_eq!(
+            lines[0],
+            "Values min:0.30 avg:1.13 med:1.50 max:1.80 dev:0.62 count:7"
+        );
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[1], format!("     0.256 |{:<50} 2", "*".repeat(25)));
         assert_eq!(lines[2], format!("     0.512 |{:<50} 1", "*".repeat(13)));

@@ -86,7 +86,10 @@ where
     if st.completed == 0 && !outcome.interrupted {
         let e = &st.errors;
         if e.connect + e.connect_timeout + e.read + e.write + e.timeout > 0 {
-            eprintln!("edgeload: no request completed (is the server at {} up?)", cfg.addr);
+            eprintln!(
+                "edgeload: no request completed (is the server at {} up?)",
+                cfg.addr
+            );
             code = EXIT_FAILURE;
         }
     }
@@ -101,7 +104,8 @@ pub fn execute(cfg: &Config) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot build runtime: {e}"))?;
     rt.block_on(async {
         // Installed before any worker starts, so an early Ctrl-C still prints a report.
-        let mut sigint = signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+        let mut sigint =
+            signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
         let start = Instant::now();
         let shared = Arc::new(Shared::new(cfg.clone(), start));
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -140,6 +144,10 @@ pub fn execute(cfg: &Config) -> Result<Outcome, String> {
         for h in handles {
             let _ = h.join();
         }
-        Ok(Outcome { stats: merged, runtime: end.duration_since(start), interrupted })
+        Ok(Outcome {
+            stats: merged,
+            runtime: end.duration_since(start),
+            interrupted,
+        })
     })
 }

@@ -19,7 +19,8 @@ pub const STATUS_SLOTS: usize = 1000;
 
 /// A microsecond histogram that grows when a larger value arrives.
 pub fn new_histogram() -> Histogram<u64> {
-    let mut h = Histogram::new_with_bounds(1, INITIAL_MAX_US, SIGFIG).expect("valid histogram bounds");
+    let mut h =
+        Histogram::new_with_bounds(1, INITIAL_MAX_US, SIGFIG).expect("valid histogram bounds");
     h.auto(true);
     h
 }
@@ -124,14 +125,27 @@ impl ThreadStats {
             status: Box::new([0; STATUS_SLOTS]),
             verify: VerifyCounts::default(),
             classes: (0..classes)
-                .map(|_| ClassStats { requests: 0, errors: 0, bytes: 0, latency: new_histogram() })
+                .map(|_| ClassStats {
+                    requests: 0,
+                    errors: 0,
+                    bytes: 0,
+                    latency: new_histogram(),
+                })
                 .collect(),
         }
     }
 
     /// Records one complete response of `class`.
     #[inline]
-    pub fn response(&mut self, class: usize, status: u16, bytes: u64, verdict: Verdict, latency: Duration, service: Duration) {
+    pub fn response(
+        &mut self,
+        class: usize,
+        status: u16,
+        bytes: u64,
+        verdict: Verdict,
+        latency: Duration,
+        service: Duration,
+    ) {
         self.completed += 1;
         record(&mut self.latency, latency);
         record(&mut self.service, service);
@@ -191,7 +205,9 @@ impl ThreadStats {
             a.requests += b.requests;
             a.errors += b.errors;
             a.bytes += b.bytes;
-            a.latency.add(&b.latency).expect("auto-resizing histograms always merge");
+            a.latency
+                .add(&b.latency)
+                .expect("auto-resizing histograms always merge");
         }
     }
 }
@@ -287,15 +303,36 @@ mod tests {
     fn merge_adds_everything() {
         let mut a = ThreadStats::new(2);
         let mut b = ThreadStats::new(2);
-        a.response(0, 200, 10, Verdict::Ok, Duration::from_micros(100), Duration::from_micros(90));
-        b.response(1, 503, 20, Verdict::Mismatch, Duration::from_secs(200), Duration::from_micros(5));
+        a.response(
+            0,
+            200,
+            10,
+            Verdict::Ok,
+            Duration::from_micros(100),
+            Duration::from_micros(90),
+        );
+        b.response(
+            1,
+            503,
+            20,
+            Verdict::Mismatch,
+            Duration::from_secs(200),
+            Duration::from_micros(5),
+        );
         b.class_error(1);
         a.merge(&b);
         assert_eq!(a.completed, 2);
         assert_eq!(a.status[200] + a.status[503], 2);
         assert_eq!((a.errors.status, a.errors.verify), (1, 1));
         assert_eq!((a.verify.ok, a.verify.mismatched), (1, 1));
-        assert_eq!((a.classes[1].requests, a.classes[1].errors, a.classes[1].bytes), (1, 2, 20));
+        assert_eq!(
+            (
+                a.classes[1].requests,
+                a.classes[1].errors,
+                a.classes[1].bytes
+            ),
+            (1, 2, 20)
+        );
         // Grew past the initial bound to hold 200 s.
         assert!(a.latency.max() >= 199_000_000);
     }

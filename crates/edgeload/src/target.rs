@@ -52,7 +52,9 @@ impl Url {
             ));
         }
         if !lower.starts_with("http://") {
-            return err(format!("'{s}': the URL must start with http:// (e.g. http://127.0.0.1:8080/)"));
+            return err(format!(
+                "'{s}': the URL must start with http:// (e.g. http://127.0.0.1:8080/)"
+            ));
         }
         let rest = &s[7..];
         let (rest, _fragment) = rest.split_once('#').unwrap_or((rest, ""));
@@ -62,9 +64,12 @@ impl Url {
             return err(format!("'{s}': missing host"));
         }
         if authority.contains('@') {
-            return err(format!("'{s}': user info in URLs is not supported (use -H 'Authorization: ...')"));
+            return err(format!(
+                "'{s}': user info in URLs is not supported (use -H 'Authorization: ...')"
+            ));
         }
-        let (host, port) = split_host_port(authority).map_err(|m| UrlError(format!("'{s}': {m}")))?;
+        let (host, port) =
+            split_host_port(authority).map_err(|m| UrlError(format!("'{s}': {m}")))?;
         let path = if path.is_empty() {
             "/".to_string()
         } else if path.starts_with('?') {
@@ -73,7 +78,12 @@ impl Url {
             path.to_string()
         };
         check_path(&path).map_err(|m| UrlError(format!("'{s}': {m}")))?;
-        Ok(Url { host, port, authority: authority.to_string(), path })
+        Ok(Url {
+            host,
+            port,
+            authority: authority.to_string(),
+            path,
+        })
     }
 
     /// Resolves host and port (blocking; done once before the test starts).
@@ -81,7 +91,9 @@ impl Url {
         let mut addrs = (self.host.as_str(), self.port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve '{}': {e}", self.host))?;
-        addrs.next().ok_or_else(|| format!("'{}' resolved to no address", self.host))
+        addrs
+            .next()
+            .ok_or_else(|| format!("'{}' resolved to no address", self.host))
     }
 
     /// `http://authority/path`, for the report.
@@ -92,7 +104,9 @@ impl Url {
 
 fn split_host_port(authority: &str) -> Result<(String, u16), String> {
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or("unterminated '[' in IPv6 host")?;
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or("unterminated '[' in IPv6 host")?;
         match after {
             "" => (h, None),
             p if p.starts_with(':') => (h, Some(&p[1..])),
@@ -107,7 +121,10 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
     if host.is_empty() {
         return Err("missing host".into());
     }
-    if host.bytes().any(|b| b.is_ascii_control() || b == b' ' || b == b'/' || b == b'\\') {
+    if host
+        .bytes()
+        .any(|b| b.is_ascii_control() || b == b' ' || b == b'/' || b == b'\\')
+    {
         return Err("invalid character in host".into());
     }
     let port = match port {
@@ -122,21 +139,34 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
 
 /// The request line must stay one line: no spaces, no control bytes.
 fn check_path(path: &str) -> Result<(), String> {
-    if let Some(b) = path.bytes().find(|b| b.is_ascii_control() || *b == b' ' || *b >= 0x80) {
-        return Err(format!("byte 0x{b:02x} not allowed in the path (percent-encode it)"));
+    if let Some(b) = path
+        .bytes()
+        .find(|b| b.is_ascii_control() || *b == b' ' || *b >= 0x80)
+    {
+        return Err(format!(
+            "byte 0x{b:02x} not allowed in the path (percent-encode it)"
+        ));
     }
     Ok(())
 }
 
 /// Checks a `-H "Name: value"` argument; returns it trimmed.
 pub fn check_header(h: &str) -> Result<String, String> {
-    let (name, value) = h.split_once(':').ok_or_else(|| format!("header '{h}' is not 'Name: value'"))?;
+    let (name, value) = h
+        .split_once(':')
+        .ok_or_else(|| format!("header '{h}' is not 'Name: value'"))?;
     let name = name.trim();
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b)) {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+    {
         return Err(format!("header '{h}': invalid header name"));
     }
     if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-        return Err(format!("header '{h}': CR, LF and NUL are not allowed in a value"));
+        return Err(format!(
+            "header '{h}': CR, LF and NUL are not allowed in a value"
+        ));
     }
     Ok(format!("{name}: {}", value.trim()))
 }
@@ -157,7 +187,14 @@ pub struct Class {
 impl Class {
     /// Builds the request bytes for `GET path` with `Host: host`, `extra` header lines
     /// (already checked) and, when `close`, `Connection: close`.
-    pub fn new(path: &str, weight: u64, host: &str, extra: &[String], close: bool, paths: Option<u64>) -> Class {
+    pub fn new(
+        path: &str,
+        weight: u64,
+        host: &str,
+        extra: &[String],
+        close: bool,
+        paths: Option<u64>,
+    ) -> Class {
         let mut prefix = format!("GET {path}").into_bytes();
         let mut name = path.to_string();
         if paths.is_some() {
@@ -168,7 +205,10 @@ impl Class {
             name.push('*');
         }
         let mut suffix = String::from(" HTTP/1.1\r\n");
-        if !extra.iter().any(|h| h.len() >= 5 && h[..5].eq_ignore_ascii_case("host:")) {
+        if !extra
+            .iter()
+            .any(|h| h.len() >= 5 && h[..5].eq_ignore_ascii_case("host:"))
+        {
             suffix.push_str(&format!("Host: {host}\r\n"));
         }
         for h in extra {
@@ -179,7 +219,13 @@ impl Class {
             suffix.push_str("Connection: close\r\n");
         }
         suffix.push_str("\r\n");
-        Class { name, weight, prefix, suffix: suffix.into_bytes(), paths }
+        Class {
+            name,
+            weight,
+            prefix,
+            suffix: suffix.into_bytes(),
+            paths,
+        }
     }
 
     /// Appends this class's request to `out`; `pick` is a random number used to choose
@@ -216,12 +262,18 @@ mod tests {
     #[test]
     fn parses_http_urls() {
         let u = Url::parse("http://127.0.0.1:8080/obj/10k/1?x=1#frag").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("127.0.0.1", 8080, "/obj/10k/1?x=1"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("127.0.0.1", 8080, "/obj/10k/1?x=1")
+        );
         assert_eq!(u.authority, "127.0.0.1:8080");
         let u = Url::parse("HTTP://example.com").unwrap();
         assert_eq!((u.port, u.path.as_str()), (80, "/"));
         let u = Url::parse("http://[::1]:9000?q").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("::1", 9000, "/?q"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("::1", 9000, "/?q")
+        );
     }
 
     #[test]
@@ -258,7 +310,10 @@ mod tests {
         assert_eq!(c.name, "/obj/10k/*");
         let mut out = Vec::new();
         c.write_request(4, &mut out);
-        assert_eq!(out, b"GET /obj/10k/2 HTTP/1.1\r\nHost: h:1\r\nX-T: 1\r\nConnection: close\r\n\r\n");
+        assert_eq!(
+            out,
+            b"GET /obj/10k/2 HTTP/1.1\r\nHost: h:1\r\nX-T: 1\r\nConnection: close\r\n\r\n"
+        );
         let c = Class::new("/", 1, "h", &["host: other".into()], false, None);
         out.clear();
         c.write_request(0, &mut out);

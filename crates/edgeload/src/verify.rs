@@ -55,7 +55,10 @@ impl Default for BodyCheck {
 
 impl BodyCheck {
     pub fn new() -> Self {
-        BodyCheck { hasher: Xxh3::new(), expected: Expected::Missing }
+        BodyCheck {
+            hasher: Xxh3::new(),
+            expected: Expected::Missing,
+        }
     }
 
     /// Starts a new body with the header's value (`None`: header absent).

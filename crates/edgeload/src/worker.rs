@@ -42,7 +42,14 @@ impl Shared {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x5eed, |d| d.as_nanos() as u64);
-        Shared { picker: Picker::new(&cfg.classes), deadline: start + cfg.duration, start, seed, cfg, issued: AtomicU64::new(0) }
+        Shared {
+            picker: Picker::new(&cfg.classes),
+            deadline: start + cfg.duration,
+            start,
+            seed,
+            cfg,
+            issued: AtomicU64::new(0),
+        }
     }
 
     /// Takes one request from the `--requests` budget (always true without one).
@@ -62,39 +69,48 @@ pub fn spawn(
     mut stop: watch::Receiver<bool>,
     done: mpsc::UnboundedSender<(usize, ThreadStats)>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(format!("edgeload-{idx}")).spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("edgeload: thread {idx}: cannot build runtime: {e}");
-                let _ = done.send((idx, ThreadStats::new(shared.cfg.classes.len())));
-                return;
-            }
-        };
-        let stats = Rc::new(RefCell::new(ThreadStats::new(shared.cfg.classes.len())));
-        let local = LocalSet::new();
-        local.block_on(&rt, async {
-            let mut conns = Vec::new();
-            for g in (idx..shared.cfg.connections).step_by(shared.cfg.threads) {
-                conns.push(tokio::task::spawn_local(crate::conn::run(shared.clone(), stats.clone(), g)));
-            }
-            tokio::task::spawn_local(sample_rate(shared.start, stats.clone()));
-            let all_done = async {
-                for c in conns {
-                    let _ = c.await;
+    std::thread::Builder::new()
+        .name(format!("edgeload-{idx}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("edgeload: thread {idx}: cannot build runtime: {e}");
+                    let _ = done.send((idx, ThreadStats::new(shared.cfg.classes.len())));
+                    return;
                 }
             };
-            tokio::select! {
-                () = all_done => {}
-                () = tokio::time::sleep_until(shared.deadline.into()) => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
-        // Dropping the LocalSet drops the connection tasks (and their sockets).
-        drop(local);
-        let stats = std::mem::replace(&mut *stats.borrow_mut(), ThreadStats::new(0));
-        let _ = done.send((idx, stats));
-    })
+            let stats = Rc::new(RefCell::new(ThreadStats::new(shared.cfg.classes.len())));
+            let local = LocalSet::new();
+            local.block_on(&rt, async {
+                let mut conns = Vec::new();
+                for g in (idx..shared.cfg.connections).step_by(shared.cfg.threads) {
+                    conns.push(tokio::task::spawn_local(crate::conn::run(
+                        shared.clone(),
+                        stats.clone(),
+                        g,
+                    )));
+                }
+                tokio::task::spawn_local(sample_rate(shared.start, stats.clone()));
+                let all_done = async {
+                    for c in conns {
+                        let _ = c.await;
+                    }
+                };
+                tokio::select! {
+                    () = all_done => {}
+                    () = tokio::time::sleep_until(shared.deadline.into()) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            });
+            // Dropping the LocalSet drops the connection tasks (and their sockets).
+            drop(local);
+            let stats = std::mem::replace(&mut *stats.borrow_mut(), ThreadStats::new(0));
+            let _ = done.send((idx, stats));
+        })
 }
 
 /// Records this thread's completed-requests rate every [`SAMPLE_INTERVAL`] (zero

@@ -1,0 +1,571 @@
+//! Integration tests: the real `edgeload` binary against real servers on 127.0.0.1.
+//! Nothing asserts speed (the machine is shared); counts, framing, errors and exit codes
+//! are asserted exactly, rates within the tolerance the issue states.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{edgeload, reported_requests, Framing, TestServer};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn json_of(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("json file written");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{text}"))
+}
+
+#[test]
+fn request_counts_match_what_the_server_saw() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "4",
+            "-d",
+            "10s",
+            "--requests",
+            "500",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/x"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(reported_requests(&r.stdout), 500, "{}", r.stdout);
+    assert_eq!(srv.requests(), 500);
+    // Keep-alive: one connection per -c, no more.
+    assert_eq!(srv.connections(), 4);
+    let v = json_of(&json);
+    assert_eq!(v["requests"], 500);
+    assert_eq!(v["status"]["200"], 500);
+    assert_eq!(v["connections_opened"], 4);
+    assert!(!r.stdout.contains("Socket errors"), "{}", r.stdout);
+}
+
+#[test]
+fn open_loop_sends_at_the_requested_rate() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "10",
+            "-R",
+            "500",
+            "-d",
+            "4s",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let sent = srv.requests();
+    assert!(
+        (1900..=2100).contains(&sent),
+        "server saw {sent} requests, want 2000 ± 5%\n{}",
+        r.stdout
+    );
+    let v = json_of(&json);
+    assert_eq!(v["mode"], "open");
+    assert_eq!(v["target_rps"], 500.0);
+    // Corrected latency is measured from the intended send time, so it is never below
+    // the service time.
+    assert!(v["latency_us"]["p50"].as_u64().unwrap() >= v["service_us"]["p50"].as_u64().unwrap());
+    assert!(
+        r.stdout.contains("Open loop at 500.00 requests/sec"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn verify_catches_a_corrupted_body() {
+    let srv = TestServer::start(Framing::Length, Some(10));
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--requests",
+            "100",
+            "--verify",
+            &srv.url("/obj/1"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(
+        r.code,
+        Some(1),
+        "a mismatch must fail the run\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stdout
+            .contains("  Verify: 90 ok, 10 mismatched, 0 without checksum"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("did not match their X-Checksum"),
+        "{}",
+        r.stderr
+    );
+
+    // The same server without corruption passes, chunked bodies included.
+    let clean = TestServer::start(Framing::Chunked, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--requests",
+            "50",
+            "--verify",
+            &clean.url("/obj/2"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("  Verify: 50 ok, 0 mismatched, 0 without checksum"),
+        "{}",
+        r.stdout
+    );
+
+    // Corrupted chunked bodies are caught too.
+    let bad = TestServer::start(Framing::Chunked, Some(1));
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "1",
+            "--requests",
+            "5",
+            "--verify",
+            &bad.url("/obj/3"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(1));
+    assert!(
+        r.stdout.contains("Verify: 0 ok, 5 mismatched"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn ramp_produces_connect_and_delay_distributions() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "8",
+            "--ramp",
+            "40",
+            "-d",
+            "1s",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    for block in [
+        "  Connect Distribution\n",
+        "  Delay Distribution\n",
+        "  Ramp timeouts: connect_timeout 0, delay_timeout 0",
+    ] {
+        assert!(r.stdout.contains(block), "missing {block:?}:\n{}", r.stdout);
+    }
+    // The 8 connections were opened at 40/s: the last one ~175 ms after the first.
+    let times = srv.seen.accepted_at.lock().unwrap().clone();
+    assert_eq!(times.len(), 8);
+    let spread = *times.last().unwrap() - times[0];
+    assert!(
+        spread >= Duration::from_millis(140),
+        "connections opened within {spread:?}, want ~175ms"
+    );
+    let v = json_of(&json);
+    assert_eq!(v["connect_us"]["count"], 8);
+    assert_eq!(v["delay_us"]["count"], 8);
+    assert!(v["connect_us"]["max"].as_u64().unwrap() > 0 || v["connect_us"]["p50"] == 0);
+}
+
+#[test]
+fn json_parses_and_holds_percentiles() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-d",
+            "500ms",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let v = json_of(&json);
+    let n = v["requests"].as_u64().unwrap();
+    assert!(n > 0);
+    assert_eq!(n, reported_requests(&r.stdout));
+    assert!(v["duration_s"].as_f64().unwrap() > 0.4);
+    assert!(v["rps"].as_f64().unwrap() > 0.0);
+    assert!(v["bytes"].as_u64().unwrap() > 0);
+    for k in [
+        "connect",
+        "read",
+        "write",
+        "timeout",
+        "status",
+        "verify",
+        "connect_timeout",
+        "delay_timeout",
+    ] {
+        assert!(v["errors"][k].is_u64(), "errors.{k}");
+    }
+    for dist in ["latency_us", "service_us", "connect_us", "delay_us"] {
+        let d = &v[dist];
+        let get = |k: &str| {
+            d[k].as_f64()
+                .unwrap_or_else(|| panic!("{dist}.{k} missing: {d}"))
+        };
+        let ps = ["min", "p50", "p75", "p90", "p99", "p99.9", "p99.99"].map(get);
+        assert!(
+            ps.windows(2).all(|w| w[0] <= w[1]),
+            "{dist} percentiles not monotone: {ps:?}"
+        );
+        assert!(get("max") >= get("p99.99") * 0.99, "{dist}");
+        assert!(get("mean") >= 0.0 && get("stdev") >= 0.0);
+    }
+    assert_eq!(v["latency_us"]["count"].as_u64(), Some(n));
+}
+
+#[test]
+fn no_keepalive_opens_one_connection_per_request() {
+    let srv = TestServer::start(Framing::Length, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "3",
+            "--no-keepalive",
+            "--requests",
+            "60",
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(srv.requests(), 60);
+    assert_eq!(srv.connections(), 60);
+    assert_eq!(srv.seen.close_requests.load(Ordering::SeqCst), 60);
+    assert_eq!(reported_requests(&r.stdout), 60);
+}
+
+#[test]
+fn chunked_and_close_delimited_bodies_are_framed() {
+    let srv = TestServer::start(Framing::Chunked, None);
+    let r = edgeload(
+        &["-t", "1", "-c", "3", "--requests", "300", &srv.url("/c")],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(reported_requests(&r.stdout), 300);
+    assert_eq!(srv.connections(), 3, "chunked keeps the connection alive");
+    assert!(!r.stdout.contains("Socket errors"), "{}", r.stdout);
+
+    let srv = TestServer::start(Framing::Close, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--requests",
+            "40",
+            "--verify",
+            &srv.url("/e"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(reported_requests(&r.stdout), 40);
+    assert_eq!(
+        srv.connections(),
+        40,
+        "a close-delimited body ends its connection"
+    );
+    assert!(r.stdout.contains("Verify: 40 ok"), "{}", r.stdout);
+    assert!(!r.stdout.contains("Socket errors"), "{}", r.stdout);
+}
+
+#[test]
+fn pipelining_keeps_counts_exact() {
+    let srv = TestServer::start(Framing::Length, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--pipeline",
+            "8",
+            "--requests",
+            "400",
+            "--verify",
+            &srv.url("/p"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(srv.requests(), 400);
+    assert_eq!(reported_requests(&r.stdout), 400);
+    assert!(r.stdout.contains("Verify: 400 ok"), "{}", r.stdout);
+}
+
+#[test]
+fn mix_and_paths_spread_requests_and_report_classes() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let mix = dir.path().join("mix.txt");
+    std::fs::write(
+        &mix,
+        format!("# test mix\n3 /small\n\n1 {}\n", srv.url("/large")),
+    )
+    .unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--requests",
+            "800",
+            "--mix",
+            mix.to_str().unwrap(),
+            "--paths",
+            "4",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let paths = srv.seen.paths.lock().unwrap().clone();
+    let small: u64 = (1..=4)
+        .map(|i| paths.get(&format!("/small/{i}")).copied().unwrap_or(0))
+        .sum();
+    let large: u64 = (1..=4)
+        .map(|i| paths.get(&format!("/large/{i}")).copied().unwrap_or(0))
+        .sum();
+    assert_eq!(small + large, 800, "unexpected paths: {paths:?}");
+    assert!(
+        (520..=680).contains(&small),
+        "3:1 weights gave {small}:{large}"
+    );
+    assert!(
+        (1..=4).all(|i| paths.contains_key(&format!("/small/{i}"))),
+        "{paths:?}"
+    );
+    assert!(r.stdout.contains("  URL Classes"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("/small/*") && l.contains(&small.to_string())),
+        "{}",
+        r.stdout
+    );
+    let v = json_of(&json);
+    assert_eq!(v["classes"][0]["url"], "/small/*");
+    assert_eq!(v["classes"][0]["requests"].as_u64(), Some(small));
+    assert_eq!(v["classes"][1]["requests"].as_u64(), Some(large));
+}
+
+#[test]
+fn silent_server_gives_timeouts() {
+    let srv = TestServer::start(Framing::Silent, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-d",
+            "1s",
+            "--timeout",
+            "200ms",
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(
+        r.code,
+        Some(1),
+        "no request completed: exit 1\n{}",
+        r.stdout
+    );
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("Socket errors"))
+        .expect("socket errors line");
+    let timeouts: u64 = line
+        .rsplit("timeout ")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(timeouts >= 4, "{line}");
+    // Each timeout replaces the connection.
+    assert!(srv.connections() >= 4);
+}
+
+#[test]
+fn refused_connections_are_counted_not_fatal() {
+    let addr = edge_testkit::free_addr();
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "1",
+            "-d",
+            "300ms",
+            &format!("http://{addr}/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(1));
+    assert!(r.stdout.contains("Socket errors: connect "), "{}", r.stdout);
+    assert!(r.stderr.contains("no request completed"), "{}", r.stderr);
+}
+
+#[test]
+fn bad_flags_and_urls_exit_2_with_a_message() {
+    for (args, want) in [
+        (vec!["https://127.0.0.1/"], "https:// is not supported"),
+        (vec!["127.0.0.1:8080"], "must start with http://"),
+        (vec!["-d", "ten", "http://127.0.0.1/"], "invalid duration"),
+        (
+            vec!["-t", "4", "-c", "2", "http://127.0.0.1/"],
+            "must be >= threads",
+        ),
+        (vec!["--pipeline", "0", "http://127.0.0.1/"], "--pipeline"),
+        (
+            vec!["--mix", "/no/such/file", "http://127.0.0.1/"],
+            "/no/such/file",
+        ),
+        (vec!["--frobnicate", "http://127.0.0.1/"], "--frobnicate"),
+        (vec![], "URL"),
+    ] {
+        let r = edgeload(&args, LIMIT);
+        assert_eq!(r.code, Some(2), "{args:?}: stdout {}", r.stdout);
+        assert!(r.stderr.contains(want), "{args:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{args:?}: nothing is run");
+    }
+    let r = edgeload(&["--help"], LIMIT);
+    assert_eq!(r.code, Some(0));
+    assert!(r.stdout.contains("--ramp"));
+}
+
+#[test]
+fn ctrl_c_prints_the_report_so_far() {
+    let srv = TestServer::start(Framing::Length, None);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_edgeload"))
+        .args([
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-d",
+            "60s",
+            "--latency",
+            &srv.url("/"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let r = common::finish(child, Duration::from_secs(10));
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(r.stdout.contains("Requests/sec:"), "{}", r.stdout);
+    assert!(r.stdout.contains("  Latency Distribution"), "{}", r.stdout);
+    let n = reported_requests(&r.stdout);
+    assert!(
+        n > 0 && n <= srv.requests(),
+        "reported {n}, server saw {}",
+        srv.requests()
+    );
+}
+
+#[test]
+fn histogram_prints_log2_buckets() {
+    let srv = TestServer::start(Framing::Length, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "1",
+            "--requests",
+            "200",
+            "--histogram",
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let head = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Values min:"))
+        .expect("histogram header");
+    assert!(head.ends_with("count:200"), "{head}");
+    let rows: u64 = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" |"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(rows, 200, "bucket counts add up\n{}", r.stdout);
+}
