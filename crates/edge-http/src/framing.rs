@@ -143,7 +143,21 @@ pub(crate) enum Special {
     TransferEncoding,
     Connection,
     Expect,
+    /// `Content_Length` or `Transfer_Encoding`: harmless to us, but a CGI-style upstream
+    /// that maps `_` and `-` to the same variable would see a second framing header
+    /// (nginx drops such names by default). Requests carrying one are refused.
+    FramingLookalike,
     Other,
+}
+
+/// `name` equals `framing` if every `_` in it were a `-` (and it has at least one `_`).
+fn underscore_variant(name: &[u8], framing: &[u8]) -> bool {
+    name.contains(&b'_')
+        && name.len() == framing.len()
+        && name
+            .iter()
+            .zip(framing)
+            .all(|(&a, &b)| a.eq_ignore_ascii_case(&b) || (a == b'_' && b == b'-'))
 }
 
 pub(crate) fn classify(name: &str) -> Special {
@@ -154,6 +168,8 @@ pub(crate) fn classify(name: &str) -> Special {
         10 if n.eq_ignore_ascii_case(b"connection") => Special::Connection,
         14 if n.eq_ignore_ascii_case(b"content-length") => Special::ContentLength,
         17 if n.eq_ignore_ascii_case(b"transfer-encoding") => Special::TransferEncoding,
+        14 if underscore_variant(n, b"content-length") => Special::FramingLookalike,
+        17 if underscore_variant(n, b"transfer-encoding") => Special::FramingLookalike,
         _ => Special::Other,
     }
 }
@@ -286,6 +302,18 @@ mod tests {
         assert!(!opts("").persistent(Http10));
         assert!(opts("Keep-Alive").persistent(Http10));
         assert!(!opts("keep-alive, close").persistent(Http10));
+    }
+
+    #[test]
+    fn classification() {
+        assert_eq!(classify("HOST"), Special::Host);
+        assert_eq!(classify("content-Length"), Special::ContentLength);
+        assert_eq!(classify("Transfer-Encoding"), Special::TransferEncoding);
+        assert_eq!(classify("Content_Length"), Special::FramingLookalike);
+        assert_eq!(classify("transfer_encoding"), Special::FramingLookalike);
+        assert_eq!(classify("Content_Lengthx"), Special::Other);
+        assert_eq!(classify("Content-Lengtx"), Special::Other);
+        assert_eq!(classify("X-Forwarded_For"), Special::Other);
     }
 
     #[test]

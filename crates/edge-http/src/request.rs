@@ -222,6 +222,11 @@ fn build_head(req: &httparse::Request<'_, '_>, limits: &Limits) -> Result<Reques
             Special::Expect => {
                 expect_continue |= h.value.eq_ignore_ascii_case(b"100-continue");
             }
+            Special::FramingLookalike => {
+                return Err(bad(
+                    "header name is an underscore variant of a framing header",
+                ));
+            }
             Special::Other => {}
         }
         headers.push_raw(h.name.as_bytes(), h.value);

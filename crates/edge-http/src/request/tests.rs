@@ -199,6 +199,8 @@ fn refusals_table() {
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", NotImplemented),
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity, chunked\r\n\r\n", NotImplemented),
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: x-custom\r\nTransfer-Encoding: chunked\r\n\r\n", NotImplemented),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent_Length: 5\r\n\r\n", BadRequest),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer_Encoding: chunked\r\nContent-Length: 1\r\n\r\n", BadRequest),
         // Header syntax: whitespace before colon, obs-fold, controls, bad names.
         (b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length : 5\r\n\r\n", BadRequest),
         (b"GET / HTTP/1.1\r\nHost : h\r\n\r\n", BadRequest),
@@ -368,4 +370,17 @@ fn incomplete_version_waits_then_505() {
     }
     assert_eq!(kind(b"GET / HTTP/2.0"), VersionNotSupported);
     assert_eq!(kind(b"GET / XTTP/"), BadRequest);
+}
+
+#[test]
+fn optional_whitespace_around_values_is_not_part_of_them() {
+    let (h, _) =
+        ok(b"GET / HTTP/1.1\r\nHost: \t h:80 \t \r\nContent-Length:\t 7 \r\nX:  a b  \r\n\r\n");
+    assert_eq!(h.headers.get_str("host"), Some("h:80"));
+    assert_eq!(h.host(), Some("h:80"));
+    assert_eq!(h.body, BodyKind::Length(7));
+    assert_eq!(h.headers.get_str("x"), Some("a b"));
+    let (h, _) = ok(b"GET / HTTP/1.1\r\nHost: h\r\nX-Empty:\r\nY: \r\n\r\n");
+    assert_eq!(h.headers.get("x-empty"), Some(&b""[..]));
+    assert_eq!(h.headers.get("y"), Some(&b""[..]));
 }
