@@ -219,6 +219,13 @@ impl Cache {
         &self.inflight
     }
 
+    /// Index-only probe (vary map + entry, LRU bump), without opening the file:
+    /// benchmarks and diagnostics.
+    pub fn index_probe(&self, hash: KeyHash, key: &str) -> bool {
+        let _ = self.index.vary_of(hash);
+        self.index.get(hash, key).is_some()
+    }
+
     /// Where the object with this hash lives on disk.
     pub fn path_for(&self, hash: KeyHash) -> PathBuf {
         self.layout.path_for(hash)

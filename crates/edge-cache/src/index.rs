@@ -31,6 +31,28 @@ pub const EVICT_TRIES: usize = 20;
 
 const NIL: u32 = u32::MAX;
 
+/// Keys are already xxh3-128 hashes: hashing them again (SipHash) is wasted work on
+/// the hit path. The shard is picked from the low bits, so the map uses the high half.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHashHasher(u64);
+
+impl std::hash::Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for non-u128 keys (never in this crate); stay correct anyway.
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = (v >> 64) as u64;
+    }
+}
+
+pub(crate) type HashMapK<V> = HashMap<KeyHash, V, std::hash::BuildHasherDefault<KeyHashHasher>>;
+
 /// An index entry as inserted.
 #[derive(Debug, Clone)]
 pub struct NewEntry {
@@ -95,7 +117,7 @@ struct Slot {
 /// One shard: a hash map into a slab of LRU-linked slots (head = most recent).
 #[derive(Default)]
 struct Shard {
-    map: HashMap<KeyHash, u32>,
+    map: HashMapK<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     head: u32,
@@ -225,7 +247,7 @@ struct PrimaryRec {
 /// The sharded index.
 pub struct Index {
     shards: Box<[Mutex<Shard>]>,
-    primaries: Box<[Mutex<HashMap<KeyHash, PrimaryRec>>]>,
+    primaries: Box<[Mutex<HashMapK<PrimaryRec>>]>,
     purge: PurgeIndex,
     epoch: Instant,
     entries: AtomicU64,
@@ -265,7 +287,9 @@ impl Index {
     pub fn new() -> Index {
         Index {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
-            primaries: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            primaries: (0..SHARDS)
+                .map(|_| Mutex::new(HashMapK::default()))
+                .collect(),
             purge: PurgeIndex::default(),
             epoch: Instant::now(),
             entries: AtomicU64::new(0),

@@ -14,7 +14,8 @@
 //!    checks [`policy::storable`], writes through [`Cache::begin_write`] and publishes
 //!    progress; followers stream from the same temp file.
 //!
-//! Module map: [`policy`] (RFC 9111), [`key`] (keys, Vary), [`meta`] (object metadata
+//! Module map: [`policy`] (RFC 9111), [`hit`] (304, Range, multipart on hits),
+//! [`key`] (keys, Vary), [`meta`] (object metadata
 //! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded LRU
 //! index), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at start), [`manager`]
 //! (eviction/expiry), [`inflight`] (collapse lock), [`select`] (several caches), and
@@ -22,6 +23,7 @@
 //! format are in `docs/cache.md`.
 
 pub mod cache;
+pub mod hit;
 pub mod index;
 pub mod inflight;
 pub mod key;
