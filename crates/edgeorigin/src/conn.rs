@@ -1,0 +1,234 @@
+//! One client connection: read requests, answer them in order, stream bodies.
+//!
+//! How it fits: the accept loop (`server.rs`) spawns [`serve`] per connection on the
+//! thread's runtime. It keeps one read buffer (requests are parsed from it as they
+//! complete, so pipelined requests are answered in order) and one write buffer (small
+//! responses to pipelined requests go out in one write). Bodies are produced
+//! [`CHUNK`] bytes at a time from their plan, so memory per connection stays flat for any
+//! object size. Delays, pacing and the mid-body reset of the injection parameters are
+//! acted out here; what to do was decided by `respond.rs`.
+
+use crate::body::Framing;
+use crate::content::CHUNK;
+use crate::request::{self, Parsed, MAX_HEADERS};
+use crate::respond::{self, Ctx, Reply};
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How much the read buffer grows by per read.
+const READ_CHUNK: usize = 8 * 1024;
+/// Idle time allowed between requests on a keep-alive connection (nginx's default).
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Time allowed for one write to make progress before the client is given up on.
+const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most a `reset=1` reply waits for the half body to reach the client before resetting.
+const RESET_DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// Paced bodies go out in about this many writes per second.
+const PACE_WRITES_PER_SEC: u64 = 20;
+
+/// How a reply ended, as far as the connection is concerned.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    KeepOpen,
+    Close,
+    /// The reply reset the connection (`reset=1`): the socket is already gone.
+    Reset,
+}
+
+/// Serves one connection until the client closes, an error, or a reply that closes.
+pub async fn serve(mut stream: TcpStream, ctx: Rc<RefCell<Ctx>>) {
+    let _ = stream.set_nodelay(true);
+    let _ = serve_inner(&mut stream, &ctx).await;
+}
+
+async fn serve_inner(stream: &mut TcpStream, ctx: &Rc<RefCell<Ctx>>) -> io::Result<()> {
+    let mut rbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut wbuf: Vec<u8> = Vec::new();
+    let mut start = 0usize; // parsed-and-answered prefix of rbuf
+    let mut discard = 0u64; // request body bytes still to skip
+    loop {
+        loop {
+            if discard > 0 {
+                let n = discard.min((rbuf.len() - start) as u64);
+                start += n as usize;
+                discard -= n;
+                if discard > 0 {
+                    break;
+                }
+            }
+            if start == rbuf.len() {
+                break;
+            }
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let (reply, consumed, body_len) = match request::parse(&rbuf[start..], &mut headers) {
+                Parsed::Partial => break,
+                Parsed::Complete(req) => {
+                    let reply = respond::respond(&mut ctx.borrow_mut(), &req);
+                    (reply, req.head_len, req.body_len)
+                }
+                Parsed::Invalid(inv) => {
+                    let reply = respond::invalid_reply(&mut ctx.borrow_mut(), inv);
+                    (reply, rbuf.len() - start, 0)
+                }
+            };
+            start += consumed;
+            discard = body_len;
+            match send(stream, &mut wbuf, reply, ctx).await? {
+                After::KeepOpen => {}
+                After::Close => {
+                    flush(stream, &mut wbuf).await?;
+                    let _ = stream.shutdown().await;
+                    return Ok(());
+                }
+                After::Reset => return Ok(()),
+            }
+        }
+        flush(stream, &mut wbuf).await?;
+        rbuf.drain(..start);
+        start = 0;
+        rbuf.reserve(READ_CHUNK);
+        let n = match tokio::time::timeout(KEEPALIVE_TIMEOUT, stream.read_buf(&mut rbuf)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()), // idle too long
+        };
+        if n == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes `wbuf` out and empties it.
+async fn flush(stream: &mut TcpStream, wbuf: &mut Vec<u8>) -> io::Result<()> {
+    if !wbuf.is_empty() {
+        match tokio::time::timeout(SEND_TIMEOUT, stream.write_all(wbuf)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "send timeout")),
+        }
+        wbuf.clear();
+    }
+    Ok(())
+}
+
+/// Sends one reply: delay, head, body (framed, maybe paced, maybe cut by a reset).
+async fn send(
+    stream: &mut TcpStream,
+    wbuf: &mut Vec<u8>,
+    reply: Reply,
+    ctx: &Rc<RefCell<Ctx>>,
+) -> io::Result<After> {
+    if !reply.delay.is_zero() {
+        flush(stream, wbuf).await?;
+        tokio::time::sleep(reply.delay).await;
+    }
+    wbuf.extend_from_slice(&reply.head);
+    let mut sent = 0u64;
+    if let Some(body) = &reply.body {
+        let limit = if reply.reset { body.len / 2 } else { body.len };
+        let slice = match reply.slow_bps {
+            Some(bps) => (bps / PACE_WRITES_PER_SEC).clamp(1, CHUNK as u64) as usize,
+            None => CHUNK,
+        };
+        let paced_from = Instant::now();
+        while sent < limit {
+            let max = (limit - sent).min(slice as u64) as usize;
+            if reply.framing == Framing::Chunked {
+                wbuf.extend_from_slice(format!("{max:x}\r\n").as_bytes());
+            }
+            let n = body.produce(sent, max, wbuf);
+            debug_assert_eq!(n, max);
+            if reply.framing == Framing::Chunked {
+                wbuf.extend_from_slice(b"\r\n");
+            }
+            sent += n as u64;
+            if n == 0 {
+                break; // cannot happen (limit <= len); never spin
+            }
+            if let Some(bps) = reply.slow_bps {
+                flush(stream, wbuf).await?;
+                let due = paced_from + Duration::from_micros(sent.saturating_mul(1_000_000) / bps);
+                tokio::time::sleep_until(due.into()).await;
+            } else if wbuf.len() >= CHUNK {
+                flush(stream, wbuf).await?;
+            }
+        }
+        if reply.framing == Framing::Chunked && !reply.reset {
+            wbuf.extend_from_slice(b"0\r\n\r\n");
+        }
+    }
+    {
+        let c = ctx.borrow();
+        if let Some(class) = reply.class {
+            c.stats.record(c.thread, class, reply.status, sent);
+        }
+    }
+    if reply.reset {
+        flush(stream, wbuf).await?;
+        reset(stream).await;
+        return Ok(After::Reset);
+    }
+    Ok(if reply.close {
+        After::Close
+    } else {
+        After::KeepOpen
+    })
+}
+
+/// Waits (bounded) until the peer has acknowledged everything written, then closes
+/// with `SO_LINGER` 0 so the kernel sends RST instead of FIN.
+async fn reset(stream: &mut TcpStream) {
+    let until = Instant::now() + RESET_DRAIN_LIMIT;
+    while unacked_bytes(stream).is_some_and(|n| n > 0) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = stream.set_zero_linger();
+    // The caller drops the stream right after; close(2) with zero linger sends RST.
+}
+
+/// Bytes written to `stream` that the peer has not acknowledged yet (`SIOCOUTQ`), or
+/// `None` if the kernel will not say.
+fn unacked_bytes(stream: &TcpStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: `stream` owns a valid, open socket fd for the duration of this call, and
+    // TIOCOUTQ (SIOCOUTQ) writes exactly one c_int through the pointer, which points at
+    // a live local.
+    let rc = unsafe {
+        libc::ioctl(
+            stream.as_raw_fd(),
+            libc::TIOCOUTQ,
+            &mut n as *mut libc::c_int,
+        )
+    };
+    (rc == 0).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unacked_bytes_reads_the_send_queue() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            let (_server, _) = l.accept().await.unwrap();
+            assert_eq!(unacked_bytes(&client), Some(0));
+            client.write_all(b"hello").await.unwrap();
+            // Loopback acknowledges almost at once; the call must succeed and settle at 0.
+            let until = Instant::now() + Duration::from_secs(2);
+            while unacked_bytes(&client) != Some(0) && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            assert_eq!(unacked_bytes(&client), Some(0));
+        });
+    }
+}
