@@ -93,7 +93,7 @@ pub struct ServerSpec {
 }
 
 /// A group of URLs with one weight; `{id}` in `path` expands to 1..=ids.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UrlGroup {
     pub path: String,
@@ -166,7 +166,9 @@ pub struct Workload {
     pub headers: Vec<String>,
     #[serde(with = "secs")]
     pub duration: Duration,
-    /// (path, weight), in file order.
+    /// The URL groups as written (load generators that expand `{id}` themselves use them).
+    pub groups: Vec<UrlGroup>,
+    /// (path, weight), every group expanded, in file order (warm-up uses these).
     pub paths: Vec<(String, u32)>,
 }
 
@@ -363,6 +365,7 @@ impl Experiment {
                 rate: w.rate,
                 headers: w.headers.clone(),
                 duration,
+                groups: w.urls.clone(),
                 paths: expand_paths(&w.urls).map_err(bad)?,
             });
         }

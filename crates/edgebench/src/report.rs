@@ -110,6 +110,18 @@ fn cache_cell(res: &Results, w: &str, row: &Row) -> String {
     }
 }
 
+/// True when the row's probe said HIT and its cells sent (almost) nothing to the origin.
+fn hit_verified(res: &Results, w: &str, row: &Row) -> bool {
+    let probe_hit = res
+        .probe(w, &row.server)
+        .and_then(|p| p.cache_status.as_deref())
+        == Some("HIT");
+    let origin_ok = row
+        .origin
+        .is_none_or(|o| o as f64 <= 10.0 + row.requests as f64 * 0.01);
+    probe_hit && origin_ok
+}
+
 fn fmt_duration(s: f64) -> String {
     if s >= 1.0 {
         format!("{s:.0} s")
@@ -151,9 +163,14 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
                     }
                     _ => String::new(),
                 };
+                let caveat = if hit_verified(res, &w.name, r) {
+                    ""
+                } else {
+                    " **Not verified as cache hits** (see Warnings): this row may measure the proxy path."
+                };
                 let _ = writeln!(
                     m,
-                    "- **{}**, {}: {:.2}× the req/s of the best peer ({bn}){cpu}.",
+                    "- **{}**, {}: {:.2}× the req/s of the best peer ({bn}){cpu}.{caveat}",
                     w.label,
                     r.server,
                     v.median / b
@@ -513,6 +530,7 @@ urls = [{ path = "/obj/1k/1" }]
             }],
             cells,
             warnings: vec!["something odd".into()],
+            origin_total_requests: Some(3),
             elapsed_s: 12.0,
         }
     }
@@ -550,6 +568,20 @@ urls = [{ path = "/obj/1k/1" }]
         ] {
             assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
         }
+    }
+
+    #[test]
+    fn headline_flags_rows_that_were_not_hits() {
+        let mut res = results();
+        assert!(!markdown(&res, &[]).contains("Not verified as cache hits"));
+        res.probes[0].cache_status = None;
+        assert!(markdown(&res, &[]).contains("Not verified as cache hits"));
+        let mut res = results();
+        res.cells[0].origin_requests = Some(1000);
+        assert!(
+            markdown(&res, &[]).contains("Not verified as cache hits"),
+            "origin traffic alone flags it"
+        );
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct Results {
     pub probes: Vec<Probe>,
     pub cells: Vec<Cell>,
     pub warnings: Vec<String>,
+    /// Requests the origin served over the whole run (warm-up included), from `/stats`.
+    pub origin_total_requests: Option<u64>,
     pub elapsed_s: f64,
 }
 
@@ -370,6 +372,7 @@ pub fn run(opts: &RunOptions) -> Result<Results> {
             }
         }
     }
+    let origin_total_requests = origin_requests(origin_addr);
     // Stop in reverse start order: servers, then the origin.
     while let Some(mut r) = running.pop() {
         r.proc.stop();
@@ -394,6 +397,7 @@ pub fn run(opts: &RunOptions) -> Result<Results> {
         probes,
         cells,
         warnings,
+        origin_total_requests,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
 }
@@ -487,6 +491,7 @@ fn run_cell(
     let tag = format!("{}-{}-{rep}", slug(&w.name), slug(&r.spec.name));
     let spec = |duration: Duration| LoadSpec {
         target: r.addr,
+        groups: &w.groups,
         paths: &w.paths,
         connections: w.connections,
         threads: w.threads,
