@@ -161,6 +161,7 @@ pub struct Cache {
     pub(crate) stopping: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     inflight: Inflight,
+    uses: crate::uses::UseCounter,
 }
 
 impl Cache {
@@ -198,6 +199,7 @@ impl Cache {
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             inflight: Inflight::new(cfg.lock_timeout),
+            uses: crate::uses::UseCounter::default(),
             cfg,
         });
         let loader = crate::loader::spawn(&cache)?;
@@ -217,6 +219,12 @@ impl Cache {
     /// The collapse lock for misses in this cache.
     pub fn inflight(&self) -> &Inflight {
         &self.inflight
+    }
+
+    /// `cache_min_uses`: count a request for a key that missed; returns how many
+    /// times it was requested (store the response once this reaches the minimum).
+    pub fn note_use(&self, hash: KeyHash) -> u32 {
+        self.uses.note(hash)
     }
 
     /// Index-only probe (vary map + entry, LRU bump), without opening the file:
@@ -352,6 +360,7 @@ impl Cache {
     }
 
     pub(crate) fn index_committed(&self, c: Committed) {
+        self.uses.forget(key_hash(c.meta.primary_key()));
         self.index.insert(NewEntry {
             hash: c.hash,
             meta: Arc::new(c.meta),

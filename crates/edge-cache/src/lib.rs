@@ -34,6 +34,7 @@ pub mod policy;
 pub mod purge;
 pub mod select;
 pub mod storage;
+pub mod uses;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -340,8 +340,8 @@ fn inactive_objects_expire() {
     put(&c, "http://h/old", b"o");
     std::thread::sleep(Duration::from_millis(150));
     put(&c, "http://h/new", b"n");
-    let out = manager::pass(&c);
-    assert_eq!(out.expired, 1);
+    // The manager thread may get there first; either way the end state is the same.
+    manager::pass(&c);
     assert!(get(&c, "http://h/old").is_none());
     assert!(get(&c, "http://h/new").is_some());
     assert_eq!(c.stats().expired, 1);
