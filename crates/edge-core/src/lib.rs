@@ -1,1 +1,19 @@
-//! edge-core (being built)
+//! edge-core: the edgecache server. `edgecache`'s main.rs parses the command line and
+//! calls [`server::run`]; everything else lives here, a folder per layer:
+//!
+//! - [`config`]: the TOML file, validated before any socket opens.
+//! - [`net`]: listening sockets and accept strategies.
+//! - [`server`]: workers (thread per core, current_thread runtime), the HTTP/1.1 session,
+//!   routing, lifecycle and signals.
+//! - [`handlers`]: proxy, static, return, empty_gif.
+//! - [`upstream`]: server groups and per-worker keep-alive pools.
+//! - [`log`], [`metrics`], [`admin`]: observability.
+pub mod admin;
+pub mod affinity;
+pub mod config;
+pub mod handlers;
+pub mod log;
+pub mod metrics;
+pub mod net;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,740 @@
+//! The configuration: TOML whose names follow nginx where nginx has one.
+//!
+//! How it fits: `load`/`parse` turn a file into a validated [`Config`] before any socket
+//! opens. Every error, syntactic or semantic, is a [`ConfigError`] printed as
+//! `file:line: key: message`, and `edgecache` exits 2 on it. Unknown keys are errors
+//! (`deny_unknown_fields` everywhere): a typo must never be silently ignored.
+//! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
+
+pub mod units;
+pub mod validate;
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+pub use units::{Dur, Size, SizeOrOff};
+
+/// The embedded default config (see DESIGN.md: 127.0.0.1:8080, cache under
+/// ./edgecache-data/cache, proxy to the built-in demo origin on 127.0.0.1:8081).
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+/// Name shown in error messages for the embedded default.
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded default>";
+
+/// A config error: where, which key, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.key, self.message
+        )
+    }
+}
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workers {
+    #[default]
+    Auto,
+    Count(usize),
+}
+
+impl<'de> Deserialize<'de> for Workers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(i64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n as usize)),
+            Raw::N(_) => Err(serde::de::Error::custom(
+                "must be between 1 and 1024, or \"auto\"",
+            )),
+            Raw::S(s) if s == "auto" => Ok(Workers::Auto),
+            Raw::S(s) => match s.parse::<usize>() {
+                Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
+                _ => Err(serde::de::Error::custom(format!(
+                    "invalid value {s:?}: expected \"auto\" or a number"
+                ))),
+            },
+        }
+    }
+}
+
+/// `worker_cpu_affinity`: `"auto"` pins worker i to the i-th online CPU, `"off"` does not
+/// pin, a list pins worker i to `list[i % len]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Affinity {
+    #[default]
+    Auto,
+    Off,
+    Cpus(Vec<usize>),
+}
+
+impl<'de> Deserialize<'de> for Affinity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            L(Vec<usize>),
+        }
+        match Raw::deserialize(d)? {
+            Raw::S(s) if s == "auto" => Ok(Affinity::Auto),
+            Raw::S(s) if s == "off" => Ok(Affinity::Off),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "invalid value {s:?}: expected \"auto\", \"off\" or a list of CPU numbers"
+            ))),
+            Raw::L(l) if l.is_empty() => Err(serde::de::Error::custom("the CPU list is empty")),
+            Raw::L(l) => Ok(Affinity::Cpus(l)),
+        }
+    }
+}
+
+/// How workers accept connections (lever 2 and 3 of background.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcceptKind {
+    /// One listening socket per worker (SO_REUSEPORT); the kernel spreads connections.
+    #[default]
+    Reuseport,
+    /// One shared socket, every worker waits on it with EPOLLEXCLUSIVE.
+    Exclusive,
+    /// One shared socket; a worker accepts only while it holds the accept mutex.
+    Mutex,
+    /// One shared socket in every worker's epoll (thundering herd, LIFO-like wake-ups).
+    Shared,
+    /// One shared socket; a dedicated thread per worker blocks in accept() (FIFO wake-ups).
+    Blocking,
+}
+
+impl AcceptKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AcceptKind::Reuseport => "reuseport",
+            AcceptKind::Exclusive => "exclusive",
+            AcceptKind::Mutex => "mutex",
+            AcceptKind::Shared => "shared",
+            AcceptKind::Blocking => "blocking",
+        }
+    }
+}
+
+/// `access_log = "off"`, `access_log = "path"` or `access_log = { path, buffer, flush }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    Off,
+    File {
+        path: PathBuf,
+        buffer: u64,
+        flush: std::time::Duration,
+    },
+}
+
+impl<'de> Deserialize<'de> for AccessLog {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            path: PathBuf,
+            #[serde(default = "default_log_buffer")]
+            buffer: Size,
+            #[serde(default = "default_log_flush")]
+            flush: Dur,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            T(Table),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected \"off\", a path, or { path = \"...\", buffer = \"64k\", flush = \"1s\" }",
+            )
+        })? {
+            Raw::S(s) if s == "off" => Ok(AccessLog::Off),
+            Raw::S(s) => Ok(AccessLog::File {
+                path: PathBuf::from(s),
+                buffer: default_log_buffer().0,
+                flush: default_log_flush().0,
+            }),
+            Raw::T(t) => Ok(AccessLog::File {
+                path: t.path,
+                buffer: t.buffer.0,
+                flush: t.flush.0,
+            }),
+        }
+    }
+}
+
+fn default_log_buffer() -> Size {
+    Size(64 * 1024)
+}
+fn default_log_flush() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    #[default]
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorLog {
+    /// `"stderr"` or a file path.
+    #[serde(default = "default_error_log_path")]
+    pub path: PathBuf,
+    #[serde(default)]
+    pub level: LogLevel,
+}
+fn default_error_log_path() -> PathBuf {
+    PathBuf::from("stderr")
+}
+impl Default for ErrorLog {
+    fn default() -> Self {
+        ErrorLog {
+            path: default_error_log_path(),
+            level: LogLevel::Warn,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listen {
+    pub addr: Spanned<String>,
+    #[serde(default = "default_backlog")]
+    pub backlog: i32,
+}
+fn default_backlog() -> i32 {
+    65535
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AioMode {
+    Off,
+    #[default]
+    Threads,
+    #[serde(rename = "io_uring")]
+    IoUring,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    #[default]
+    Mutex,
+    Lockfree,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadPool {
+    #[serde(default = "default_pool_threads")]
+    pub threads: usize,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+    #[serde(default)]
+    pub queue: QueueKind,
+}
+fn default_pool_threads() -> usize {
+    32
+}
+fn default_max_queue() -> usize {
+    65536
+}
+impl Default for ThreadPool {
+    fn default() -> Self {
+        ThreadPool {
+            threads: default_pool_threads(),
+            max_queue: default_max_queue(),
+            queue: QueueKind::Mutex,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aio {
+    #[serde(default)]
+    pub mode: AioMode,
+    #[serde(default = "default_directio")]
+    pub directio: SizeOrOff,
+    #[serde(default = "default_true")]
+    pub sendfile: bool,
+    #[serde(default)]
+    pub thread_pool: ThreadPool,
+}
+fn default_directio() -> SizeOrOff {
+    SizeOrOff(Some(4 << 20))
+}
+fn default_true() -> bool {
+    true
+}
+impl Default for Aio {
+    fn default() -> Self {
+        Aio {
+            mode: AioMode::Threads,
+            directio: default_directio(),
+            sendfile: true,
+            thread_pool: ThreadPool::default(),
+        }
+    }
+}
+
+/// A `[[cache]]` zone: one directory (one disk) with its own index budget.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheZone {
+    pub name: Spanned<String>,
+    pub path: PathBuf,
+    #[serde(default = "default_levels")]
+    pub levels: Spanned<String>,
+    #[serde(default = "default_max_size")]
+    pub max_size: Size,
+    #[serde(default)]
+    pub min_free: Size,
+    #[serde(default = "default_inactive")]
+    pub inactive: Dur,
+    #[serde(default = "default_keys_zone")]
+    pub keys_zone: Size,
+    #[serde(default = "default_loader_files")]
+    pub loader_files: usize,
+    #[serde(default = "default_loader_sleep")]
+    pub loader_sleep: Dur,
+    #[serde(default = "default_manager_files")]
+    pub manager_files: usize,
+    #[serde(default = "default_manager_threshold")]
+    pub manager_threshold: Dur,
+}
+fn default_levels() -> Spanned<String> {
+    Spanned::new(0..0, "1:2".to_string())
+}
+fn default_max_size() -> Size {
+    Size(10 << 30)
+}
+fn default_inactive() -> Dur {
+    Dur(std::time::Duration::from_secs(600))
+}
+fn default_keys_zone() -> Size {
+    Size(64 << 20)
+}
+fn default_loader_files() -> usize {
+    100
+}
+fn default_loader_sleep() -> Dur {
+    Dur(std::time::Duration::from_millis(50))
+}
+fn default_manager_files() -> usize {
+    100
+}
+fn default_manager_threshold() -> Dur {
+    Dur(std::time::Duration::from_millis(200))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    pub name: Spanned<String>,
+    pub servers: Spanned<Vec<String>>,
+    /// Idle keep-alive connections kept per worker (0 disables reuse).
+    #[serde(default = "default_upstream_keepalive")]
+    pub keepalive: usize,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout: Dur,
+    #[serde(default = "default_read_timeout")]
+    pub send_timeout: Dur,
+    /// A server that failed is skipped for this long (nginx `fail_timeout`).
+    #[serde(default = "default_fail_timeout")]
+    pub fail_timeout: Dur,
+    /// Failures within `fail_timeout` before a server is skipped (nginx `max_fails`).
+    #[serde(default = "default_max_fails")]
+    pub max_fails: u32,
+    /// How long an idle pooled connection is kept.
+    #[serde(default = "default_keepalive_timeout_up")]
+    pub keepalive_timeout: Dur,
+}
+fn default_upstream_keepalive() -> usize {
+    64
+}
+fn default_connect_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(2))
+}
+fn default_read_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(30))
+}
+fn default_fail_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(10))
+}
+fn default_max_fails() -> u32 {
+    1
+}
+fn default_keepalive_timeout_up() -> Dur {
+    Dur(std::time::Duration::from_secs(60))
+}
+
+/// `return = { status = 200, body = "" }` (nginx `return`). 301/302/303/307/308 take
+/// `location` (or a body that is the URL, as nginx does).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Return {
+    pub status: u16,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub location: Option<String>,
+    #[serde(default)]
+    pub content_type: Option<String>,
+}
+
+/// A condition for `cache_bypass` / `no_cache`: a request header or cookie being present.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    #[serde(default)]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub cookie: Option<String>,
+    #[serde(default)]
+    pub arg: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UseStale {
+    Error,
+    Timeout,
+    Updating,
+    #[serde(rename = "http_500")]
+    Http500,
+    #[serde(rename = "http_502")]
+    Http502,
+    #[serde(rename = "http_503")]
+    Http503,
+    #[serde(rename = "http_504")]
+    Http504,
+    #[serde(rename = "http_5xx")]
+    Http5xx,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Location {
+    #[serde(default)]
+    pub prefix: Option<Spanned<String>>,
+    #[serde(default)]
+    pub exact: Option<Spanned<String>>,
+    // Handlers: exactly one.
+    #[serde(default)]
+    pub proxy: Option<Spanned<String>>,
+    #[serde(default, rename = "static")]
+    pub static_root: Option<Spanned<PathBuf>>,
+    #[serde(default, rename = "return")]
+    pub ret: Option<Spanned<Return>>,
+    #[serde(default)]
+    pub empty_gif: Option<Spanned<bool>>,
+    /// Static handler: file served for a directory (nginx `index`).
+    #[serde(default = "default_index")]
+    pub index: String,
+    // Caching (proxy only).
+    #[serde(default = "default_cache_list")]
+    pub cache: Spanned<Vec<String>>,
+    #[serde(default)]
+    pub cache_key: Option<String>,
+    #[serde(default)]
+    pub cache_valid: BTreeMap<String, Dur>,
+    #[serde(default)]
+    pub cache_min_uses: u32,
+    #[serde(default)]
+    pub cache_bypass: Vec<Condition>,
+    #[serde(default)]
+    pub no_cache: Vec<Condition>,
+    #[serde(default)]
+    pub use_stale: Vec<UseStale>,
+    #[serde(default)]
+    pub background_update: bool,
+    #[serde(default = "default_cache_lock")]
+    pub cache_lock: bool,
+    #[serde(default = "default_cache_lock_timeout")]
+    pub cache_lock_timeout: Dur,
+    #[serde(default)]
+    pub cache_set_cookie: bool,
+    #[serde(default)]
+    pub cache_honour_no_cache: bool,
+    #[serde(default)]
+    pub cache_revalidate: Option<bool>,
+    // Compression.
+    #[serde(default)]
+    pub compress: Vec<String>,
+    #[serde(default)]
+    pub compress_offload: bool,
+    /// Extra response headers (nginx `add_header`).
+    #[serde(default)]
+    pub add_header: BTreeMap<String, String>,
+}
+fn default_cache_list() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, Vec::new())
+}
+fn default_index() -> String {
+    "index.html".into()
+}
+fn default_cache_lock() -> bool {
+    true
+}
+fn default_cache_lock_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(5))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    #[serde(default = "default_admin_listen")]
+    pub listen: Spanned<String>,
+    #[serde(default = "default_allow")]
+    pub allow: Spanned<Vec<String>>,
+}
+fn default_admin_listen() -> Spanned<String> {
+    Spanned::new(0..0, "127.0.0.1:9090".into())
+}
+fn default_allow() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, vec!["127.0.0.1/32".into(), "::1/128".into()])
+}
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub workers: Workers,
+    #[serde(default)]
+    pub worker_cpu_affinity: Affinity,
+    #[serde(default = "default_worker_connections")]
+    pub worker_connections: usize,
+    #[serde(default)]
+    pub accept: AcceptKind,
+    #[serde(default = "default_shutdown_timeout")]
+    pub shutdown_timeout: Dur,
+    #[serde(default = "default_keepalive_timeout")]
+    pub keepalive_timeout: Dur,
+    #[serde(default = "default_keepalive_requests")]
+    pub keepalive_requests: u64,
+    #[serde(default = "default_60s")]
+    pub client_header_timeout: Dur,
+    #[serde(default = "default_60s")]
+    pub client_body_timeout: Dur,
+    #[serde(default = "default_60s")]
+    pub send_timeout: Dur,
+    #[serde(default = "default_client_max_body_size")]
+    pub client_max_body_size: Size,
+    /// Largest request head (request line plus headers), as nginx's large_client_header_buffers.
+    #[serde(default = "default_client_max_header_size")]
+    pub client_max_header_size: Size,
+    /// Longest request line.
+    #[serde(default = "default_client_max_request_line")]
+    pub client_max_request_line: Size,
+    #[serde(default = "default_max_headers")]
+    pub client_max_headers: usize,
+    #[serde(default = "default_access_log")]
+    pub access_log: AccessLog,
+    #[serde(default)]
+    pub error_log: ErrorLog,
+    /// Extension: start the built-in demo origin (edgeorigin) in-process on this address.
+    #[serde(default)]
+    pub demo_origin: Option<Spanned<String>>,
+    #[serde(default)]
+    pub listen: Vec<Listen>,
+    #[serde(default)]
+    pub aio: Aio,
+    #[serde(default)]
+    pub cache: Vec<CacheZone>,
+    #[serde(default)]
+    pub upstream: Vec<Upstream>,
+    #[serde(default)]
+    pub location: Vec<Location>,
+    #[serde(default)]
+    pub admin: Option<Admin>,
+}
+fn default_worker_connections() -> usize {
+    65536
+}
+fn default_shutdown_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(30))
+}
+fn default_keepalive_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(75))
+}
+fn default_keepalive_requests() -> u64 {
+    1000
+}
+fn default_60s() -> Dur {
+    Dur(std::time::Duration::from_secs(60))
+}
+fn default_client_max_body_size() -> Size {
+    Size(1 << 20)
+}
+fn default_client_max_header_size() -> Size {
+    Size(16 * 1024)
+}
+fn default_client_max_request_line() -> Size {
+    Size(8 * 1024)
+}
+fn default_max_headers() -> usize {
+    100
+}
+fn default_access_log() -> AccessLog {
+    AccessLog::Off
+}
+
+/// Where the config came from, for messages and for resolving relative paths.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<(Config, Source), ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: name.clone(),
+        line: 0,
+        key: "file".into(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let cfg = parse(&name, &text)?;
+    Ok((cfg, Source { name, text }))
+}
+
+/// The embedded default config.
+pub fn embedded_default() -> (Config, Source) {
+    let cfg =
+        parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG).expect("the embedded default config is valid");
+    (
+        cfg,
+        Source {
+            name: DEFAULT_CONFIG_NAME.into(),
+            text: DEFAULT_CONFIG.into(),
+        },
+    )
+}
+
+/// Parses and validates config text. `name` is used in error messages.
+pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
+    let cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
+    validate::validate(&cfg).map_err(|e| ConfigError {
+        file: name.into(),
+        line: match e.span {
+            Some(span) => line_of(text, span.start),
+            None => find_key_line(text, &e.key),
+        },
+        key: e.key,
+        message: e.message,
+    })?;
+    Ok(cfg)
+}
+
+/// Line of the first `key =` (last dotted part of `key`), or 1 when absent (a default).
+fn find_key_line(text: &str, key: &str) -> usize {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    text.lines()
+        .position(|l| line_key(l).as_deref() == Some(last))
+        .map(|i| i + 1)
+        .unwrap_or(1)
+}
+
+/// 1-based line number of a byte offset.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    let offset = offset.min(text.len());
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Turns a toml/serde error into `file:line: key: message`. The key is the dotted name
+/// of the table plus the `key =` on the error's line, which is what an operator looks for.
+fn from_toml_error(name: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let span = e.span().unwrap_or(0..0);
+    let line = if text.is_empty() {
+        1
+    } else {
+        line_of(text, span.start)
+    };
+    let mut message = e.message().trim().to_string();
+    let line_text = text.lines().nth(line.saturating_sub(1)).unwrap_or("");
+    let mut key = line_key(line_text).unwrap_or_default();
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some(end) = rest.find('`') {
+            key = rest[..end].to_string();
+            message = format!("unknown key; {}", message);
+        }
+    }
+    if let Some(table) = table_at(text, line) {
+        key = if key.is_empty() || key.starts_with('[') {
+            table
+        } else {
+            format!("{table}.{key}")
+        };
+    }
+    if key.is_empty() {
+        key = "config".into();
+    }
+    ConfigError {
+        file: name.into(),
+        line,
+        key,
+        message,
+    }
+}
+
+/// `name` in a `name = value` line.
+fn line_key(line: &str) -> Option<String> {
+    let l = line.trim();
+    if l.starts_with('[') {
+        return Some(l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    }
+    let eq = l.find('=')?;
+    Some(l[..eq].trim().trim_matches('"').to_string())
+}
+
+/// The `[table]`/`[[table]]` header in force at `line`.
+fn table_at(text: &str, line: usize) -> Option<String> {
+    text.lines()
+        .take(line)
+        .collect::<Vec<_>>()
+        .iter()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .map(|l| {
+            l.trim()
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string()
+        })
+}
+
+#[cfg(test)]
+mod tests;

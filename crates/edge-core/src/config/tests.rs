@@ -1,0 +1,177 @@
+use super::*;
+
+fn err(text: &str) -> ConfigError {
+    parse("t.toml", text).expect_err("config should be rejected")
+}
+
+const MIN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
+
+#[test]
+fn embedded_default_is_valid() {
+    let (cfg, _) = embedded_default();
+    assert_eq!(cfg.listen[0].addr.get_ref(), "127.0.0.1:8080");
+    assert_eq!(
+        cfg.upstream[0].servers.get_ref(),
+        &vec!["127.0.0.1:8081".to_string()]
+    );
+    assert_eq!(cfg.cache[0].path, PathBuf::from("edgecache-data/cache"));
+    assert!(cfg.demo_origin.is_some());
+}
+
+#[test]
+fn design_example_parses() {
+    let text = r#"
+workers = "auto"
+worker_cpu_affinity = "auto"
+worker_connections = 65536
+accept = "reuseport"
+shutdown_timeout = "30s"
+keepalive_timeout = "75s"
+keepalive_requests = 1000
+client_header_timeout = "60s"
+client_body_timeout = "60s"
+send_timeout = "60s"
+client_max_body_size = "1m"
+access_log = { path = "logs/access.log", buffer = "64k", flush = "1s" }
+error_log = { path = "logs/error.log", level = "warn" }
+
+[[listen]]
+addr = "127.0.0.1:8080"
+backlog = 65535
+
+[aio]
+mode = "threads"
+directio = "4m"
+sendfile = true
+[aio.thread_pool]
+threads = 32
+max_queue = 65536
+queue = "mutex"
+
+[[cache]]
+name = "disk1"
+path = "/cdn/cache1"
+levels = "1:2"
+max_size = "1400g"
+inactive = "4d"
+keys_zone = "400m"
+
+[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:8081"]
+keepalive = 64
+connect_timeout = "2s"
+read_timeout = "30s"
+
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["disk1"]
+cache_valid = { "200" = "10m", "404" = "1m" }
+use_stale = ["error", "timeout", "updating", "http_5xx"]
+compress = ["zstd", "br", "gzip"]
+compress_offload = true
+
+[[location]]
+exact = "/empty.gif"
+empty_gif = true
+
+[[location]]
+prefix = "/health"
+return = { status = 200, body = "" }
+
+[admin]
+listen = "127.0.0.1:9090"
+allow = ["127.0.0.1/32"]
+"#;
+    let cfg = parse("design.toml", text).unwrap();
+    assert_eq!(cfg.workers, Workers::Auto);
+    assert_eq!(cfg.cache[0].max_size.0, 1400 << 30);
+    assert_eq!(cfg.aio.directio.0, Some(4 << 20));
+    assert_eq!(cfg.location.len(), 3);
+    match &cfg.access_log {
+        AccessLog::File { buffer, .. } => assert_eq!(*buffer, 65536),
+        AccessLog::Off => panic!("access log should be on"),
+    }
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let e = err(&format!("{MIN}\nworkerz = 2\n"));
+    assert_eq!(e.line, 4);
+    assert_eq!(e.key, "listen.workerz");
+    assert!(
+        e.to_string()
+            .starts_with("t.toml:4: listen.workerz: unknown key"),
+        "{e}"
+    );
+    let e = err("workerz = 2\n[[listen]]\naddr = \"127.0.0.1:1\"\n");
+    assert_eq!((e.line, e.key.as_str()), (1, "workerz"));
+}
+
+#[test]
+fn bad_values_point_at_their_line() {
+    let e = err(&format!("keepalive_timeout = \"75x\"\n{MIN}"));
+    assert_eq!((e.line, e.key.as_str()), (1, "keepalive_timeout"));
+    assert!(e.message.contains("unknown unit"), "{e}");
+
+    let e = err(&format!("{MIN}[aio]\nmode = \"libaio\"\n"));
+    assert_eq!((e.line, e.key.as_str()), (4, "aio.mode"));
+
+    let e = err("[[listen]]\naddr = \"not an address\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "listen.addr"));
+
+    let e = err(&format!("workers = 0\n{MIN}"));
+    assert_eq!((e.line, e.key.as_str()), (1, "workers"));
+
+    let e = err(&format!(
+        "{MIN}[[location]]\nprefix = \"/\"\nproxy = \"nowhere\"\n"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (5, "location.proxy"));
+    assert!(e.message.contains("nowhere"));
+}
+
+#[test]
+fn syntax_error_has_a_line() {
+    let e = err(&format!("{MIN}\n[[location]\nprefix = 1\n"));
+    assert_eq!(e.line, 4);
+}
+
+#[test]
+fn location_rules() {
+    let up = "[[upstream]]\nname = \"o\"\nservers = [\"127.0.0.1:1\"]\n";
+    let e = err(&format!("{MIN}{up}[[location]]\nprefix = \"/\"\n"));
+    assert!(e.message.contains("needs one handler"), "{e}");
+    let e = err(&format!(
+        "{MIN}{up}[[location]]\nprefix = \"/\"\nproxy = \"o\"\nempty_gif = true\n"
+    ));
+    assert!(e.message.contains("more than one handler"), "{e}");
+    let e = err(&format!(
+        "{MIN}{up}[[location]]\nprefix = \"/\"\nproxy = \"o\"\ncache = [\"nope\"]\n"
+    ));
+    assert_eq!(e.key, "location.cache");
+    let e = err(&format!(
+        "{MIN}{up}[[location]]\nprefix = \"x\"\nproxy = \"o\"\n"
+    ));
+    assert!(e.message.contains("start with '/'"));
+}
+
+#[test]
+fn admin_must_be_loopback_and_allow_must_parse() {
+    let e = err(&format!("{MIN}[admin]\nlisten = \"0.0.0.0:9090\"\n"));
+    assert_eq!(e.key, "admin.listen");
+    let e = err(&format!("{MIN}[admin]\nallow = [\"10.0.0.0/99\"]\n"));
+    assert_eq!((e.line, e.key.as_str()), (4, "admin.allow"));
+}
+
+#[test]
+fn cidr_matching() {
+    use validate::Cidr;
+    let c = Cidr::parse("127.0.0.0/8").unwrap();
+    assert!(c.contains("127.1.2.3".parse().unwrap()));
+    assert!(!c.contains("128.0.0.1".parse().unwrap()));
+    assert!(c.contains("::ffff:127.0.0.1".parse().unwrap()));
+    let all = Cidr::parse("0.0.0.0/0").unwrap();
+    assert!(all.contains("8.8.8.8".parse().unwrap()));
+    assert!(Cidr::parse("::1").unwrap().contains("::1".parse().unwrap()));
+}

@@ -1,0 +1,365 @@
+//! Semantic checks that serde cannot do: references between sections, addresses,
+//! exclusive choices. Each error carries the span of the offending value when known.
+
+use super::*;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+
+pub(super) struct VErr {
+    pub span: Option<Range<usize>>,
+    pub key: String,
+    pub message: String,
+}
+
+fn err<T>(span: Option<Range<usize>>, key: &str, message: impl Into<String>) -> Result<T, VErr> {
+    Err(VErr {
+        span: span.filter(|s| s.end > 0),
+        key: key.into(),
+        message: message.into(),
+    })
+}
+
+/// Parses `ip:port`, or resolves `host:port` (only at config time, never at runtime).
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.to_socket_addrs() {
+        Ok(mut it) => it
+            .next()
+            .ok_or_else(|| format!("{s:?} resolves to no address")),
+        Err(_) => Err(format!(
+            "invalid address {s:?}: expected IP:PORT such as \"127.0.0.1:8080\""
+        )),
+    }
+}
+
+/// A parsed `allow` entry: an address prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (ip, len) = match s.split_once('/') {
+            Some((ip, len)) => (ip, Some(len)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = ip
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid address {s:?}"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match len {
+            None => max,
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= max)
+                .ok_or_else(|| format!("invalid prefix length in {s:?}"))?,
+        };
+        Ok(Cidr { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::*;
+        let ip = match ip {
+            V6(v6) => v6.to_ipv4_mapped().map(V4).unwrap_or(V6(v6)),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (V4(a), V4(b)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix)
+                };
+                u32::from(a) & mask == u32::from(b) & mask
+            }
+            (V6(a), V6(b)) => {
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix)
+                };
+                u128::from(a) & mask == u128::from(b) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Parses `levels = "1:2"`: up to three levels of one or two hex characters.
+pub fn parse_levels(s: &str) -> Result<Vec<u8>, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.is_empty() || parts.len() > 3 {
+        return Err(format!(
+            "invalid levels {s:?}: expected 1 to 3 levels like \"1:2\""
+        ));
+    }
+    parts
+        .iter()
+        .map(|p| match *p {
+            "1" => Ok(1),
+            "2" => Ok(2),
+            _ => Err(format!("invalid levels {s:?}: each level is 1 or 2")),
+        })
+        .collect()
+}
+
+pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
+    if cfg.listen.is_empty() {
+        return err(
+            None,
+            "listen",
+            "at least one [[listen]] with an addr is required",
+        );
+    }
+    for l in &cfg.listen {
+        if let Err(m) = parse_addr(l.addr.get_ref()) {
+            return err(Some(l.addr.span()), "listen.addr", m);
+        }
+        if l.backlog <= 0 {
+            return err(Some(l.addr.span()), "listen.backlog", "must be positive");
+        }
+    }
+    if cfg.worker_connections == 0 {
+        return err(None, "worker_connections", "must be at least 1");
+    }
+    if cfg.keepalive_requests == 0 {
+        return err(None, "keepalive_requests", "must be at least 1");
+    }
+    if cfg.client_max_header_size.0 < 1024 {
+        return err(None, "client_max_header_size", "must be at least 1k");
+    }
+    if cfg.client_max_request_line.0 < 256
+        || cfg.client_max_request_line.0 > cfg.client_max_header_size.0
+    {
+        return err(
+            None,
+            "client_max_request_line",
+            "must be between 256 and client_max_header_size",
+        );
+    }
+    if cfg.aio.thread_pool.threads == 0 || cfg.aio.thread_pool.threads > 4096 {
+        return err(
+            None,
+            "aio.thread_pool.threads",
+            "must be between 1 and 4096",
+        );
+    }
+    if cfg.aio.thread_pool.max_queue == 0 {
+        return err(None, "aio.thread_pool.max_queue", "must be at least 1");
+    }
+    if let Some(d) = &cfg.demo_origin {
+        if let Err(m) = parse_addr(d.get_ref()) {
+            return err(Some(d.span()), "demo_origin", m);
+        }
+    }
+
+    let mut cache_names = Vec::new();
+    for c in &cfg.cache {
+        let name = c.name.get_ref();
+        if name.is_empty() {
+            return err(Some(c.name.span()), "cache.name", "must not be empty");
+        }
+        if cache_names.contains(name) {
+            return err(
+                Some(c.name.span()),
+                "cache.name",
+                format!("duplicate cache name {name:?}"),
+            );
+        }
+        cache_names.push(name.clone());
+        if let Err(m) = parse_levels(c.levels.get_ref()) {
+            return err(Some(c.levels.span()), "cache.levels", m);
+        }
+        if c.path.as_os_str().is_empty() {
+            return err(Some(c.name.span()), "cache.path", "must not be empty");
+        }
+        if c.keys_zone.0 < 64 * 1024 {
+            return err(
+                Some(c.name.span()),
+                "cache.keys_zone",
+                "must be at least 64k",
+            );
+        }
+    }
+
+    let mut upstream_names = Vec::new();
+    for u in &cfg.upstream {
+        let name = u.name.get_ref();
+        if upstream_names.contains(name) {
+            return err(
+                Some(u.name.span()),
+                "upstream.name",
+                format!("duplicate upstream name {name:?}"),
+            );
+        }
+        upstream_names.push(name.clone());
+        if u.servers.get_ref().is_empty() {
+            return err(
+                Some(u.servers.span()),
+                "upstream.servers",
+                "at least one server is required",
+            );
+        }
+        for s in u.servers.get_ref() {
+            if let Err(m) = parse_addr(s) {
+                return err(Some(u.servers.span()), "upstream.servers", m);
+            }
+        }
+        if u.max_fails == 0 {
+            return err(
+                Some(u.name.span()),
+                "upstream.max_fails",
+                "must be at least 1",
+            );
+        }
+    }
+
+    for loc in &cfg.location {
+        let (span, _) = match (&loc.prefix, &loc.exact) {
+            (Some(p), None) => (p.span(), p.get_ref()),
+            (None, Some(e)) => (e.span(), e.get_ref()),
+            (Some(p), Some(_)) => {
+                return err(
+                    Some(p.span()),
+                    "location",
+                    "set either prefix or exact, not both",
+                )
+            }
+            (None, None) => {
+                let s = loc.proxy.as_ref().map(|p| p.span());
+                return err(
+                    s,
+                    "location",
+                    "a location needs prefix = \"/...\" or exact = \"/...\"",
+                );
+            }
+        };
+        let m = loc.prefix.as_ref().or(loc.exact.as_ref()).unwrap();
+        if !m.get_ref().starts_with('/') {
+            return err(Some(m.span()), "location.prefix", "must start with '/'");
+        }
+        let handlers = [
+            loc.proxy.is_some(),
+            loc.static_root.is_some(),
+            loc.ret.is_some(),
+            loc.empty_gif.is_some(),
+        ];
+        match handlers.iter().filter(|h| **h).count() {
+            1 => {}
+            0 => {
+                return err(
+                    Some(span),
+                    "location",
+                    "needs one handler: proxy, static, return or empty_gif",
+                )
+            }
+            _ => {
+                return err(
+                    Some(span),
+                    "location",
+                    "has more than one handler (proxy, static, return, empty_gif)",
+                )
+            }
+        }
+        if let Some(p) = &loc.proxy {
+            if !upstream_names.contains(p.get_ref()) {
+                return err(
+                    Some(p.span()),
+                    "location.proxy",
+                    format!("no [[upstream]] named {:?}", p.get_ref()),
+                );
+            }
+        }
+        if let Some(g) = &loc.empty_gif {
+            if !g.get_ref() {
+                return err(
+                    Some(g.span()),
+                    "location.empty_gif",
+                    "set empty_gif = true or remove it",
+                );
+            }
+        }
+        if let Some(r) = &loc.ret {
+            let st = r.get_ref().status;
+            if !(100..=599).contains(&st) {
+                return err(
+                    Some(r.span()),
+                    "location.return",
+                    format!("status {st} is not between 100 and 599"),
+                );
+            }
+        }
+        if !loc.cache.get_ref().is_empty() && loc.proxy.is_none() {
+            return err(
+                Some(loc.cache.span()),
+                "location.cache",
+                "caching needs a proxy handler",
+            );
+        }
+        for c in loc.cache.get_ref() {
+            if !cache_names.contains(c) {
+                return err(
+                    Some(loc.cache.span()),
+                    "location.cache",
+                    format!("no [[cache]] named {c:?}"),
+                );
+            }
+        }
+        for k in loc.cache_valid.keys() {
+            let ok = k == "any"
+                || (k.len() == 3 && k.parse::<u16>().is_ok_and(|n| (100..=599).contains(&n)));
+            if !ok {
+                return err(
+                    Some(span),
+                    "location.cache_valid",
+                    format!("{k:?} is not a status code or \"any\""),
+                );
+            }
+        }
+        for c in loc.compress.iter() {
+            if !["gzip", "br", "zstd"].contains(&c.as_str()) {
+                return err(
+                    Some(span),
+                    "location.compress",
+                    format!("unknown encoding {c:?} (gzip, br, zstd)"),
+                );
+            }
+        }
+        for cond in loc.cache_bypass.iter().chain(&loc.no_cache) {
+            if cond.header.is_none() && cond.cookie.is_none() && cond.arg.is_none() {
+                return err(
+                    Some(span),
+                    "location.cache_bypass",
+                    "a condition needs header, cookie or arg",
+                );
+            }
+        }
+    }
+
+    if let Some(a) = &cfg.admin {
+        match parse_addr(a.listen.get_ref()) {
+            Ok(addr) if !addr.ip().is_loopback() => {
+                return err(
+                    Some(a.listen.span()),
+                    "admin.listen",
+                    "the admin listener must bind a loopback address",
+                );
+            }
+            Ok(_) => {}
+            Err(m) => return err(Some(a.listen.span()), "admin.listen", m),
+        }
+        for c in a.allow.get_ref() {
+            if let Err(m) = Cidr::parse(c) {
+                return err(Some(a.allow.span()), "admin.allow", m);
+            }
+        }
+    }
+    Ok(())
+}

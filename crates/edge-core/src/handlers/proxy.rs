@@ -1,0 +1,567 @@
+//! The reverse proxy: pick an upstream server, reuse a pooled keep-alive connection or
+//! open one, forward the request head and stream the request body, then stream the
+//! response back with backpressure (we read from the upstream only as fast as the
+//! client takes bytes, so a slow client never makes us buffer a whole object).
+//!
+//! Errors before the response head map to 502 (refused, reset, malformed) or 504
+//! (connect or read timeout), each with one log line; nothing panics. A failure after
+//! the head was sent can only be signalled by cutting the connection (RST), which the
+//! session does for `ExchangeError::Aborted`.
+//!
+//! A request that failed on a *reused* connection before any response byte, and whose
+//! body was not yet sent, is retried once on a fresh connection: the origin may have
+//! closed the idle connection just as we reused it (the keep-alive race every proxy has).
+
+use super::simple::{error_page, respond};
+use crate::server::conn::{timed_out, write_all_timed, Conn};
+use crate::server::exchange::{Exchange, ExchangeError};
+use crate::server::route::{ProxyRoute, Route};
+use crate::server::state::Shared;
+use crate::server::worker::Worker;
+use crate::upstream::{PooledConn, UpstreamGroup};
+use bytes::{Buf, BytesMut};
+use edge_http::{BodyDecoder, BodyKind, HeaderMap, Limits, Method, ResponseHead};
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+
+/// Upstream read buffer.
+const UP_BUF: usize = 64 * 1024;
+/// Bytes gathered before a write to the client (head plus the first body bytes go out in
+/// one write for small objects).
+const FLUSH_AT: usize = 64 * 1024;
+
+/// Limits applied to upstream response heads (larger than client limits: origins send
+/// long Set-Cookie and CSP headers).
+fn upstream_limits() -> Limits {
+    Limits {
+        max_request_line: 16 * 1024,
+        max_header_bytes: 64 * 1024,
+        max_headers: 200,
+        max_body: None,
+    }
+}
+
+/// Why the upstream exchange failed before a response head reached the client.
+#[derive(Debug)]
+pub enum UpstreamError {
+    Connect(io::Error),
+    ConnectTimeout,
+    ReadTimeout,
+    Closed,
+    Bad(String),
+    /// The client's request body was bad or too large (the status to answer).
+    ClientBody(u16),
+    /// The client went away while we were sending its body.
+    Client(io::Error),
+}
+
+impl UpstreamError {
+    pub fn status(&self) -> u16 {
+        match self {
+            UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout => 504,
+            UpstreamError::ClientBody(s) => *s,
+            _ => 502,
+        }
+    }
+}
+
+pub async fn handle(
+    w: &Rc<Worker>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    shared: &Arc<Shared>,
+    route: &Route,
+    p: &ProxyRoute,
+) -> Result<(), ExchangeError> {
+    let group = &p.upstream;
+    match fetch(w, conn, ex, group).await {
+        Ok(up) => relay_response(w, conn, ex, shared, route, group, up, &mut |_| {}).await,
+        Err(UpstreamError::Client(e)) => Err(ExchangeError::Client(e)),
+        Err(e) => {
+            let status = e.status();
+            if !matches!(e, UpstreamError::ClientBody(_)) {
+                tracing::error!(
+                    "upstream \"{}\": {} while proxying \"{} {}\" for {}",
+                    group.name,
+                    describe(&e),
+                    ex.req.method.as_str(),
+                    ex.req.target,
+                    conn.peer
+                );
+            }
+            if ex.body.is_some() {
+                ex.keep_alive = false; // the request body was not consumed
+                ex.body = None;
+            }
+            respond(
+                conn,
+                ex,
+                shared,
+                status,
+                "text/html",
+                &error_page(status),
+                &route.add_headers,
+            )
+            .await
+        }
+    }
+}
+
+fn describe(e: &UpstreamError) -> String {
+    match e {
+        UpstreamError::Connect(e) => format!("connect() failed ({e})"),
+        UpstreamError::ConnectTimeout => "upstream timed out while connecting".into(),
+        UpstreamError::ReadTimeout => "upstream timed out while reading response header".into(),
+        UpstreamError::Closed => {
+            "upstream prematurely closed connection while reading response header".into()
+        }
+        UpstreamError::Bad(m) => format!("upstream sent an invalid response: {m}"),
+        UpstreamError::ClientBody(s) => format!("client request body rejected ({s})"),
+        UpstreamError::Client(e) => format!("client error: {e}"),
+    }
+}
+
+/// An upstream response whose head has been read.
+pub struct UpstreamResponse {
+    pub head: ResponseHead,
+    pub conn: PooledConn,
+    /// Bytes after the head already read.
+    pub buf: BytesMut,
+    group_id: usize,
+}
+
+fn group_id(g: &Arc<UpstreamGroup>) -> usize {
+    Arc::as_ptr(g) as usize
+}
+
+/// Sends the request upstream and reads the response head, retrying as the module doc
+/// says. On success the response body is still to be read from `UpstreamResponse`.
+pub async fn fetch(
+    w: &Rc<Worker>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    group: &Arc<UpstreamGroup>,
+) -> Result<UpstreamResponse, UpstreamError> {
+    let head = build_request_head(ex, conn, group);
+    let gid = group_id(group);
+    let mut attempts = 0;
+    let max_attempts = group.servers.len() + 1;
+    loop {
+        attempts += 1;
+        let server = group.pick();
+        let (mut up, reused) = match w.pool.take(gid, server, group.keepalive_timeout) {
+            Some(c) => (c, true),
+            None => match connect(group, server).await {
+                Ok(c) => (c, false),
+                Err(e) => {
+                    group.mark_failed(server);
+                    w.stats().upstream_connect_errors.fetch_add(1, Relaxed);
+                    if attempts < max_attempts && group.servers.len() > 1 && !group.is_down_all() {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        if reused {
+            w.stats().upstream_reused.fetch_add(1, Relaxed);
+        }
+        w.stats().upstream_requests.fetch_add(1, Relaxed);
+        let body_pending = ex.body.is_some();
+        match exchange_once(conn, ex, group, &mut up, &head).await {
+            Ok((resp, buf)) => {
+                group.mark_ok(server);
+                up.uses += 1;
+                return Ok(UpstreamResponse {
+                    head: resp,
+                    conn: up,
+                    buf,
+                    group_id: gid,
+                });
+            }
+            Err(UpstreamError::Closed) if reused && !body_pending && attempts < max_attempts => {
+                continue
+            }
+            Err(e @ (UpstreamError::ClientBody(_) | UpstreamError::Client(_))) => return Err(e),
+            Err(e) => {
+                if matches!(e, UpstreamError::ReadTimeout) {
+                    w.stats().upstream_timeouts.fetch_add(1, Relaxed);
+                } else {
+                    w.stats().upstream_bad_responses.fetch_add(1, Relaxed);
+                }
+                group.mark_failed(server);
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl UpstreamGroup {
+    fn is_down_all(&self) -> bool {
+        (0..self.servers.len()).all(|i| self.is_down(i))
+    }
+}
+
+async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, UpstreamError> {
+    let addr = group.servers[server].addr;
+    match tokio::time::timeout(group.connect_timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(PooledConn {
+                stream,
+                server,
+                uses: 0,
+            })
+        }
+        Ok(Err(e)) => Err(UpstreamError::Connect(io::Error::new(
+            e.kind(),
+            format!("{e} to {addr}"),
+        ))),
+        Err(_) => Err(UpstreamError::ConnectTimeout),
+    }
+}
+
+/// The request head sent upstream: hop-by-hop headers removed (and those the client's
+/// Connection header names), Host passed through, X-Forwarded-For appended.
+pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> Vec<u8> {
+    let req = &ex.req;
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.path_and_query().as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    match req.host() {
+        Some(h) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
+        None => edge_http::write_header(
+            &mut out,
+            "Host",
+            group.servers[0].addr.to_string().as_bytes(),
+        ),
+    }
+    let named: Vec<String> = req
+        .headers
+        .tokens("connection")
+        .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
+        .collect();
+    let mut xff: Option<Vec<u8>> = None;
+    for (name, value) in req.headers.iter() {
+        if edge_http::is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case("host")
+            || name.eq_ignore_ascii_case("content-length")
+            || named.iter().any(|n| name.eq_ignore_ascii_case(n))
+        {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("x-forwarded-for") {
+            let v = xff.get_or_insert_with(Vec::new);
+            if !v.is_empty() {
+                v.extend_from_slice(b", ");
+            }
+            v.extend_from_slice(value);
+            continue;
+        }
+        edge_http::write_header(&mut out, name, value);
+    }
+    let mut v = xff.unwrap_or_default();
+    if !v.is_empty() {
+        v.extend_from_slice(b", ");
+    }
+    v.extend_from_slice(conn.peer.ip().to_string().as_bytes());
+    edge_http::write_header(&mut out, "X-Forwarded-For", &v);
+    match req.body {
+        BodyKind::Length(n) => {
+            edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
+        }
+        BodyKind::Chunked => edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked"),
+        _ => {}
+    }
+    if group.keepalive == 0 {
+        edge_http::write_header(&mut out, "Connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+async fn exchange_once(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    group: &UpstreamGroup,
+    up: &mut PooledConn,
+    head: &[u8],
+) -> Result<(ResponseHead, BytesMut), UpstreamError> {
+    // Head (and, for small bodies already buffered, nothing else: the body follows).
+    if let Err(e) = write_all_timed(&mut up.stream, head, group.send_timeout).await {
+        return Err(if e.kind() == io::ErrorKind::TimedOut {
+            UpstreamError::ReadTimeout
+        } else {
+            UpstreamError::Closed
+        });
+    }
+    if ex.body.is_some() {
+        ex.send_continue(conn, group.send_timeout)
+            .await
+            .map_err(UpstreamError::Client)?;
+        stream_request_body(conn, ex, group, up).await?;
+    }
+    read_response_head(up, &ex.req.method, group).await
+}
+
+/// Streams the client's request body upstream, re-framed (Content-Length as is, chunked
+/// re-chunked), never holding more than one read buffer.
+async fn stream_request_body(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    group: &UpstreamGroup,
+    up: &mut PooledConn,
+) -> Result<(), UpstreamError> {
+    let Some(mut dec) = ex.body.take() else {
+        return Ok(());
+    };
+    let chunked = ex.req.body == BodyKind::Chunked;
+    let mut out = Vec::with_capacity(UP_BUF + 32);
+    let body_timeout = group.send_timeout;
+    loop {
+        if !conn.rbuf.is_empty() {
+            let d = match dec.decode(&conn.rbuf) {
+                Ok(d) => d,
+                Err(e) => {
+                    ex.keep_alive = false;
+                    return Err(UpstreamError::ClientBody(e.status()));
+                }
+            };
+            out.clear();
+            if chunked && !d.data.is_empty() {
+                edge_http::write_chunk_header(&mut out, d.data.len());
+                out.extend_from_slice(d.data);
+                out.extend_from_slice(b"\r\n");
+            } else {
+                out.extend_from_slice(d.data);
+            }
+            let (n, done) = (d.consumed, d.done);
+            conn.rbuf.advance(n);
+            if done && chunked {
+                out.extend_from_slice(edge_http::LAST_CHUNK);
+            }
+            if !out.is_empty() {
+                write_all_timed(&mut up.stream, &out, body_timeout)
+                    .await
+                    .map_err(|_| UpstreamError::Closed)?;
+            }
+            if done {
+                return Ok(());
+            }
+            if n > 0 {
+                continue;
+            }
+        }
+        match conn.fill(body_timeout).await {
+            Ok(0) => {
+                ex.keep_alive = false;
+                return Err(UpstreamError::ClientBody(400));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                ex.keep_alive = false;
+                return Err(UpstreamError::ClientBody(408));
+            }
+            Err(e) => return Err(UpstreamError::Client(e)),
+        }
+    }
+}
+
+async fn read_response_head(
+    up: &mut PooledConn,
+    method: &Method,
+    group: &UpstreamGroup,
+) -> Result<(ResponseHead, BytesMut), UpstreamError> {
+    let limits = upstream_limits();
+    let mut buf = BytesMut::with_capacity(UP_BUF);
+    loop {
+        if !buf.is_empty() {
+            match edge_http::parse_response(&buf, &limits, method) {
+                Ok(Some((head, n))) => {
+                    buf.advance(n);
+                    if (100..200).contains(&head.status) {
+                        if head.status == 101 {
+                            return Err(UpstreamError::Bad(
+                                "protocol upgrade is not supported".into(),
+                            ));
+                        }
+                        continue; // 100 Continue and friends: wait for the final response
+                    }
+                    return Ok((head, buf));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(UpstreamError::Bad(e.to_string())),
+            }
+        }
+        match tokio::time::timeout(group.read_timeout, up.stream.read_buf(&mut buf)).await {
+            Ok(Ok(0)) => return Err(UpstreamError::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err(UpstreamError::Closed),
+            Err(_) => return Err(UpstreamError::ReadTimeout),
+        }
+    }
+}
+
+/// Writes the response head for the client from an upstream head: hop-by-hop, Date,
+/// Server and framing headers replaced by ours. Returns whether the body goes chunked.
+pub fn client_head(
+    out: &mut Vec<u8>,
+    ex: &mut Exchange,
+    head: &ResponseHead,
+    route: &Route,
+) -> bool {
+    ex.begin_head(out, head.status);
+    write_forwarded_headers(out, &head.headers);
+    let mut chunked = false;
+    match head.body {
+        BodyKind::Empty => {
+            if let Some(cl) = head.headers.get("content-length") {
+                edge_http::write_header(out, "Content-Length", cl);
+            }
+        }
+        BodyKind::Length(n) => {
+            edge_http::write_header(out, "Content-Length", n.to_string().as_bytes())
+        }
+        BodyKind::Chunked | BodyKind::CloseDelimited => {
+            if ex.chunked_ok() && !ex.is_head() {
+                edge_http::write_header(out, "Transfer-Encoding", b"chunked");
+                chunked = true;
+            } else {
+                ex.keep_alive = false; // HTTP/1.0 client: the body ends when we close
+            }
+        }
+    }
+    out.extend_from_slice(&route.add_headers);
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
+    }
+    ex.end_head(out);
+    chunked
+}
+
+/// Copies end-to-end headers from an upstream response.
+pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &HeaderMap) {
+    let named: Vec<String> = headers
+        .tokens("connection")
+        .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
+        .collect();
+    for (name, value) in headers.iter() {
+        if edge_http::is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case("date")
+            || name.eq_ignore_ascii_case("server")
+            || name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("x-cache-status")
+            || named.iter().any(|n| name.eq_ignore_ascii_case(n))
+        {
+            continue;
+        }
+        edge_http::write_header(out, name, value);
+    }
+}
+
+/// Sends the upstream response to the client, streaming the body; `tee` sees every body
+/// byte (the cache writer hooks in here). Returns the connection to the pool when the
+/// body ended cleanly and the upstream allows reuse.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay_response(
+    w: &Rc<Worker>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    shared: &Shared,
+    route: &Route,
+    group: &UpstreamGroup,
+    mut up: UpstreamResponse,
+    tee: &mut dyn FnMut(&[u8]),
+) -> Result<(), ExchangeError> {
+    let mut out = Vec::with_capacity(FLUSH_AT + 1024);
+    let chunked = client_head(&mut out, ex, &up.head, route);
+    let head_len = out.len();
+    let send = shared.timeouts.send;
+    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
+    let mut sent: u64 = 0;
+    let to_client = !ex.is_head();
+    loop {
+        while !up.buf.is_empty() && !dec.is_done() {
+            let d = dec
+                .decode(&up.buf)
+                .map_err(|e| ExchangeError::Aborted(format!("upstream body: {e}")))?;
+            if !d.data.is_empty() {
+                tee(d.data);
+                if to_client {
+                    if chunked {
+                        edge_http::write_chunk_header(&mut out, d.data.len());
+                        out.extend_from_slice(d.data);
+                        out.extend_from_slice(b"\r\n");
+                    } else {
+                        out.extend_from_slice(d.data);
+                    }
+                    sent += d.data.len() as u64;
+                }
+            }
+            let n = d.consumed;
+            up.buf.advance(n);
+            if out.len() >= FLUSH_AT {
+                conn.write_all(&out, send).await?;
+                out.clear();
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        if dec.is_done() || up.head.body == BodyKind::Empty {
+            break;
+        }
+        // Flush what we have before waiting on the origin, so the client (and collapsed
+        // followers) see bytes as they arrive.
+        if !out.is_empty() {
+            conn.write_all(&out, send).await?;
+            out.clear();
+        }
+        if up.buf.capacity() - up.buf.len() < 4096 {
+            up.buf.reserve(UP_BUF);
+        }
+        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
+            Ok(Ok(0)) => {
+                if dec.on_eof().is_err() {
+                    ex.body_bytes_sent = sent;
+                    return Err(ExchangeError::Aborted(
+                        "upstream closed before the body ended".into(),
+                    ));
+                }
+                break;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                ex.body_bytes_sent = sent;
+                return Err(ExchangeError::Aborted(format!("upstream read failed: {e}")));
+            }
+            Err(_) => {
+                ex.body_bytes_sent = sent;
+                w.stats().upstream_timeouts.fetch_add(1, Relaxed);
+                return Err(ExchangeError::Aborted(
+                    timed_out("upstream body read").to_string(),
+                ));
+            }
+        }
+    }
+    if chunked {
+        out.extend_from_slice(edge_http::LAST_CHUNK);
+    }
+    if !out.is_empty() || head_len > 0 {
+        conn.write_all(&out, send).await?;
+    }
+    ex.body_bytes_sent = sent;
+    let reusable = up.head.keep_alive
+        && dec.is_done()
+        && up.buf.is_empty()
+        && up.head.body != BodyKind::CloseDelimited;
+    if reusable && group.keepalive > 0 {
+        w.pool.put(up.group_id, up.conn, group.keepalive);
+    }
+    Ok(())
+}

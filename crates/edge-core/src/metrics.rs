@@ -1,0 +1,90 @@
+//! Counters: one cache-line-aligned block of relaxed atomics per worker, summed by the
+//! admin listener for `/status` and `/metrics`. Workers never share a line, so counting
+//! costs no cross-core traffic on the hot path.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// Per-worker counters.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct WorkerStats {
+    pub accepted: AtomicU64,
+    pub active: AtomicU64,
+    pub requests: AtomicU64,
+    pub status: [AtomicU64; 5], // 1xx..5xx
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub upstream_requests: AtomicU64,
+    pub upstream_connect_errors: AtomicU64,
+    pub upstream_timeouts: AtomicU64,
+    pub upstream_bad_responses: AtomicU64,
+    pub upstream_reused: AtomicU64,
+    pub bad_requests: AtomicU64,
+}
+
+impl WorkerStats {
+    pub fn count_status(&self, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.status[class].fetch_add(1, Relaxed);
+    }
+}
+
+/// All workers' counters.
+pub struct Metrics {
+    pub workers: Vec<WorkerStats>,
+    pub started: Instant,
+}
+
+impl Metrics {
+    pub fn new(workers: usize) -> Metrics {
+        Metrics {
+            workers: (0..workers).map(|_| WorkerStats::default()).collect(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Sum of one counter over all workers.
+    pub fn sum(&self, f: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
+        self.workers.iter().map(|w| f(w).load(Relaxed)).sum()
+    }
+
+    pub fn active(&self) -> u64 {
+        self.sum(|w| &w.active)
+    }
+}
+
+/// Appends one Prometheus sample line.
+pub fn prom(out: &mut String, name: &str, labels: &str, value: u64) {
+    use std::fmt::Write;
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// Appends the `# HELP` and `# TYPE` lines of a metric.
+pub fn prom_header(out: &mut String, name: &str, kind: &str, help: &str) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_classes_and_sums() {
+        let m = Metrics::new(2);
+        m.workers[0].count_status(200);
+        m.workers[1].count_status(204);
+        m.workers[1].count_status(502);
+        m.workers[0].count_status(999); // clamped into 5xx, never a panic
+        m.workers[0].count_status(0); // clamped into 1xx
+        assert_eq!(m.sum(|w| &w.status[1]), 2);
+        assert_eq!(m.sum(|w| &w.status[4]), 2);
+        assert_eq!(m.sum(|w| &w.status[0]), 1);
+        assert_eq!(std::mem::align_of::<WorkerStats>(), 64);
+    }
+}

@@ -1,0 +1,66 @@
+//! A client connection: the socket plus its read buffer, with timeouts applied per
+//! operation the way nginx applies them (`send_timeout` bounds each write's progress,
+//! not the whole response).
+
+use bytes::BytesMut;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Initial read buffer; grows up to the head limit while a head is incomplete.
+pub const READ_BUF: usize = 16 * 1024;
+
+pub struct Conn {
+    pub io: TcpStream,
+    pub rbuf: BytesMut,
+    pub peer: SocketAddr,
+}
+
+pub fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, format!("{what} timed out"))
+}
+
+impl Conn {
+    pub fn new(io: TcpStream, peer: SocketAddr) -> Conn {
+        Conn {
+            io,
+            rbuf: BytesMut::with_capacity(READ_BUF),
+            peer,
+        }
+    }
+
+    /// Reads more bytes into the buffer. Ok(0) is EOF.
+    pub async fn fill(&mut self, limit: Duration) -> io::Result<usize> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(READ_BUF);
+        }
+        match tokio::time::timeout(limit, self.io.read_buf(&mut self.rbuf)).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out("client read")),
+        }
+    }
+
+    /// Writes all of `buf`; each write must make progress within `limit`.
+    pub async fn write_all(&mut self, buf: &[u8], limit: Duration) -> io::Result<()> {
+        write_all_timed(&mut self.io, buf, limit).await
+    }
+}
+
+/// `write_all` where each write must make progress within `limit`.
+pub async fn write_all_timed(
+    io: &mut TcpStream,
+    mut buf: &[u8],
+    limit: Duration,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match tokio::time::timeout(limit, io.write(buf)).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => buf = &buf[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(timed_out("send")),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! One request/response exchange on a connection: the parsed request, what the handler
+//! decided (status, keep-alive, cache status) and what was sent, for the access log.
+//! Also the helpers every handler uses to write a response head and to take in a
+//! request body (including `Expect: 100-continue`).
+
+use super::conn::Conn;
+use edge_http::{BodyDecoder, BodyKind, RequestHead, Version};
+use std::io;
+use std::time::{Duration, Instant};
+
+pub struct Exchange {
+    pub req: RequestHead,
+    /// Whether the connection stays open after this response. Handlers clear it when
+    /// they cannot leave the connection in a clean state (body not consumed, error).
+    pub keep_alive: bool,
+    pub status: u16,
+    pub body_bytes_sent: u64,
+    pub cache_status: Option<&'static str>,
+    pub started: Instant,
+    /// Request body not yet consumed from the connection.
+    pub body: Option<BodyDecoder>,
+    pub continue_sent: bool,
+    /// Flips to true when the server starts draining: responses written after that
+    /// close the connection even if the request arrived before.
+    draining: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Why an exchange ended without a clean response.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// The client went away or timed out: close without writing.
+    Client(io::Error),
+    /// The response was cut mid-way (upstream broke after the head): close.
+    Aborted(String),
+}
+
+impl From<io::Error> for ExchangeError {
+    fn from(e: io::Error) -> Self {
+        ExchangeError::Client(e)
+    }
+}
+
+pub const SERVER: &[u8] = b"edgecache";
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+impl Exchange {
+    pub fn new(
+        req: RequestHead,
+        keep_alive: bool,
+        max_body: Option<u64>,
+        draining: tokio::sync::watch::Receiver<bool>,
+    ) -> Exchange {
+        let body = match req.body {
+            BodyKind::Empty | BodyKind::Length(0) => None,
+            kind => Some(BodyDecoder::new(kind, max_body)),
+        };
+        Exchange {
+            req,
+            keep_alive,
+            status: 0,
+            body_bytes_sent: 0,
+            cache_status: None,
+            started: Instant::now(),
+            body,
+            continue_sent: false,
+            draining,
+        }
+    }
+
+    pub fn is_head(&self) -> bool {
+        self.req.method == edge_http::Method::Head
+    }
+
+    /// True when the client can take a chunked body (HTTP/1.1).
+    pub fn chunked_ok(&self) -> bool {
+        self.req.version == Version::Http11
+    }
+
+    /// Status line, Date and Server. The caller adds its headers, then [`Self::end_head`].
+    pub fn begin_head(&mut self, out: &mut Vec<u8>, status: u16) {
+        self.status = status;
+        edge_http::write_status_line(out, status);
+        edge_http::write_header(out, "Date", &edge_http::http_date_now());
+        edge_http::write_header(out, "Server", SERVER);
+    }
+
+    /// Connection header (when needed) and the blank line.
+    pub fn end_head(&mut self, out: &mut Vec<u8>) {
+        if *self.draining.borrow() {
+            self.keep_alive = false;
+        }
+        if !self.keep_alive {
+            edge_http::write_header(out, "Connection", b"close");
+        } else if self.req.version == Version::Http10 {
+            edge_http::write_header(out, "Connection", b"keep-alive");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// Sends `100 Continue` once, if the client asked for it and the body is wanted.
+    pub async fn send_continue(
+        &mut self,
+        conn: &mut Conn,
+        send_timeout: Duration,
+    ) -> io::Result<()> {
+        if self.req.expect_continue
+            && !self.continue_sent
+            && self.body.is_some()
+            && conn.rbuf.is_empty()
+        {
+            self.continue_sent = true;
+            conn.write_all(CONTINUE, send_timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads and discards the request body (handlers that do not use it), so the next
+    /// pipelined request parses. A body over the limit or a broken one is an error: the
+    /// caller answers 413/400 and closes.
+    pub async fn discard_body(
+        &mut self,
+        conn: &mut Conn,
+        timeout: Duration,
+        send_timeout: Duration,
+    ) -> Result<(), u16> {
+        if self.body.is_none() {
+            return Ok(());
+        }
+        self.send_continue(conn, send_timeout)
+            .await
+            .map_err(|_| 400u16)?;
+        let mut dec = self.body.take().expect("checked");
+        loop {
+            if !conn.rbuf.is_empty() {
+                let d = dec.decode(&conn.rbuf).map_err(|e| e.status())?;
+                let n = d.consumed;
+                let done = d.done;
+                bytes::Buf::advance(&mut conn.rbuf, n);
+                if done {
+                    return Ok(());
+                }
+                if n > 0 {
+                    continue;
+                }
+            }
+            match conn.fill(timeout).await {
+                Ok(0) | Err(_) => return Err(400),
+                Ok(_) => {}
+            }
+        }
+    }
+}

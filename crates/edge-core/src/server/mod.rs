@@ -1,0 +1,235 @@
+//! Server lifecycle: bind, start workers, wait for signals, reload, stop gracefully.
+//!
+//! Order matters: the error log opens, signals are registered, and every socket is bound
+//! *before* any worker runs, so startup either fails early with one clear message or
+//! comes up whole. SIGTERM/SIGINT stop accepting, let in-flight requests finish (idle
+//! keep-alive connections close at once), and exit 0 once no connection is left or
+//! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
+//! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
+
+pub mod caches;
+pub mod conn;
+pub mod exchange;
+pub mod file_body;
+pub mod route;
+pub mod session;
+pub mod state;
+pub mod worker;
+
+use crate::config::{self, AccessLog, Config, Workers};
+use crate::log::access::{AccessLogBuf, AccessLogFile};
+use crate::metrics::Metrics;
+use crate::net::{strategy_for, ListenSpec};
+use arc_swap::ArcSwap;
+use state::Shared;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// A startup or runtime failure (exit code 1).
+#[derive(Debug)]
+pub struct RunError(pub String);
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err(context: &str, e: impl std::fmt::Display) -> RunError {
+    RunError(format!("{context}: {e}"))
+}
+
+/// Runs the server until a stop signal. `config_path` is re-read on SIGHUP (None: the
+/// embedded default, which cannot change).
+pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
+    let log = crate::log::error::init(&cfg.error_log).map_err(|e| err("error_log", e))?;
+    let workers = match cfg.workers {
+        Workers::Auto => crate::affinity::num_cpus(),
+        Workers::Count(n) => n,
+    };
+    let strategy = strategy_for(cfg.accept).map_err(RunError)?;
+    let listens: Vec<ListenSpec> = cfg
+        .listen
+        .iter()
+        .map(|l| {
+            config::validate::parse_addr(l.addr.get_ref())
+                .map(|addr| ListenSpec {
+                    addr,
+                    backlog: l.backlog,
+                })
+                .map_err(RunError)
+        })
+        .collect::<Result<_, _>>()?;
+
+    // Signals first: a TERM that arrives during startup must be a graceful stop, not death.
+    let signal_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err("runtime", e))?;
+    let mut sigs = signal_rt
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::hangup())?,
+                signal(SignalKind::user_defined1())?,
+            ))
+        })
+        .map_err(|e| err("signals", e))?;
+
+    let acceptors = strategy
+        .prepare(&listens, workers)
+        .map_err(|e| err("listen", e))?;
+    let demo_origin = match &cfg.demo_origin {
+        Some(a) => {
+            let addr = config::validate::parse_addr(a.get_ref()).map_err(RunError)?;
+            let opts = edgeorigin::Options {
+                listen: addr,
+                ..Default::default()
+            };
+            Some(edgeorigin::start(opts).map_err(|e| err(&format!("demo origin on {addr}"), e))?)
+        }
+        None => None,
+    };
+    let caches = caches::open_caches(&cfg, None).map_err(RunError)?;
+    let shared = Arc::new(ArcSwap::from_pointee(
+        Shared::build(&cfg, 1, None, caches).map_err(RunError)?,
+    ));
+    let metrics = Arc::new(Metrics::new(workers));
+    let (access_file, log_buffer, log_flush) = match &cfg.access_log {
+        AccessLog::Off => (None, 0, Duration::from_secs(1)),
+        AccessLog::File {
+            path,
+            buffer,
+            flush,
+        } => (
+            Some(AccessLogFile::open(path).map_err(|e| err("access_log", e))?),
+            *buffer as usize,
+            *flush,
+        ),
+    };
+    if let Some(a) = &cfg.admin {
+        let addr = config::validate::parse_addr(a.listen.get_ref()).map_err(RunError)?;
+        crate::admin::start(
+            addr,
+            crate::admin::AdminCtx {
+                metrics: metrics.clone(),
+                shared: shared.clone(),
+                accept: strategy.name(),
+            },
+        )
+        .map_err(|e| err("admin listen", e))?;
+    }
+    if !cfg.location.iter().all(|l| l.compress.is_empty()) {
+        tracing::warn!("compress is set but response compression is not in this build yet; responses are sent as the origin sends them");
+    }
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut threads = Vec::with_capacity(workers);
+    for (id, acceptor) in acceptors.into_iter().enumerate() {
+        let spec = worker::WorkerSpec {
+            id,
+            cpu: crate::affinity::cpu_for_worker(&cfg.worker_cpu_affinity, id),
+            acceptor,
+            shared: shared.clone(),
+            metrics: metrics.clone(),
+            access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
+            shutdown: stop_rx.clone(),
+            max_connections: cfg.worker_connections,
+        };
+        threads.push(worker::spawn(spec).map_err(|e| err("pthread_create()", e))?);
+    }
+    tracing::info!(
+        "edgecache {} started: {workers} worker(s), accept={}, listening on {}",
+        env!("CARGO_PKG_VERSION"),
+        strategy.name(),
+        listens
+            .iter()
+            .map(|l| l.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let mut generation = 1;
+    signal_rt.block_on(async {
+        let (term, int, hup, usr1) = &mut sigs;
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => reload(&config_path, &cfg, &shared, &mut generation),
+                _ = usr1.recv() => {
+                    log.reopen();
+                    if let Some(f) = &access_file { f.reopen(); }
+                    tracing::info!("logs reopened");
+                }
+            }
+        }
+    });
+
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    let _ = stop_tx.send(true);
+    let deadline = Instant::now() + cfg.shutdown_timeout.0;
+    while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = metrics.active();
+    if left > 0 {
+        tracing::warn!(
+            "shutdown_timeout passed with {left} connection(s) still open; closing them"
+        );
+    }
+    for c in shared.load().caches.values() {
+        c.shutdown();
+    }
+    if let Some(o) = demo_origin {
+        o.shutdown();
+    }
+    Ok(())
+}
+
+/// SIGHUP: re-read and swap. Listener, worker and log changes need a restart.
+fn reload(
+    path: &Option<PathBuf>,
+    running: &Config,
+    shared: &Arc<ArcSwap<Shared>>,
+    generation: &mut u64,
+) {
+    let Some(path) = path else {
+        tracing::warn!("SIGHUP: running on the embedded default config; nothing to reload");
+        return;
+    };
+    let new = match config::load(path) {
+        Ok((c, _)) => c,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running config: {e}");
+            return;
+        }
+    };
+    let old = shared.load_full();
+    let caches = match caches::open_caches(&new, Some(&old.caches)) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running config: {e}");
+            return;
+        }
+    };
+    match Shared::build(&new, *generation + 1, Some(&old), caches) {
+        Ok(s) => {
+            *generation += 1;
+            shared.store(Arc::new(s));
+            if new.listen != running.listen
+                || new.workers != running.workers
+                || new.accept != running.accept
+            {
+                tracing::warn!(
+                    "reload: listen, workers and accept changes take effect after a restart"
+                );
+            }
+            tracing::info!("configuration reloaded (generation {generation})");
+        }
+        Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),
+    }
+}

@@ -1,0 +1,91 @@
+//! The compiled configuration that workers read on every request: routes with their
+//! handlers resolved, upstream groups, limits and timeouts. Built once from a validated
+//! [`Config`] and swapped whole on SIGHUP (an `ArcSwap`), so a reload never leaves a
+//! request half-old, half-new.
+
+use super::caches::Caches;
+use super::route::Router;
+use crate::config::{validate::Cidr, Config};
+use crate::upstream::UpstreamGroup;
+use edge_http::Limits;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub client_header: Duration,
+    pub client_body: Duration,
+    pub send: Duration,
+    pub keepalive: Duration,
+}
+
+pub struct Shared {
+    pub router: Router,
+    /// Every open cache zone by name (shared with the admin listener for purges).
+    pub caches: Caches,
+    pub upstreams: HashMap<String, Arc<UpstreamGroup>>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub keepalive_requests: u64,
+    pub admin_allow: Vec<Cidr>,
+    pub sendfile: bool,
+    /// Config generation (1 at start, +1 per reload), shown in /status.
+    pub generation: u64,
+}
+
+impl Shared {
+    /// Compiles a validated config. `previous` keeps upstream failure state across reloads
+    /// for groups whose servers did not change.
+    pub fn build(
+        cfg: &Config,
+        generation: u64,
+        previous: Option<&Shared>,
+        caches: Caches,
+    ) -> Result<Shared, String> {
+        let mut upstreams = HashMap::new();
+        for u in &cfg.upstream {
+            let group = UpstreamGroup::from_config(u)?;
+            let group = match previous.and_then(|p| p.upstreams.get(u.name.get_ref())) {
+                Some(old) if old.same_servers(&group) => old.clone(),
+                _ => Arc::new(group),
+            };
+            upstreams.insert(u.name.get_ref().clone(), group);
+        }
+        let router = Router::build(cfg, &upstreams, &caches)?;
+        let admin_allow = match &cfg.admin {
+            Some(a) => a
+                .allow
+                .get_ref()
+                .iter()
+                .map(|c| Cidr::parse(c))
+                .collect::<Result<_, _>>()?,
+            None => vec![Cidr::parse("127.0.0.1/32")?, Cidr::parse("::1/128")?],
+        };
+        Ok(Shared {
+            router,
+            caches,
+            upstreams,
+            limits: Limits {
+                max_request_line: cfg.client_max_request_line.0 as usize,
+                max_header_bytes: cfg.client_max_header_size.0 as usize,
+                max_headers: cfg.client_max_headers,
+                max_body: Some(cfg.client_max_body_size.0).filter(|&n| n > 0),
+            },
+            timeouts: Timeouts {
+                client_header: cfg.client_header_timeout.0,
+                client_body: cfg.client_body_timeout.0,
+                send: cfg.send_timeout.0,
+                keepalive: cfg.keepalive_timeout.0,
+            },
+            keepalive_requests: cfg.keepalive_requests,
+            admin_allow,
+            sendfile: cfg.aio.sendfile,
+            generation,
+        })
+    }
+
+    pub fn is_admin(&self, ip: std::net::IpAddr) -> bool {
+        self.admin_allow.iter().any(|c| c.contains(ip))
+    }
+}

@@ -1,0 +1,194 @@
+//! Shared pieces of the edgecache integration tests: start the real binaries on
+//! 127.0.0.1, and a small recording upstream for checks that edgeorigin cannot make
+//! (what exactly arrived upstream).
+#![allow(dead_code)]
+
+use edge_testkit::{bin, free_addr, Proc};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const START: Duration = Duration::from_secs(15);
+
+/// Starts `edgeorigin` on a free port.
+pub fn origin() -> (Proc, SocketAddr) {
+    let addr = free_addr();
+    let mut p = Proc::spawn(&bin("edgeorigin"), &["--listen", &addr.to_string()]);
+    p.wait_port(addr, START);
+    (p, addr)
+}
+
+/// Starts `edgecache -c <config>`; `{listen}` in the text is replaced by a free address
+/// (returned) and `{admin}` by another.
+pub fn edgecache(config: &str) -> (Proc, SocketAddr, SocketAddr) {
+    let listen = free_addr();
+    let admin = free_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string());
+    let path = dir.path().join("edgecache.toml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let mut p = Proc::spawn_in(&bin("edgecache"), &["-c", &path], dir);
+    p.wait_port(listen, START);
+    (p, listen, admin)
+}
+
+/// A plain proxy config in front of `upstream`.
+pub fn proxy_config(upstream: SocketAddr, extra_top: &str, extra_upstream: &str) -> String {
+    format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+{extra_top}
+[[listen]]
+addr = "{{listen}}"
+
+[[upstream]]
+name = "origin"
+servers = ["{upstream}"]
+{extra_upstream}
+
+[[location]]
+prefix = "/"
+proxy = "origin"
+
+[admin]
+listen = "{{admin}}"
+"#
+    )
+}
+
+/// What the recording upstream saw: raw heads and decoded bodies, one per request.
+#[derive(Default, Clone)]
+pub struct Seen {
+    pub heads: Vec<String>,
+    pub bodies: Vec<Vec<u8>>,
+    pub connections: usize,
+}
+
+/// A real HTTP/1.1 server on 127.0.0.1 that records each request and answers with its
+/// body echoed back (chunked when the request carried `X-Reply-Chunked: 1`).
+pub fn recording_upstream() -> (SocketAddr, Arc<Mutex<Seen>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(conn) = conn else { continue };
+            s2.lock().unwrap().connections += 1;
+            let s3 = s2.clone();
+            std::thread::spawn(move || serve_recording(conn, s3));
+        }
+    });
+    (addr, seen)
+}
+
+fn serve_recording(mut c: TcpStream, seen: Arc<Mutex<Seen>>) {
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        // head
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            let mut tmp = [0u8; 8192];
+            match c.read(&mut tmp) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        buf.drain(..head_end);
+        let lower = head.to_ascii_lowercase();
+        let body = if lower.contains("transfer-encoding: chunked") {
+            read_chunked(&mut c, &mut buf)
+        } else if let Some(cl) = lower
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+        {
+            let n: usize = cl.trim().parse().unwrap();
+            while buf.len() < n {
+                let mut tmp = [0u8; 8192];
+                match c.read(&mut tmp) {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => buf.extend_from_slice(&tmp[..k]),
+                }
+            }
+            buf.drain(..n).collect()
+        } else {
+            Vec::new()
+        };
+        {
+            let mut s = seen.lock().unwrap();
+            s.heads.push(head.clone());
+            s.bodies.push(body.clone());
+        }
+        let mut resp = Vec::new();
+        if lower.contains("x-reply-chunked: 1") {
+            resp.extend_from_slice(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Upstream: rec\r\n\r\n",
+            );
+            for piece in body.chunks(1000) {
+                resp.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                resp.extend_from_slice(piece);
+                resp.extend_from_slice(b"\r\n");
+            }
+            resp.extend_from_slice(b"0\r\n\r\n");
+        } else {
+            resp.extend_from_slice(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nKeep-Alive: timeout=5\r\nX-Upstream: rec\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            resp.extend_from_slice(&body);
+        }
+        if c.write_all(&resp).is_err() {
+            return;
+        }
+    }
+}
+
+fn read_chunked(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = loop {
+            if let Some(p) = buf.windows(2).position(|w| w == b"\r\n") {
+                break p;
+            }
+            let mut tmp = [0u8; 8192];
+            let n = c.read(&mut tmp).unwrap_or(0);
+            if n == 0 {
+                return body;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        let size = usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).unwrap().trim(), 16)
+            .unwrap();
+        buf.drain(..line_end + 2);
+        while buf.len() < size + 2 {
+            let mut tmp = [0u8; 8192];
+            let n = c.read(&mut tmp).unwrap_or(0);
+            if n == 0 {
+                return body;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        }
+        if size == 0 {
+            buf.drain(..2);
+            return body;
+        }
+        body.extend_from_slice(&buf[..size]);
+        buf.drain(..size + 2);
+    }
+}
+
+/// A deterministic test payload.
+pub fn payload(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}

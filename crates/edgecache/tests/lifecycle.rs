@@ -1,0 +1,222 @@
+//! The command line, the embedded default config, graceful stop, reload and log reopen.
+
+mod common;
+use common::*;
+use edge_testkit::{bin, get, Client, Proc};
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn dash_t_accepts_a_good_file_and_rejects_a_bad_one_with_file_line_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[[listen]]\naddr = \"127.0.0.1:1\"\n").unwrap();
+    let out = Command::new(bin("edgecache"))
+        .args(["-t", "-c"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "workers = 1\n\nkeepalive_timeout = \"soon\"\n[[listen]]\naddr = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin("edgecache"))
+        .args(["-t", "-c"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:3: keepalive_timeout:", bad.display())),
+        "{err}"
+    );
+
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(&unknown, "[[listen]]\naddr = \"127.0.0.1:1\"\nbaclog = 5\n").unwrap();
+    let out = Command::new(bin("edgecache"))
+        .args(["-t", "-c"])
+        .arg(&unknown)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(":3: listen.baclog: unknown key"), "{err}");
+
+    // A bad config never opens a socket: running it (not -t) also exits 2.
+    let out = Command::new(bin("edgecache"))
+        .arg("-c")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(bin("edgecache"))
+        .arg("--no-such-flag")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(bin("edgecache")).arg("-V").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("edgecache"));
+}
+
+#[test]
+fn bind_failure_is_exit_1_with_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("accept = \"shared\"\n[[listen]]\naddr = \"{addr}\"\n"),
+    )
+    .unwrap();
+    let out = Command::new(bin("edgecache"))
+        .arg("-c")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&addr.to_string()));
+}
+
+#[test]
+fn graceful_stop_finishes_the_request_in_flight() {
+    let (_o, oaddr) = origin();
+    let (mut e, addr, _) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"20s\"", ""));
+    let t = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        c.get("/obj/1m/9?delay_ms=1500", &[])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    e.signal("TERM");
+    let r = t.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 1 << 20);
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "a draining server closes after the response"
+    );
+    assert_eq!(e.wait_exit(Duration::from_secs(10)), Some(0));
+    // And it no longer accepts.
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+#[test]
+fn idle_connections_do_not_delay_a_stop() {
+    let (_o, oaddr) = origin();
+    let (mut e, addr, _) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"30s\"", ""));
+    let mut idle = Client::connect(addr);
+    assert_eq!(idle.get("/obj/10/1", &[]).status, 200);
+    let start = std::time::Instant::now();
+    e.signal("INT");
+    assert_eq!(e.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn embedded_default_serves_the_demo_origin() {
+    // The README's first command: no -c, the demo origin in-process on :8081.
+    let mut p = Proc::spawn(&bin("edgecache"), &[]);
+    p.wait_port("127.0.0.1:8080".parse().unwrap(), START);
+    let r = get("127.0.0.1:8080".parse().unwrap(), "/obj/10k/1", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 10240);
+    p.signal("TERM");
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
+    let listen = edge_testkit::free_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    let write = |body: &str| {
+        std::fs::write(
+            &cfg,
+            format!("[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"),
+        )
+        .unwrap()
+    };
+    write("one");
+    let cfg_s = cfg.to_string_lossy().into_owned();
+    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
+    p.wait_port(listen, START);
+    assert_eq!(get(listen, "/", &[]).body, b"one");
+    write("two");
+    p.signal("HUP");
+    let mut ok = false;
+    for _ in 0..100 {
+        if get(listen, "/", &[]).body == b"two" {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ok, "reload did not take effect");
+    std::fs::write(&cfg, "this is not toml [").unwrap();
+    p.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        get(listen, "/", &[]).body,
+        b"two",
+        "a bad reload keeps the running config"
+    );
+    assert!(p.stderr().contains("reload failed"), "{}", p.stderr());
+}
+
+#[test]
+fn access_log_lines_and_sigusr1_reopen() {
+    let (_o, oaddr) = origin();
+    let (p, addr, _) = edgecache(&proxy_config(
+        oaddr,
+        "access_log = { path = \"logs/access.log\", buffer = \"64k\", flush = \"100ms\" }",
+        "",
+    ));
+    let r = get(
+        addr,
+        "/obj/1k/1?x=\"y",
+        &["User-Agent: test-agent", "Referer: http://r/"],
+    );
+    assert_eq!(r.status, 200);
+    let log = p.dir().join("logs/access.log");
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if !text.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let line = text.lines().next().expect("one access log line");
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(
+        line.contains("\"GET /obj/1k/1?x=\\x22y HTTP/1.1\" 200 1024 \"http://r/\" \"test-agent\" "),
+        "{line}"
+    );
+    assert!(line.ends_with(" -"), "cache status field: {line}");
+    // logrotate: move the file away, SIGUSR1, the next line goes to a new file.
+    std::fs::rename(&log, p.dir().join("logs/access.log.1")).unwrap();
+    p.signal("USR1");
+    std::thread::sleep(Duration::from_millis(200));
+    get(addr, "/obj/1k/2", &[]);
+    let mut reopened = false;
+    for _ in 0..50 {
+        if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("/obj/1k/2")) {
+            reopened = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(reopened, "SIGUSR1 did not reopen the access log");
+}
