@@ -22,9 +22,16 @@ const MAX_CLASS_NAME: usize = 40;
 
 /// "Running 10s test @ URL" and the threads/connections line.
 pub fn header(cfg: &Config) -> String {
+    let secs = cfg.duration.as_secs_f64();
+    // wrk only knows whole seconds; keep its form for those, say "500.00ms" otherwise.
+    let length = if secs >= 1.0 {
+        units::time_s(secs)
+    } else {
+        units::time_us(secs * 1e6)
+    };
     let mut out = format!(
         "Running {} test @ {}\n  {} threads and {} connections\n",
-        units::time_s(cfg.duration.as_secs_f64()),
+        length,
         cfg.url.to_url_string(),
         cfg.threads,
         cfg.connections
