@@ -96,8 +96,48 @@ where
     code
 }
 
+/// File descriptors kept free beyond one per connection (runtime, stdio, JSON file).
+const SPARE_FDS: u64 = 64;
+
+/// Raises the soft open-files limit towards the hard limit when `-c` needs more
+/// descriptors than the soft limit allows (wrk leaves this to `ulimit -n`; edgeload does
+/// it so that ramp tests with tens of thousands of connections just work). Returns the
+/// soft limit in force afterwards.
+pub fn raise_nofile_limit(connections: usize) -> Option<u64> {
+    let want = connections as u64 + SPARE_FDS;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the valid, exclusively borrowed `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur >= want {
+        return Some(lim.rlim_cur);
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want.min(lim.rlim_max),
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the valid `raised` struct; lowering or raising the
+    // soft limit within the hard limit cannot affect memory safety.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Some(lim.rlim_cur);
+    }
+    Some(raised.rlim_cur)
+}
+
 /// Runs the test described by `cfg` and returns the merged measurements.
 pub fn execute(cfg: &Config) -> Result<Outcome, String> {
+    if let Some(limit) = raise_nofile_limit(cfg.connections) {
+        if limit < cfg.connections as u64 + SPARE_FDS {
+            eprintln!(
+                "edgeload: warning: open-files limit {limit} is below -c {} (+{SPARE_FDS}); raise the hard limit (ulimit -Hn)",
+                cfg.connections
+            );
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -150,4 +190,28 @@ pub fn execute(cfg: &Config) -> Result<Outcome, String> {
             interrupted,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nofile_limit_is_raised_within_the_hard_limit() {
+        let mut before = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: writes one rlimit into a valid local.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) },
+            0
+        );
+        // Asking for less than we have changes nothing.
+        assert_eq!(raise_nofile_limit(1), Some(before.rlim_cur));
+        // Asking for more gets at most the hard limit.
+        let want = before.rlim_cur.saturating_add(10).min(before.rlim_max);
+        let got = raise_nofile_limit(want as usize).unwrap();
+        assert!(got >= before.rlim_cur && got <= before.rlim_max);
+    }
 }

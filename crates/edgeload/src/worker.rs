@@ -117,6 +117,8 @@ pub fn spawn(
 /// samples are skipped, as in wrk).
 async fn sample_rate(start: Instant, stats: Rc<RefCell<ThreadStats>>) {
     let mut tick = tokio::time::interval_at((start + SAMPLE_INTERVAL).into(), SAMPLE_INTERVAL);
+    // A busy loop that misses ticks must not catch up with a burst of tiny intervals.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut last_n, mut last_t) = (0u64, start);
     loop {
         tick.tick().await;

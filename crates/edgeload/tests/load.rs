@@ -569,3 +569,68 @@ fn histogram_prints_log2_buckets() {
         .sum();
     assert_eq!(rows, 200, "bucket counts add up\n{}", r.stdout);
 }
+
+/// Against the project's own origin (`edgeorigin`): real X-Checksum values over a mix of
+/// sizes. Needs the binary (`./test` builds every binary first); when it was not built,
+/// the test says so and does nothing.
+#[test]
+fn verifies_edgeorigin_bodies_over_a_size_mix() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_edgeload")).with_file_name("edgeorigin");
+    if !exe.exists() {
+        eprintln!(
+            "SKIPPED: {} not built (run `cargo build --workspace --bins`)",
+            exe.display()
+        );
+        return;
+    }
+    let addr = edge_testkit::free_addr();
+    let mut origin = edge_testkit::Proc::spawn(&exe, &["--listen", &addr.to_string()]);
+    origin.wait_port(addr, Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let mix = dir.path().join("mix.txt");
+    std::fs::write(&mix, "70 /obj/10k\n25 /obj/100k\n5 /obj/1m\n").unwrap();
+    let url = format!("http://{addr}/");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "4",
+            "--requests",
+            "300",
+            "--verify",
+            "--mix",
+            mix.to_str().unwrap(),
+            "--paths",
+            "20",
+            &url,
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("Verify: 300 ok, 0 mismatched, 0 without checksum"),
+        "{}",
+        r.stdout
+    );
+    // Statuses outside 2xx/3xx are counted as wrk does.
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "1",
+            "--requests",
+            "20",
+            &format!("http://{addr}/obj/1k/1?status=503"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("  Non-2xx or 3xx responses: 20"),
+        "{}",
+        r.stdout
+    );
+}
