@@ -74,6 +74,20 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Signal handlers go in before the listener opens: a supervisor (or a test) may
+    // send SIGTERM as soon as the port answers, and that must be a clean exit 0.
+    let signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _rt = rt.enter();
+        signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)))
+    };
+    let (mut term, mut int) = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("edgeorigin: installing signal handlers failed: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let sizes: Vec<String> = opts
         .sizes
         .iter()
@@ -92,20 +106,12 @@ fn main() -> ExitCode {
         handle.local_addr(),
         sizes.join(",")
     );
-    let waited = rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
+    rt.block_on(async {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        Ok::<(), std::io::Error>(())
     });
-    if let Err(e) = waited {
-        eprintln!("edgeorigin: installing signal handlers failed: {e}");
-        return ExitCode::from(1);
-    }
     handle.shutdown();
     ExitCode::SUCCESS
 }
