@@ -168,10 +168,10 @@ pub fn execute(cfg: &Config) -> Result<Outcome, String> {
         while received < cfg.threads {
             tokio::select! {
                 msg = done_rx.recv() => match msg {
-                    Some((_, st)) => {
+                    Some((stopped, st)) => {
                         merged.merge(&st);
                         received += 1;
-                        end = Instant::now();
+                        end = end.max(stopped);
                     }
                     None => break, // a thread died without reporting
                 },

@@ -62,12 +62,13 @@ impl Shared {
     }
 }
 
-/// Starts worker thread `idx`; it sends `(idx, stats)` on `done` when it ends.
+/// Starts worker thread `idx`; when it ends it sends `(when it stopped measuring, stats)`
+/// on `done`.
 pub fn spawn(
     idx: usize,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
-    done: mpsc::UnboundedSender<(usize, ThreadStats)>,
+    done: mpsc::UnboundedSender<(Instant, ThreadStats)>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("edgeload-{idx}"))
@@ -79,7 +80,7 @@ pub fn spawn(
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("edgeload: thread {idx}: cannot build runtime: {e}");
-                    let _ = done.send((idx, ThreadStats::new(shared.cfg.classes.len())));
+                    let _ = done.send((Instant::now(), ThreadStats::new(shared.cfg.classes.len())));
                     return;
                 }
             };
@@ -106,10 +107,12 @@ pub fn spawn(
                     _ = stop.wait_for(|s| *s) => {}
                 }
             });
+            // Measurement ends here; closing thousands of sockets below is not test time.
+            let stopped = Instant::now();
             // Dropping the LocalSet drops the connection tasks (and their sockets).
             drop(local);
             let stats = std::mem::replace(&mut *stats.borrow_mut(), ThreadStats::new(0));
-            let _ = done.send((idx, stats));
+            let _ = done.send((stopped, stats));
         })
 }
 
