@@ -7,6 +7,7 @@
 //! a mid-body reset is just "stop asking at position N".
 
 use crate::content::{self, Kind};
+use std::rc::Rc;
 
 /// One stretch of a body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,9 @@ pub struct Body {
     pub pieces: Vec<Piece>,
     /// Sum of the pieces' lengths.
     pub len: u64,
+    /// The whole object, already generated (from the thread's body cache): content
+    /// pieces are copied from it instead of generated again.
+    pub cached: Option<Rc<Vec<u8>>>,
 }
 
 impl Body {
@@ -61,6 +65,7 @@ impl Body {
                 len: size,
             }],
             len: size,
+            cached: None,
         }
     }
 
@@ -73,6 +78,7 @@ impl Body {
             id,
             pieces: vec![Piece::Content { offset: start, len }],
             len,
+            cached: None,
         }
     }
 
@@ -85,6 +91,7 @@ impl Body {
             id,
             pieces,
             len,
+            cached: None,
         }
     }
 
@@ -97,6 +104,24 @@ impl Body {
             id: 0,
             pieces: vec![Piece::Lit(bytes)],
             len,
+            cached: None,
+        }
+    }
+
+    /// Attaches the already generated whole object (see [`crate::body_cache`]).
+    pub fn with_cached(mut self, bytes: Option<Rc<Vec<u8>>>) -> Body {
+        self.cached = bytes.filter(|b| b.len() as u64 == self.size);
+        self
+    }
+
+    /// The body as one contiguous slice of the cached object, when it is exactly that
+    /// (a plain 200 or a single range): the connection writes it without copying.
+    pub fn direct_slice(&self) -> Option<&[u8]> {
+        match (&self.cached, self.pieces.as_slice()) {
+            (Some(bytes), [Piece::Content { offset, len }]) => {
+                bytes.get(*offset as usize..(*offset + *len) as usize)
+            }
+            _ => None,
         }
     }
 
@@ -119,6 +144,14 @@ impl Body {
             let n = (plen - within).min((max - written) as u64) as usize;
             match piece {
                 Piece::Lit(b) => out.extend_from_slice(&b[within as usize..within as usize + n]),
+                Piece::Content { offset, .. } if self.cached.is_some() => {
+                    let from = (offset + within) as usize;
+                    let bytes = self
+                        .cached
+                        .as_deref()
+                        .map_or(&[][..], |v| &v[from..from + n]);
+                    out.extend_from_slice(bytes);
+                }
                 Piece::Content { offset, .. } => {
                     let at = out.len();
                     grow_zeroed(out, n);
@@ -184,6 +217,39 @@ mod tests {
             needle.is_some(),
             "the 5000-5002 slice is in the multipart body"
         );
+    }
+
+    #[test]
+    fn cached_bodies_produce_the_same_bytes() {
+        let mut whole = vec![0u8; 10000];
+        content::fill(Kind::Txt, 10000, 6, 0, &mut whole);
+        let cached = Some(Rc::new(whole.clone()));
+        let (pieces, _) = crate::range::multipart(&[(0, 10), (9000, 10000)], 10000, "t/h");
+        for body in [
+            Body::object(Kind::Txt, 10000, 6),
+            Body::slice(Kind::Txt, 10000, 6, 77, 5000),
+            Body::pieces(Kind::Txt, 10000, 6, pieces),
+        ] {
+            let with = body.clone().with_cached(cached.clone());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            body.produce(0, usize::MAX, &mut a);
+            with.produce(0, usize::MAX, &mut b);
+            assert_eq!(a, b);
+            if let Some(d) = with.direct_slice() {
+                assert_eq!(d, &a[..]);
+            }
+        }
+        assert_eq!(
+            Body::object(Kind::Txt, 10000, 6)
+                .with_cached(cached.clone())
+                .direct_slice(),
+            Some(&whole[..])
+        );
+        // A cache entry of the wrong size is refused, not trusted.
+        assert!(Body::object(Kind::Txt, 9999, 6)
+            .with_cached(cached)
+            .cached
+            .is_none());
     }
 
     #[test]

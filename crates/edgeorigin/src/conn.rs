@@ -104,11 +104,21 @@ async fn serve_inner(stream: &mut TcpStream, ctx: &Rc<RefCell<Ctx>>) -> io::Resu
 /// Writes `wbuf` out and empties it.
 async fn flush(stream: &mut TcpStream, wbuf: &mut Vec<u8>) -> io::Result<()> {
     if !wbuf.is_empty() {
-        match tokio::time::timeout(SEND_TIMEOUT, stream.write_all(wbuf)).await {
-            Ok(r) => r?,
+        write_all(stream, wbuf).await?;
+        wbuf.clear();
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes`, giving up when the client stops reading for [`SEND_TIMEOUT`].
+async fn write_all(stream: &mut TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(SEND_TIMEOUT, stream.write(bytes)).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => bytes = &bytes[n..],
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "send timeout")),
         }
-        wbuf.clear();
     }
     Ok(())
 }
@@ -126,7 +136,18 @@ async fn send(
     }
     wbuf.extend_from_slice(&reply.head);
     let mut sent = 0u64;
-    if let Some(body) = &reply.body {
+    let plain = reply.framing == Framing::Length && reply.slow_bps.is_none() && !reply.reset;
+    if let (Some(bytes), true) = (reply.body.as_ref().and_then(|b| b.direct_slice()), plain) {
+        // A cached object sent as it is: small ones join the write buffer (pipelined
+        // replies go out together), big ones are written straight from the cache.
+        if bytes.len() <= CHUNK {
+            wbuf.extend_from_slice(bytes);
+        } else {
+            flush(stream, wbuf).await?;
+            write_all(stream, bytes).await?;
+        }
+        sent = bytes.len() as u64;
+    } else if let Some(body) = &reply.body {
         let limit = if reply.reset { body.len / 2 } else { body.len };
         let slice = match reply.slow_bps {
             Some(bps) => (bps / PACE_WRITES_PER_SEC).clamp(1, CHUNK as u64) as usize,

@@ -238,24 +238,31 @@ fn fill_txt(seed: u64, offset: u64, out: &mut [u8]) {
     }
 }
 
+thread_local! {
+    /// Checksums this thread computed, by (kind, size, id).
+    static CHECKSUMS: RefCell<HashMap<(Kind, u64, u64), u64>> = RefCell::new(HashMap::new());
+}
+
 /// xxh3-64 of the whole body of (kind, size, id), computed in [`CHUNK`] pieces (never the
 /// whole body in memory) and remembered per thread, since sizes and ids repeat.
 pub fn checksum_of(kind: Kind, size: u64, id: u64) -> u64 {
-    thread_local! {
-        static CACHE: RefCell<HashMap<(Kind, u64, u64), u64>> = RefCell::new(HashMap::new());
-    }
-    if let Some(v) = CACHE.with(|c| c.borrow().get(&(kind, size, id)).copied()) {
+    if let Some(v) = CHECKSUMS.with(|c| c.borrow().get(&(kind, size, id)).copied()) {
         return v;
     }
     let v = compute_checksum(kind, size, id);
-    CACHE.with(|c| {
+    remember_checksum(kind, size, id, v);
+    v
+}
+
+/// Records a checksum computed elsewhere (the body cache hashes what it generates).
+pub fn remember_checksum(kind: Kind, size: u64, id: u64, value: u64) {
+    CHECKSUMS.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= CHECKSUM_CACHE_ENTRIES {
             c.clear();
         }
-        c.insert((kind, size, id), v);
+        c.insert((kind, size, id), value);
     });
-    v
 }
 
 fn compute_checksum(kind: Kind, size: u64, id: u64) -> u64 {

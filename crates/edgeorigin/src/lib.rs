@@ -15,9 +15,11 @@
 //!   head, decide the reply (head bytes plus a body plan).
 //! - `conn`, `server`: sockets. One tokio `current_thread` runtime per OS thread, a
 //!   listener per thread, bodies streamed in 64 KiB pieces.
+//! - `body_cache`: hot objects (up to 1 MiB) generated once per thread, then copied.
 //! - `stats`, `pick`, `date`: counters, `/obj/rand` distributions, the cached `Date`.
 
 mod body;
+mod body_cache;
 mod conn;
 mod content;
 mod date;

@@ -7,6 +7,7 @@
 //! testable without sockets.
 
 use crate::body::{Body, Framing};
+use crate::body_cache::BodyCache;
 use crate::content::{self, Kind};
 use crate::date::{self, DateCache, LAST_MODIFIED};
 use crate::pick::Picker;
@@ -48,6 +49,7 @@ pub struct Ctx {
     pub picker: Picker,
     pub date: DateCache,
     pub stats: Arc<Stats>,
+    pub bodies: BodyCache,
 }
 
 /// Everything the connection loop needs to send one response.
@@ -334,6 +336,12 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
         (true, _) => Framing::Close,
     };
     let close = !req.keep_alive || inject.reset || framing == Framing::Close;
+    if !literal && !bodiless && !head_only {
+        // Hot objects come from the thread's body cache (generated once); this also
+        // leaves their checksum cached for the head below.
+        let cached = ctx.bodies.get(body.kind, body.size, body.id);
+        body = body.with_cached(cached);
+    }
 
     let mut h = Vec::with_capacity(512);
     let _ = write!(

@@ -131,22 +131,27 @@ pub fn start(opts: Options) -> io::Result<OriginHandle> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let ctx = Ctx {
-            thread: i,
-            max_age: opts.max_age,
-            picker: Picker::new(
-                &opts.sizes,
-                opts.count,
-                opts.obj_dist,
-                0x5eed_0000 + i as u64,
-            ),
-            date: Default::default(),
-            stats: stats.clone(),
-        };
-        let stop = stop_rx.clone();
+        let picker = Picker::new(
+            &opts.sizes,
+            opts.count,
+            opts.obj_dist,
+            0x5eed_0000 + i as u64,
+        );
+        let (max_age, stats, stop) = (opts.max_age, stats.clone(), stop_rx.clone());
         let t = std::thread::Builder::new()
             .name(format!("edgeorigin-{i}"))
-            .spawn(move || worker(rt, l, ctx, stop))?;
+            .spawn(move || {
+                // Built on the thread itself: the body cache holds `Rc`s.
+                let ctx = Ctx {
+                    thread: i,
+                    max_age,
+                    picker,
+                    date: Default::default(),
+                    stats,
+                    bodies: Default::default(),
+                };
+                worker(rt, l, ctx, stop)
+            })?;
         handle.threads.push(t);
     }
     Ok(handle)

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# edgeorigin vs nginx serving the same objects: edgeorigin generates them, nginx serves
+# the identical bytes from files (page cache, sendfile, open_file_cache). One worker each,
+# pinned to CPU $SERVER_CPU; wrk on CPU $CLIENT_CPU. Runs are interleaved A B A B so
+# machine drift cancels; prints a Markdown table with req/s and the ratio.
+#
+#   bench/origin-vs-nginx.sh [duration_s] [reps]
+#
+# Needs: nginx and wrk (apt-get install -y nginx wrk), a release build of edgeorigin
+# (cargo build --release -p edgeorigin). nginx runs from a temp prefix, never as the
+# system service.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${1:-10}
+REPS=${2:-2}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+CONNS=${CONNS:-50}
+SIZES=${SIZES:-"1k 1m"}
+BIN=target/release
+command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "needs nginx and wrk (apt-get install -y nginx wrk)" >&2; exit 2; }
+[ -x $BIN/edgeorigin ] || { echo "needs a release build: cargo build --release -p edgeorigin" >&2; exit 2; }
+
+work=$(mktemp -d)
+chmod 755 "$work" # nginx workers run as an unprivileged user and must read www/
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
+
+OPORT=$(free_port); NPORT=$(free_port)
+taskset -c "$SERVER_CPU" $BIN/edgeorigin --listen 127.0.0.1:$OPORT --threads 1 2>"$work/edgeorigin.log" & pids+=($!)
+wait_port $OPORT
+
+# The same bytes as files: nginx serves /obj/<size>/1 from $work/www/obj/<size>/1.
+for s in $SIZES; do
+  mkdir -p "$work/www/obj/$s"
+  curl -sf -o "$work/www/obj/$s/1" "http://127.0.0.1:$OPORT/obj/$s/1"
+  chmod -R a+rX "$work/www"
+done
+
+mkdir -p "$work/nginx/logs"
+cat > "$work/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  open_file_cache max=1000 inactive=60s;
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:$NPORT;
+    root $work/www;
+  }
+}
+CONF
+taskset -c "$SERVER_CPU" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=($!)
+wait_port $NPORT
+for s in $SIZES; do
+  cmp <(curl -sf "http://127.0.0.1:$NPORT/obj/$s/1") <(curl -sf "http://127.0.0.1:$OPORT/obj/$s/1") \
+    || { echo "nginx and edgeorigin bodies differ for $s" >&2; exit 1; }
+done
+
+rps() { # port path -> req/s
+  taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$1$2" | awk '/^Requests\/sec/ {print $2}'
+}
+
+echo "edgeorigin vs nginx $(nginx -v 2>&1 | sed 's/.*\///'), wrk -t1 -c$CONNS -d${DUR}s, server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU, $REPS interleaved reps"
+echo
+echo "| object | edgeorigin req/s | nginx req/s | edgeorigin/nginx |"
+echo "|---|---|---|---|"
+for s in $SIZES; do
+  path="/obj/$s/1"
+  e_all=(); n_all=()
+  for _ in $(seq "$REPS"); do
+    e_all+=("$(rps $OPORT "$path")")
+    n_all+=("$(rps $NPORT "$path")")
+  done
+  e=$(printf '%s\n' "${e_all[@]}" | awk '{s+=$1} END {printf "%.0f", s/NR}')
+  n=$(printf '%s\n' "${n_all[@]}" | awk '{s+=$1} END {printf "%.0f", s/NR}')
+  ratio=$(awk -v e="$e" -v n="$n" 'BEGIN {printf "%.2f", e/n}')
+  echo "| $s | $e (runs: ${e_all[*]}) | $n (runs: ${n_all[*]}) | $ratio |"
+done
