@@ -345,9 +345,12 @@ pub fn can_serve_stale_with(
 }
 
 /// Response headers never stored in the header block: per-hop, per-response or
-/// per-user fields the server regenerates (lowercase).
+/// per-user fields the server regenerates (lowercase). `server` is ours: a hit writes
+/// `Server: edgecache` before the block, as the proxy path does, so keeping the origin's
+/// would send two.
 pub const UNSTORED_HEADERS: &[&str] = &[
     "date",
+    "server",
     "age",
     "content-length",
     "transfer-encoding",

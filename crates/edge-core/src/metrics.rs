@@ -21,7 +21,26 @@ pub struct WorkerStats {
     pub upstream_bad_responses: AtomicU64,
     pub upstream_reused: AtomicU64,
     pub bad_requests: AtomicU64,
+    /// Responses of cached locations by `X-Cache-Status`, indexed like
+    /// [`CACHE_STATUSES`].
+    pub cache_status: [AtomicU64; CACHE_STATUSES.len()],
+    /// Body bytes sent from the cache (hits, stale, collapsed followers).
+    pub cache_bytes_hit: AtomicU64,
+    /// Body bytes of cached locations relayed from the origin (misses, bypass).
+    pub cache_bytes_origin: AtomicU64,
 }
+
+/// The `status` label values of `edgecache_cache_requests_total`, in the order of
+/// [`WorkerStats::cache_status`].
+pub const CACHE_STATUSES: [&str; 7] = [
+    "hit",
+    "miss",
+    "expired",
+    "stale",
+    "updating",
+    "revalidated",
+    "bypass",
+];
 
 impl WorkerStats {
     pub fn count_status(&self, status: u16) {

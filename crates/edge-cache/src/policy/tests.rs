@@ -233,6 +233,13 @@ fn set_cookie_when_configured() {
 }
 
 #[test]
+fn server_header_is_not_stored() {
+    // A hit writes our own `Server` before the block; the origin's must not follow it.
+    let h = hdrs(&[("Server", "origin/1.0"), ("content-type", "text/plain")]);
+    assert_eq!(header_block(&h), b"content-type: text/plain\r\n");
+}
+
+#[test]
 fn authorization_needs_explicit_permission() {
     let cfg = PolicyConfig::default();
     let auth = [("authorization", "Bearer x")];

@@ -1,5 +1,6 @@
 //! The admin listener (`[admin]`, loopback only): `GET /status` (JSON, per-worker
-//! counters), `GET /metrics` (Prometheus text). Every request is checked against
+//! counters and per-cache state), `GET /metrics` (Prometheus text), `POST /purge`
+//! (cache purges by URL, prefix or tag). Every request is checked against
 //! `admin.allow` (403 otherwise). It runs on its own thread so a busy worker never
 //! delays a scrape, and it never touches the data path.
 
@@ -110,7 +111,7 @@ async fn serve(
             body.extend_from_slice(&tmp[..k]);
         }
     }
-    let (status, ctype, payload) = route(&req, ctx, &shared);
+    let (status, ctype, payload) = route(&req, &body, ctx, &shared);
     let mut out = Vec::with_capacity(payload.len() + 256);
     edge_http::write_status_line(&mut out, status);
     edge_http::write_header(&mut out, "Date", &edge_http::http_date_now());
@@ -132,10 +133,21 @@ async fn serve(
 
 fn route(
     req: &edge_http::RequestHead,
+    body: &[u8],
     ctx: &AdminCtx,
     shared: &Shared,
 ) -> (u16, &'static str, Vec<u8>) {
     let get = matches!(req.method, edge_http::Method::Get | edge_http::Method::Head);
+    if req.path() == "/purge" {
+        if req.method != edge_http::Method::Post {
+            return (
+                405,
+                "text/plain",
+                b"method not allowed: use POST\n".to_vec(),
+            );
+        }
+        return purge(req, body, shared);
+    }
     match (req.path(), get) {
         ("/status", true) => (
             200,
@@ -145,11 +157,61 @@ fn route(
         ("/metrics", true) => (
             200,
             "text/plain; version=0.0.4",
-            metrics_text(ctx).into_bytes(),
+            metrics_text(ctx, shared).into_bytes(),
         ),
         ("/status" | "/metrics", false) => (405, "text/plain", b"method not allowed\n".to_vec()),
         _ => (404, "text/plain", b"not found\n".to_vec()),
     }
+}
+
+/// `POST /purge` with `url=`, `prefix=` or `tag=` (and `soft=1`) in the form body or the
+/// query, over every cache. Runs here, on the admin thread: unlinks never block a worker.
+fn purge(
+    req: &edge_http::RequestHead,
+    body: &[u8],
+    shared: &Shared,
+) -> (u16, &'static str, Vec<u8>) {
+    use crate::handlers::cache::purge::{parse_admin, purge_all, purged_json};
+    match parse_admin(req.query(), body, req.headers.get_str("host")) {
+        Ok((target, soft)) => {
+            let n = purge_all(&shared.caches, &target, soft);
+            tracing::info!("admin purge {target:?} (soft: {soft}): {n} objects");
+            let status = if n > 0 { 200 } else { 404 };
+            (status, "application/json", purged_json(n).into_bytes())
+        }
+        Err(msg) => (400, "text/plain", format!("{msg}\n").into_bytes()),
+    }
+}
+
+/// Per-cache counters for `/status`, sorted by name.
+fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
+    let mut caches: Vec<_> = shared.caches.values().map(|c| c.stats()).collect();
+    caches.sort_by(|a, b| a.name.cmp(&b.name));
+    caches
+        .into_iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "entries": s.entries,
+                "disk_bytes": s.disk_bytes,
+                "max_size": s.max_size,
+                "mem_bytes": s.mem_bytes,
+                "keys_zone": s.keys_zone,
+                "evictions": s.evictions,
+                "expired": s.expired,
+                "purged": s.purged,
+                "write_errors": s.write_errors,
+                "last_write_error": s.last_write_error,
+                "inflight": s.inflight,
+                "loader": {
+                    "done": s.loader.done,
+                    "scanned": s.loader.scanned,
+                    "loaded": s.loader.loaded,
+                    "removed": s.loader.removed,
+                },
+            })
+        })
+        .collect()
 }
 
 fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
@@ -180,13 +242,112 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
             "bytes_out": m.sum(|w| &w.bytes_out),
             "upstream_requests": m.sum(|w| &w.upstream_requests),
         },
+        "caches": caches_json(shared),
     });
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');
     s
 }
 
-fn metrics_text(ctx: &AdminCtx) -> String {
+/// The cache families of `/metrics`.
+fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
+    use crate::metrics::CACHE_STATUSES;
+    prom_header(
+        o,
+        "edgecache_cache_requests_total",
+        "counter",
+        "Responses of cached locations, by X-Cache-Status.",
+    );
+    for (i, st) in CACHE_STATUSES.iter().enumerate() {
+        prom(
+            o,
+            "edgecache_cache_requests_total",
+            &format!("status=\"{st}\""),
+            m.sum(|w| &w.cache_status[i]),
+        );
+    }
+    prom_header(
+        o,
+        "edgecache_cache_bytes_total",
+        "counter",
+        "Body bytes of cached locations, by source (byte hit ratio = cache / (cache + origin)).",
+    );
+    prom(
+        o,
+        "edgecache_cache_bytes_total",
+        "source=\"cache\"",
+        m.sum(|w| &w.cache_bytes_hit),
+    );
+    prom(
+        o,
+        "edgecache_cache_bytes_total",
+        "source=\"origin\"",
+        m.sum(|w| &w.cache_bytes_origin),
+    );
+    let mut caches: Vec<_> = shared.caches.values().collect();
+    caches.sort_by(|a, b| a.name().cmp(b.name()));
+    let stats: Vec<_> = caches.iter().map(|c| c.stats()).collect();
+    type Family = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&edge_cache::CacheStats) -> u64,
+    );
+    let families: [Family; 6] = [
+        (
+            "edgecache_cache_entries",
+            "gauge",
+            "Objects in the index.",
+            |s| s.entries,
+        ),
+        (
+            "edgecache_cache_disk_bytes",
+            "gauge",
+            "Disk bytes used by indexed objects.",
+            |s| s.disk_bytes,
+        ),
+        (
+            "edgecache_cache_evictions_total",
+            "counter",
+            "Objects evicted for max_size, min_free or keys_zone.",
+            |s| s.evictions,
+        ),
+        (
+            "edgecache_cache_loader_done",
+            "gauge",
+            "1 once the start-up loader has finished.",
+            |s| u64::from(s.loader.done),
+        ),
+        (
+            "edgecache_cache_loader_loaded",
+            "gauge",
+            "Objects indexed by the start-up loader.",
+            |s| s.loader.loaded,
+        ),
+        (
+            "edgecache_cache_write_errors_total",
+            "counter",
+            "Failed object writes (ENOSPC, EIO...); those responses were served uncached.",
+            |s| s.write_errors,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        prom_header(o, name, kind, help);
+        for s in &stats {
+            prom(o, name, &format!("cache=\"{}\"", s.name), get(s));
+        }
+    }
+    prom_header(
+        o,
+        "edgecache_cache_collapsed_total",
+        "counter",
+        "Requests that followed another request's origin fetch instead of making their own.",
+    );
+    let collapsed: u64 = caches.iter().map(|c| c.inflight().collapsed()).sum();
+    prom(o, "edgecache_cache_collapsed_total", "", collapsed);
+}
+
+fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
     let m = &ctx.metrics;
     let mut o = String::with_capacity(4096);
     prom_header(
@@ -320,5 +481,6 @@ fn metrics_text(ctx: &AdminCtx) -> String {
         "kind=\"bad_response\"",
         m.sum(|w| &w.upstream_bad_responses),
     );
+    cache_metrics(&mut o, m, shared);
     o
 }

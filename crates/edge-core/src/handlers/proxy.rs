@@ -76,6 +76,21 @@ pub async fn handle(
     route: &Route,
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
+    if !p.caches.is_empty() {
+        return super::cache::handle(w, conn, ex, shared, route, p).await;
+    }
+    proxy_uncached(w, conn, ex, shared, route, p).await
+}
+
+/// Proxies one request without the cache (also the cache's bypass and fallback path).
+pub async fn proxy_uncached(
+    w: &Rc<Worker>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    shared: &Arc<Shared>,
+    route: &Route,
+    p: &ProxyRoute,
+) -> Result<(), ExchangeError> {
     let group = &p.upstream;
     match fetch(w, conn, ex, group).await {
         Ok(up) => relay_response(w, conn, ex, shared, route, group, up, &mut |_| {}).await,
@@ -96,6 +111,7 @@ pub async fn handle(
                 ex.keep_alive = false; // the request body was not consumed
                 ex.body = None;
             }
+            let extra = error_headers(ex, route);
             respond(
                 conn,
                 ex,
@@ -103,14 +119,25 @@ pub async fn handle(
                 status,
                 "text/html",
                 &error_page(status),
-                &route.add_headers,
+                &extra,
             )
             .await
         }
     }
 }
 
-fn describe(e: &UpstreamError) -> String {
+/// Extra headers of an error page for a proxied request: the location's `add_header`s
+/// and, on a cached location, `X-Cache-Status`.
+pub fn error_headers(ex: &Exchange, route: &Route) -> Vec<u8> {
+    let mut extra = route.add_headers.clone();
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(&mut extra, "X-Cache-Status", cs.as_bytes());
+    }
+    extra
+}
+
+/// The log line's description of an upstream failure.
+pub fn describe(e: &UpstreamError) -> String {
     match e {
         UpstreamError::Connect(e) => format!("connect() failed ({e})"),
         UpstreamError::ConnectTimeout => "upstream timed out while connecting".into(),
@@ -133,6 +160,23 @@ pub struct UpstreamResponse {
     group_id: usize,
 }
 
+impl UpstreamResponse {
+    /// Gives the connection back to the worker's pool when its response is complete
+    /// (a bodiless answer such as a 304, or a body read to its end) and reusable;
+    /// otherwise it is closed.
+    pub fn release(self, w: &Worker, group: &UpstreamGroup, body_done: bool) {
+        let bodiless = self.head.body == BodyKind::Empty || self.head.body == BodyKind::Length(0);
+        if self.head.keep_alive
+            && (body_done || bodiless)
+            && self.buf.is_empty()
+            && self.head.body != BodyKind::CloseDelimited
+            && group.keepalive > 0
+        {
+            w.pool.put(self.group_id, self.conn, group.keepalive);
+        }
+    }
+}
+
 fn group_id(g: &Arc<UpstreamGroup>) -> usize {
     Arc::as_ptr(g) as usize
 }
@@ -146,6 +190,21 @@ pub async fn fetch(
     group: &Arc<UpstreamGroup>,
 ) -> Result<UpstreamResponse, UpstreamError> {
     let head = build_request_head(ex, conn, group);
+    let method = ex.req.method.clone();
+    fetch_with(w, Some((conn, ex)), group, &head, &method).await
+}
+
+/// [`fetch`] with a prepared request head (cache fills and revalidations send their own:
+/// GET, no client validators or Range). `client` is the connection whose request body
+/// is streamed upstream (None for background refreshes, which send no body); `method`
+/// is the method of `head` (it decides how the response body is framed).
+pub async fn fetch_with(
+    w: &Rc<Worker>,
+    mut client: Option<(&mut Conn, &mut Exchange)>,
+    group: &Arc<UpstreamGroup>,
+    head: &[u8],
+    method: &Method,
+) -> Result<UpstreamResponse, UpstreamError> {
     let gid = group_id(group);
     let mut attempts = 0;
     let max_attempts = group.servers.len() + 1;
@@ -170,8 +229,9 @@ pub async fn fetch(
             w.stats().upstream_reused.fetch_add(1, Relaxed);
         }
         w.stats().upstream_requests.fetch_add(1, Relaxed);
-        let body_pending = ex.body.is_some();
-        match exchange_once(conn, ex, group, &mut up, &head).await {
+        let body_pending = client.as_ref().is_some_and(|(_, ex)| ex.body.is_some());
+        let client_now = client.as_mut().map(|(c, e)| (&mut **c, &mut **e));
+        match exchange_once(client_now, group, &mut up, head, method).await {
             Ok((resp, buf)) => {
                 group.mark_ok(server);
                 up.uses += 1;
@@ -227,9 +287,29 @@ async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, Ups
 /// The request head sent upstream: hop-by-hop headers removed (and those the client's
 /// Connection header names), Host passed through, X-Forwarded-For appended.
 pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> Vec<u8> {
-    let req = &ex.req;
+    request_head(&ex.req, conn.peer.ip(), group, &HeadOptions::default())
+}
+
+/// How [`request_head`] departs from forwarding the client's request as is.
+#[derive(Default)]
+pub struct HeadOptions<'a> {
+    /// Send this method instead of the client's (a cache fill turns HEAD into GET).
+    pub method: Option<&'a str>,
+    /// Request headers not forwarded (lowercase names), e.g. the client's validators.
+    pub strip: &'a [&'a str],
+    /// Extra `Name: value\r\n` lines (a revalidation's own validators).
+    pub extra: &'a [u8],
+}
+
+/// The request head sent upstream for `req`, see [`build_request_head`].
+pub fn request_head(
+    req: &edge_http::RequestHead,
+    peer: std::net::IpAddr,
+    group: &UpstreamGroup,
+    opts: &HeadOptions<'_>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.extend_from_slice(opts.method.unwrap_or(req.method.as_str()).as_bytes());
     out.push(b' ');
     out.extend_from_slice(req.path_and_query().as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -252,6 +332,7 @@ pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> 
             || name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
             || named.iter().any(|n| name.eq_ignore_ascii_case(n))
+            || opts.strip.iter().any(|n| name.eq_ignore_ascii_case(n))
         {
             continue;
         }
@@ -269,8 +350,9 @@ pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> 
     if !v.is_empty() {
         v.extend_from_slice(b", ");
     }
-    v.extend_from_slice(conn.peer.ip().to_string().as_bytes());
+    v.extend_from_slice(peer.to_string().as_bytes());
     edge_http::write_header(&mut out, "X-Forwarded-For", &v);
+    out.extend_from_slice(opts.extra);
     match req.body {
         BodyKind::Length(n) => {
             edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
@@ -286,11 +368,11 @@ pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> 
 }
 
 async fn exchange_once(
-    conn: &mut Conn,
-    ex: &mut Exchange,
+    client: Option<(&mut Conn, &mut Exchange)>,
     group: &UpstreamGroup,
     up: &mut PooledConn,
     head: &[u8],
+    method: &Method,
 ) -> Result<(ResponseHead, BytesMut), UpstreamError> {
     // Head (and, for small bodies already buffered, nothing else: the body follows).
     if let Err(e) = write_all_timed(&mut up.stream, head, group.send_timeout).await {
@@ -300,13 +382,15 @@ async fn exchange_once(
             UpstreamError::Closed
         });
     }
-    if ex.body.is_some() {
-        ex.send_continue(conn, group.send_timeout)
-            .await
-            .map_err(UpstreamError::Client)?;
-        stream_request_body(conn, ex, group, up).await?;
+    if let Some((conn, ex)) = client {
+        if ex.body.is_some() {
+            ex.send_continue(conn, group.send_timeout)
+                .await
+                .map_err(UpstreamError::Client)?;
+            stream_request_body(conn, ex, group, up).await?;
+        }
     }
-    read_response_head(up, &ex.req.method, group).await
+    read_response_head(up, method, group).await
 }
 
 /// Streams the client's request body upstream, re-framed (Content-Length as is, chunked

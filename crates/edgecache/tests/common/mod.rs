@@ -192,3 +192,87 @@ fn read_chunked(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
 pub fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
 }
+
+/// A caching proxy config in front of `upstream`: one cache `c1` at `cache_dir`
+/// (`cache_extra` adds `[[cache]]` keys), one `prefix = "/"` location using it
+/// (`location_extra` adds location keys), and the admin listener with `admin_allow`.
+pub fn cached_config(
+    upstream: SocketAddr,
+    cache_dir: &std::path::Path,
+    cache_extra: &str,
+    location_extra: &str,
+    admin_allow: &str,
+) -> String {
+    format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+
+[[listen]]
+addr = "{{listen}}"
+
+[[cache]]
+name = "c1"
+path = "{dir}"
+{cache_extra}
+
+[[upstream]]
+name = "origin"
+servers = ["{upstream}"]
+
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["c1"]
+{location_extra}
+
+[admin]
+listen = "{{admin}}"
+allow = [{admin_allow}]
+"#,
+        dir = cache_dir.display()
+    )
+}
+
+/// Body of `GET path` on an admin or origin address, as text.
+pub fn get_text(addr: SocketAddr, path: &str) -> String {
+    String::from_utf8_lossy(&edge_testkit::get(addr, path, &[]).body).into_owned()
+}
+
+/// The number in `"key":<n>` of a flat JSON text (first occurrence), for `/stats`.
+pub fn json_number(text: &str, key: &str) -> Option<u64> {
+    let pat = format!("\"{key}\":");
+    let at = text.find(&pat)? + pat.len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// Requests edgeorigin has answered so far (its `/stats`), read until two reads 50 ms
+/// apart agree, so a reply being recorded right now is counted.
+pub fn origin_requests(origin: SocketAddr) -> u64 {
+    let mut last = json_number(&get_text(origin, "/stats"), "requests").expect("origin /stats");
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = json_number(&get_text(origin, "/stats"), "requests").expect("origin /stats");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// `POST path` with a form body on a fresh connection.
+pub fn post_form(addr: SocketAddr, path: &str, form: &str) -> edge_testkit::Response {
+    let mut c = edge_testkit::Client::connect(addr);
+    c.send(
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .as_bytes(),
+    );
+    c.read_response(false)
+}

@@ -1,0 +1,242 @@
+//! Serving a stored object: 304 for matching validators, `Range` (one range → 206 with
+//! `Content-Range`, several → multipart/byteranges, unsatisfiable → 416), HEAD, and the
+//! full body.
+//!
+//! How it fits: [`super::handle`] calls [`serve`] on a fresh lookup (HIT), and the
+//! revalidation code calls it to send a stale or refreshed object (STALE, UPDATING,
+//! REVALIDATED). The stored header block is sent verbatim (no header parsing on hits);
+//! we add `Date`, `Server`, `Age`, `Content-Length` and `X-Cache-Status`. Bodies up to
+//! [`INLINE_BODY`] are `pread` into the same buffer as the head and go out in one write;
+//! larger ones follow the head by `sendfile` (or `pread` in chunks when sendfile is off),
+//! so the body is never copied more than once.
+
+use super::{mark, CacheStatus, Ctx};
+use crate::handlers::simple::bodiless;
+use crate::server::conn::Conn;
+use crate::server::exchange::{Exchange, ExchangeError};
+use crate::server::file_body::send_file_range;
+use edge_cache::hit::{evaluate_range, multipart_layout, not_modified, RangeOutcome};
+use edge_cache::storage::read_full_at;
+use edge_cache::{policy, HitEntry, ObjectMeta};
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::SystemTime;
+
+/// Bodies (or ranges) up to this size are read into the head's buffer and sent with it
+/// in one write; larger ones go by sendfile after the head.
+pub const INLINE_BODY: u64 = 32 * 1024;
+
+/// Header lines of the stored block that a multipart or 416 answer must not repeat
+/// (they describe the whole representation, not what this response carries).
+const REPLACED_ON_PARTS: &[&str] = &["content-type", "content-range"];
+
+/// Sends `entry` to the client with `X-Cache-Status: st`.
+pub async fn serve(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    entry: HitEntry,
+    st: CacheStatus,
+) -> Result<(), ExchangeError> {
+    mark(ctx.w, ex, st);
+    let shared = ctx.shared;
+    // A GET with a body: consume it so the next request parses (or close).
+    if ex.body.is_some()
+        && ex
+            .discard_body(conn, shared.timeouts.client_body, shared.timeouts.send)
+            .await
+            .is_err()
+    {
+        ex.keep_alive = false;
+        ex.body = None;
+    }
+    let meta = entry.meta.clone();
+    let age = policy::age(&meta, SystemTime::now()).as_secs();
+    if not_modified(&meta, &ex.req.headers) {
+        let mut out = Vec::with_capacity(256 + meta.header_block.len());
+        write_not_modified(ctx, ex, &meta, age, &mut out);
+        conn.write_all(&out, shared.timeouts.send).await?;
+        return Ok(());
+    }
+    let len = entry.body_len;
+    let outcome = if meta.status == 200 {
+        evaluate_range(&meta, &ex.req.headers, len)
+    } else {
+        RangeOutcome::Full
+    };
+    let sent = match outcome {
+        RangeOutcome::Full => {
+            let mut out = head_buf(&meta, 0);
+            ex.begin_head(&mut out, meta.status);
+            out.extend_from_slice(&meta.header_block);
+            if !bodiless(meta.status) {
+                edge_http::write_header(&mut out, "Content-Length", len.to_string().as_bytes());
+            }
+            finish_head(ctx, ex, age, &mut out);
+            if bodiless(meta.status) || ex.is_head() {
+                conn.write_all(&out, shared.timeouts.send).await?;
+                0
+            } else {
+                send_body(ctx, conn, &entry, out, 0..len).await?
+            }
+        }
+        RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
+            let r = ranges[0].clone();
+            let mut out = head_buf(&meta, 64);
+            ex.begin_head(&mut out, 206);
+            out.extend_from_slice(&meta.header_block);
+            let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
+            edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
+            let n = r.end - r.start;
+            edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
+            finish_head(ctx, ex, age, &mut out);
+            if ex.is_head() {
+                conn.write_all(&out, shared.timeouts.send).await?;
+                0
+            } else {
+                send_body(ctx, conn, &entry, out, r).await?
+            }
+        }
+        RangeOutcome::Partial(ranges) => {
+            let boundary = format!("{:016x}", entry.hash as u64);
+            let (parts, tail, total) = multipart_layout(&meta, &ranges, len, &boundary);
+            let mut out = head_buf(&meta, 128);
+            ex.begin_head(&mut out, 206);
+            copy_block_without(&meta.header_block, REPLACED_ON_PARTS, &mut out);
+            let ct = format!("multipart/byteranges; boundary={boundary}");
+            edge_http::write_header(&mut out, "Content-Type", ct.as_bytes());
+            edge_http::write_header(&mut out, "Content-Length", total.to_string().as_bytes());
+            finish_head(ctx, ex, age, &mut out);
+            if ex.is_head() {
+                conn.write_all(&out, shared.timeouts.send).await?;
+                0
+            } else {
+                let mut sent = 0;
+                for part in parts {
+                    out.extend_from_slice(&part.head);
+                    sent += part.head.len() as u64;
+                    sent +=
+                        send_body(ctx, conn, &entry, std::mem::take(&mut out), part.range).await?;
+                }
+                conn.write_all(&tail, shared.timeouts.send).await?;
+                sent + tail.len() as u64
+            }
+        }
+        RangeOutcome::Unsatisfiable => {
+            let mut out = head_buf(&meta, 64);
+            ex.begin_head(&mut out, 416);
+            copy_block_without(&meta.header_block, REPLACED_ON_PARTS, &mut out);
+            let cr = format!("bytes */{len}");
+            edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
+            edge_http::write_header(&mut out, "Content-Length", b"0");
+            finish_head(ctx, ex, age, &mut out);
+            conn.write_all(&out, shared.timeouts.send).await?;
+            0
+        }
+    };
+    ex.body_bytes_sent = sent;
+    ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
+    Ok(())
+}
+
+/// A head buffer with room for the stored block, our headers and an inline body.
+fn head_buf(meta: &ObjectMeta, extra: usize) -> Vec<u8> {
+    let inline = if meta.body_len <= INLINE_BODY {
+        meta.body_len as usize
+    } else {
+        0
+    };
+    Vec::with_capacity(256 + extra + meta.header_block.len() + inline)
+}
+
+/// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head.
+pub fn finish_head(ctx: &Ctx<'_>, ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
+    edge_http::write_header(out, "Age", age.to_string().as_bytes());
+    out.extend_from_slice(&ctx.route.add_headers);
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
+    }
+    ex.end_head(out);
+}
+
+/// A 304 from the cache: the stored headers (validators, Cache-Control...) and no body.
+pub fn write_not_modified(
+    ctx: &Ctx<'_>,
+    ex: &mut Exchange,
+    meta: &ObjectMeta,
+    age: u64,
+    out: &mut Vec<u8>,
+) {
+    ex.begin_head(out, 304);
+    out.extend_from_slice(&meta.header_block);
+    finish_head(ctx, ex, age, out);
+}
+
+/// Copies a stored header block without the lines named in `skip` (lowercase).
+fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
+    for line in block.split_inclusive(|&b| b == b'\n') {
+        let name_end = line.iter().position(|&b| b == b':').unwrap_or(0);
+        let name = &line[..name_end];
+        if skip.iter().any(|s| name.eq_ignore_ascii_case(s.as_bytes())) {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+}
+
+/// Sends `head` followed by the body bytes in `range`: a small range is read into the
+/// head's buffer (one write), a large one follows it by sendfile/pread. Returns the body
+/// bytes sent.
+async fn send_body(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    entry: &HitEntry,
+    mut head: Vec<u8>,
+    range: std::ops::Range<u64>,
+) -> Result<u64, ExchangeError> {
+    let send = ctx.shared.timeouts.send;
+    let n = range.end - range.start;
+    let off = entry.body_offset + range.start;
+    if n <= INLINE_BODY {
+        let start = head.len();
+        head.resize(start + n as usize, 0);
+        let got = read_full_at(&entry.file, &mut head[start..], off).map_err(abort)?;
+        if got as u64 != n {
+            return Err(abort(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "cached object shorter than its index entry",
+            )));
+        }
+        conn.write_all(&head, send).await?;
+        return Ok(n);
+    }
+    conn.write_all(&head, send).await?;
+    // After the head went out, a read error can only be signalled by cutting the
+    // connection; a write error is the client's.
+    match send_file_range(conn, &entry.file, off, n, ctx.shared.sendfile, send).await {
+        Ok(k) => Ok(k),
+        Err(e) if is_file_error(&e) => Err(abort(e)),
+        Err(e) => Err(ExchangeError::Client(e)),
+    }
+}
+
+fn is_file_error(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::UnexpectedEof || e.raw_os_error() == Some(libc::EIO)
+}
+
+fn abort(e: io::Error) -> ExchangeError {
+    ExchangeError::Aborted(format!("reading cached object: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_copy_drops_only_named_lines() {
+        let block = b"Content-Type: text/plain\r\nETag: \"x\"\r\ncontent-range: bytes 0-1/2\r\nX-A: content-type\r\n";
+        let mut out = Vec::new();
+        copy_block_without(block, REPLACED_ON_PARTS, &mut out);
+        assert_eq!(out, b"ETag: \"x\"\r\nX-A: content-type\r\n");
+    }
+}

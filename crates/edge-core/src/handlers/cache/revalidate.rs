@@ -1,0 +1,323 @@
+//! Expired (or `no-cache`, or soft-purged) objects: revalidate with the stored
+//! validators, serve stale when the origin fails, or refresh in the background.
+//!
+//! How it fits: [`super::handle`] calls [`revalidate`] for a stale lookup, holding the
+//! key's collapse lock when it leads (so one request refreshes and the others wait or
+//! are served UPDATING). Outcomes:
+//! - `stale-while-revalidate` window, or `use_stale = ["updating"]` with
+//!   `background_update`: the stale object is served at once (`UPDATING`) and one task
+//!   ([`tokio::task::spawn_local`] on this worker) refreshes it;
+//! - 304 → `policy::refresh_meta` + `Cache::refresh` (header only, body untouched) →
+//!   `REVALIDATED`; a refreshed response that may no longer be stored is purged;
+//! - an origin error/timeout, or a 5xx listed in `use_stale` (or within
+//!   `stale-if-error`) → the stale object (`STALE`), with a log line;
+//! - any other full response replaces the object like a miss (`EXPIRED`).
+
+use super::fill::{self, open_writer, publish, pump};
+use super::{fill_head, hit, CacheStatus, Ctx};
+use crate::config::UseStale;
+use crate::handlers::proxy::{fetch_with, UpstreamError};
+use crate::server::conn::Conn;
+use crate::server::exchange::{Exchange, ExchangeError};
+use crate::server::state::Shared;
+use crate::server::worker::Worker;
+use edge_cache::policy::{self, StaleReason};
+use edge_cache::{FillHandle, HitEntry, Lookup, ObjectMeta};
+use edge_http::{HeaderMap, Method, RequestHead};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// May a stale object be served while someone else refreshes it?
+pub fn may_serve_updating(ctx: &Ctx<'_>, meta: &ObjectMeta, now: SystemTime) -> bool {
+    policy::can_serve_stale_with(
+        meta,
+        now,
+        StaleReason::Updating,
+        ctx.use_stale(UseStale::Updating),
+    )
+}
+
+/// May this request itself serve stale and leave the refresh to a background task?
+fn background_allowed(ctx: &Ctx<'_>, meta: &ObjectMeta, now: SystemTime) -> bool {
+    let configured = ctx.route.cfg.background_update && ctx.use_stale(UseStale::Updating);
+    policy::can_serve_stale_with(meta, now, StaleReason::Updating, configured)
+}
+
+/// Does `use_stale` (or the object's `stale-if-error`) allow serving stale after this
+/// upstream outcome?
+fn stale_on_error(
+    ctx: &Ctx<'_>,
+    meta: &ObjectMeta,
+    err: Option<&UpstreamError>,
+    status: u16,
+) -> bool {
+    let listed = match err {
+        Some(UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout) => {
+            ctx.use_stale(UseStale::Timeout)
+        }
+        Some(UpstreamError::Client(_) | UpstreamError::ClientBody(_)) => return false,
+        Some(_) => ctx.use_stale(UseStale::Error),
+        None => {
+            if !(500..600).contains(&status) {
+                return false;
+            }
+            ctx.use_stale(UseStale::Http5xx)
+                || match status {
+                    500 => ctx.use_stale(UseStale::Http500),
+                    502 => ctx.use_stale(UseStale::Http502),
+                    503 => ctx.use_stale(UseStale::Http503),
+                    504 => ctx.use_stale(UseStale::Http504),
+                    _ => false,
+                }
+        }
+    };
+    policy::can_serve_stale_with(meta, SystemTime::now(), StaleReason::Error, listed)
+}
+
+/// `If-None-Match` / `If-Modified-Since` lines from the stored validators (none when
+/// `cache_revalidate = false`, nginx's `proxy_cache_revalidate off`).
+fn validators(ctx: &Ctx<'_>, meta: &ObjectMeta) -> Vec<u8> {
+    let mut out = Vec::new();
+    if ctx.route.cfg.cache_revalidate == Some(false) {
+        return out;
+    }
+    if let Some(etag) = &meta.etag {
+        edge_http::write_header(&mut out, "If-None-Match", etag.as_bytes());
+    }
+    if let Some(lm) = meta.last_modified {
+        edge_http::write_header(
+            &mut out,
+            "If-Modified-Since",
+            edge_http::fmt_http_date(lm).as_bytes(),
+        );
+    }
+    out
+}
+
+/// Refreshes a stored object from a 304's headers; false when the refreshed response
+/// may not be stored any more (then it is purged).
+fn apply_304(
+    ctx: &Ctx<'_>,
+    entry: &mut HitEntry,
+    req: &HeaderMap,
+    resp: &HeaderMap,
+    t0: SystemTime,
+    t1: SystemTime,
+) -> bool {
+    match policy::refresh_meta(&entry.meta, req, resp, &ctx.p.policy, t0, t1) {
+        Ok(m) => {
+            if let Err(e) = ctx.cache.refresh(entry, m.clone()) {
+                tracing::debug!("cache refresh of {} failed: {e}", ctx.key);
+            }
+            entry.meta = Arc::new(m);
+            true
+        }
+        Err(why) => {
+            tracing::debug!(
+                "{} no longer cacheable after 304 ({})",
+                ctx.key,
+                why.as_str()
+            );
+            ctx.cache.purge_key(&ctx.key, false);
+            false
+        }
+    }
+}
+
+/// A stale lookup. `handle` is the collapse lock when this request leads the refresh;
+/// `store` is false under `no_cache`/`cache_min_uses` (a full response is not stored).
+pub async fn revalidate(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    handle: Option<FillHandle>,
+    entry: HitEntry,
+    store: bool,
+) -> Result<(), ExchangeError> {
+    let now = SystemTime::now();
+    if let Some(h) = handle {
+        if background_allowed(ctx, &entry.meta, now) {
+            spawn_background(ctx, &ex.req, conn.peer.ip(), Some(h));
+            return hit::serve(ctx, conn, ex, entry, CacheStatus::Updating).await;
+        }
+        return foreground(ctx, conn, ex, Some(h), entry, store).await;
+    }
+    if background_allowed(ctx, &entry.meta, now) && store {
+        // No lock (cache_lock = false): still refresh only in the background.
+        spawn_background(ctx, &ex.req, conn.peer.ip(), None);
+        return hit::serve(ctx, conn, ex, entry, CacheStatus::Updating).await;
+    }
+    foreground(ctx, conn, ex, None, entry, store).await
+}
+
+async fn foreground(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    handle: Option<FillHandle>,
+    mut entry: HitEntry,
+    store: bool,
+) -> Result<(), ExchangeError> {
+    let extra = validators(ctx, &entry.meta);
+    let conditional = !extra.is_empty();
+    let head = fill_head(ctx, &ex.req, conn.peer.ip(), &extra);
+    let t0 = SystemTime::now();
+    let up = fetch_with(
+        ctx.w,
+        Some((conn, ex)),
+        &ctx.p.upstream,
+        &head,
+        &Method::Get,
+    )
+    .await;
+    let t1 = SystemTime::now();
+    let mut up = match up {
+        Ok(up) => up,
+        Err(e) => {
+            drop(handle);
+            if stale_on_error(ctx, &entry.meta, Some(&e), 0) {
+                tracing::warn!(
+                    "upstream \"{}\": {}; serving stale {}",
+                    ctx.p.upstream.name,
+                    crate::handlers::proxy::describe(&e),
+                    ctx.key
+                );
+                return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
+            }
+            super::mark(ctx.w, ex, CacheStatus::Expired);
+            return fill::upstream_failed(ctx, conn, ex, e).await;
+        }
+    };
+    let status = up.head.status;
+    if status == 304 && conditional {
+        let resp = std::mem::take(&mut up.head.headers);
+        up.release(ctx.w, &ctx.p.upstream, true);
+        apply_304(ctx, &mut entry, &ex.req.headers, &resp, t0, t1);
+        drop(handle); // followers join again and find the refreshed object
+        return hit::serve(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
+    }
+    if stale_on_error(ctx, &entry.meta, None, status) {
+        drop(up); // closes the upstream connection; its body is not wanted
+        drop(handle);
+        tracing::warn!(
+            "upstream \"{}\" answered {status}; serving stale {}",
+            ctx.p.upstream.name,
+            ctx.key
+        );
+        return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
+    }
+    drop(entry);
+    fill::respond(
+        ctx,
+        conn,
+        ex,
+        up,
+        handle,
+        CacheStatus::Expired,
+        store,
+        t0,
+        t1,
+    )
+    .await
+}
+
+/// Starts the one background refresh of this key on the worker's loop.
+fn spawn_background(
+    ctx: &Ctx<'_>,
+    req: &RequestHead,
+    peer: std::net::IpAddr,
+    handle: Option<FillHandle>,
+) {
+    let job = Background {
+        w: ctx.w.clone(),
+        shared: ctx.shared.clone(),
+        path: req.path().to_owned(),
+        req: req.clone(),
+        peer,
+        key: ctx.key.clone(),
+        cache: ctx.cache.clone(),
+    };
+    tokio::task::spawn_local(async move { job.run(handle).await });
+}
+
+/// What a background refresh needs, owned (it outlives the request).
+struct Background {
+    w: Rc<Worker>,
+    shared: Arc<Shared>,
+    path: String,
+    req: RequestHead,
+    peer: std::net::IpAddr,
+    key: String,
+    cache: Arc<edge_cache::Cache>,
+}
+
+impl Background {
+    async fn run(self, handle: Option<FillHandle>) {
+        // The route as of this request's config generation.
+        let Some(route) = self.shared.router.find(&self.path).cloned() else {
+            return;
+        };
+        let crate::server::route::Handler::Proxy(p) = &route.handler else {
+            return;
+        };
+        let ctx = Ctx {
+            w: &self.w,
+            shared: &self.shared,
+            route: &route,
+            p,
+            key: self.key.clone(),
+            cache: &self.cache,
+        };
+        let entry = match self
+            .cache
+            .lookup(&self.key, &self.req.headers, SystemTime::now())
+        {
+            Lookup::Fresh(_) => return, // someone refreshed it meanwhile
+            Lookup::Stale(e) => Some(e),
+            Lookup::Miss => None,
+        };
+        let extra = entry
+            .as_ref()
+            .map(|e| validators(&ctx, &e.meta))
+            .unwrap_or_default();
+        let head = fill_head(&ctx, &self.req, self.peer, &extra);
+        let t0 = SystemTime::now();
+        let up = fetch_with(ctx.w, None, &p.upstream, &head, &Method::Get).await;
+        let t1 = SystemTime::now();
+        let up = match up {
+            Ok(up) => up,
+            Err(e) => {
+                tracing::warn!(
+                    "upstream \"{}\": {} during background update of {}",
+                    p.upstream.name,
+                    crate::handlers::proxy::describe(&e),
+                    self.key
+                );
+                return;
+            }
+        };
+        if let (Some(mut e), 304) = (entry, up.head.status) {
+            if !extra.is_empty() {
+                let resp = up.head.headers.clone();
+                up.release(ctx.w, &p.upstream, true);
+                apply_304(&ctx, &mut e, &self.req.headers, &resp, t0, t1);
+                drop(handle);
+                return;
+            }
+        }
+        if (500..600).contains(&up.head.status) {
+            // Keep serving the stale object; the next request tries again.
+            tracing::warn!(
+                "upstream \"{}\" answered {} during background update of {}",
+                p.upstream.name,
+                up.head.status,
+                self.key
+            );
+            return;
+        }
+        let writer = open_writer(&ctx, &self.req.headers, &up, t0, t1);
+        let store = publish(writer, handle);
+        let _ = pump(&ctx, None, up, store).await;
+    }
+}

@@ -1,0 +1,707 @@
+//! The disk cache on the data path, end to end: the real `edgecache` in front of the
+//! real `edgeorigin` (which counts its requests in `/stats`), on 127.0.0.1. Every test
+//! asserts on bytes, on `X-Cache-Status`, and on how many requests reached the origin.
+
+mod common;
+
+use common::{cached_config, edgecache, get_text, json_number, origin, origin_requests, post_form};
+use edge_testkit::{get, Client, Proc, Response};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const LOCAL: &str = "\"127.0.0.1/32\"";
+
+fn status(r: &Response) -> &str {
+    r.header("x-cache-status").unwrap_or("-")
+}
+
+/// Origin + edgecache with a fresh cache dir (returned so a test can restart on it).
+struct Setup {
+    origin: Proc,
+    origin_addr: SocketAddr,
+    cache: Proc,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+fn setup(cache_extra: &str, location_extra: &str) -> Setup {
+    setup_allow(cache_extra, location_extra, LOCAL)
+}
+
+fn setup_allow(cache_extra: &str, location_extra: &str, allow: &str) -> Setup {
+    let (origin, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cached_config(
+        origin_addr,
+        &dir.path().join("cache"),
+        cache_extra,
+        location_extra,
+        allow,
+    );
+    let (cache, addr, admin) = edgecache(&cfg);
+    Setup {
+        origin,
+        origin_addr,
+        cache,
+        addr,
+        admin,
+        dir,
+    }
+}
+
+impl Setup {
+    fn config(&self, cache_extra: &str, location_extra: &str) -> String {
+        cached_config(
+            self.origin_addr,
+            &self.dir.path().join("cache"),
+            cache_extra,
+            location_extra,
+            LOCAL,
+        )
+    }
+    fn get(&self, path: &str, headers: &[&str]) -> Response {
+        get(self.addr, path, headers)
+    }
+    fn origin_count(&self) -> u64 {
+        origin_requests(self.origin_addr)
+    }
+    fn status_json(&self) -> String {
+        get_text(self.admin, "/status")
+    }
+}
+
+#[test]
+fn miss_then_hit_makes_one_origin_request() {
+    let s = setup("", "");
+    let direct = get(s.origin_addr, "/obj/10k/1", &[]);
+    let before = s.origin_count();
+    let a = s.get("/obj/10k/1", &[]);
+    let b = s.get("/obj/10k/1", &[]);
+    assert_eq!((a.status, status(&a)), (200, "MISS"));
+    assert_eq!((b.status, status(&b)), (200, "HIT"));
+    assert_eq!(a.body, direct.body);
+    assert_eq!(b.body, direct.body);
+    assert_eq!(b.body.len(), 10 * 1024);
+    assert_eq!(b.header("x-checksum"), direct.header("x-checksum"));
+    assert_eq!(b.header("etag"), direct.header("etag"));
+    assert_eq!(
+        b.headers_all("server"),
+        ["edgecache"],
+        "one Server header, ours"
+    );
+    assert_eq!(b.headers_all("date").len(), 1);
+    assert!(b.header("age").is_some(), "hits carry Age");
+    assert_eq!(s.origin_count() - before, 1);
+
+    // Keep-alive: several hits on one connection, pipelining included.
+    let mut c = Client::connect(s.addr);
+    c.send(b"GET /obj/10k/1 HTTP/1.1\r\nHost: test\r\n\r\nGET /obj/10k/1 HTTP/1.1\r\nHost: test\r\n\r\n");
+    for _ in 0..2 {
+        let r = c.read_response(false);
+        assert_eq!((r.status, status(&r)), (200, "HIT"));
+        assert_eq!(r.body, direct.body);
+    }
+    // A chunked origin response is stored whole and served with a length.
+    let ch = s.get("/obj/100k/2?chunked=1", &[]);
+    assert_eq!((ch.status, status(&ch)), (200, "MISS"));
+    let ch2 = s.get("/obj/100k/2?chunked=1", &[]);
+    assert_eq!(status(&ch2), "HIT");
+    assert_eq!(ch2.header("content-length"), Some("102400"));
+    assert_eq!(ch2.body, ch.body);
+    assert_eq!(s.origin_count() - before, 2);
+    // Counters.
+    let m = get_text(s.admin, "/metrics");
+    assert!(
+        m.contains("edgecache_cache_requests_total{status=\"hit\"} 4"),
+        "{m}"
+    );
+    assert!(
+        m.contains("edgecache_cache_requests_total{status=\"miss\"} 2"),
+        "{m}"
+    );
+    assert!(m.contains("edgecache_cache_entries{cache=\"c1\"} 2"), "{m}");
+}
+
+#[test]
+fn no_store_private_and_set_cookie_are_not_stored() {
+    let s = setup("", "");
+    for q in ["no_store=1", "private=1", "set_cookie=1"] {
+        let path = format!("/obj/1k/3?{q}");
+        let before = s.origin_count();
+        let a = s.get(&path, &[]);
+        let b = s.get(&path, &[]);
+        assert_eq!((a.status, status(&a)), (200, "MISS"), "{q}");
+        assert_eq!((b.status, status(&b)), (200, "MISS"), "{q}");
+        assert_eq!(a.body, b.body);
+        assert_eq!(s.origin_count() - before, 2, "{q}: both went to the origin");
+        if q == "set_cookie=1" {
+            assert_eq!(
+                a.header("set-cookie"),
+                Some("s=1"),
+                "the cookie reaches its user"
+            );
+        }
+    }
+    assert!(s.status_json().contains("\"entries\": 0"));
+}
+
+#[test]
+fn vary_stores_variants_separately() {
+    let s = setup("", "");
+    let path = "/obj/1k/5?vary=X-Variant";
+    let before = s.origin_count();
+    let a1 = s.get(path, &["X-Variant: a"]);
+    let b1 = s.get(path, &["X-Variant: b"]);
+    assert_eq!(status(&a1), "MISS");
+    assert_eq!(status(&b1), "MISS", "another variant is a miss");
+    let a2 = s.get(path, &["X-Variant: a"]);
+    let b2 = s.get(path, &["X-Variant: b"]);
+    assert_eq!(status(&a2), "HIT");
+    assert_eq!(status(&b2), "HIT");
+    assert_eq!(a2.header("vary"), Some("X-Variant"));
+    assert_eq!(a2.body, a1.body);
+    assert_eq!(s.origin_count() - before, 2);
+    let none = s.get(path, &[]);
+    assert_eq!(status(&none), "MISS", "no header is a third variant");
+}
+
+#[test]
+fn expired_object_is_revalidated_with_304() {
+    let s = setup("", "");
+    let path = "/obj/4k/6?max_age=1";
+    let a = s.get(path, &[]);
+    assert_eq!(status(&a), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    let before = s.origin_count();
+    let b = s.get(path, &[]);
+    assert_eq!((b.status, status(&b)), (200, "REVALIDATED"));
+    assert_eq!(b.body, a.body);
+    assert_eq!(s.origin_count() - before, 1);
+    let stats = get_text(s.origin_addr, "/stats");
+    assert!(
+        stats.contains("\"304\":1"),
+        "the origin answered 304: {stats}"
+    );
+    let c = s.get(path, &[]);
+    assert_eq!(status(&c), "HIT", "fresh again after the 304");
+    assert_eq!(c.body, a.body);
+    // Without validators the refetch is a full response: EXPIRED.
+    let path = "/obj/4k/7?max_age=1&etag=0&lm=0";
+    assert_eq!(status(&s.get(path, &[])), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    let e = s.get(path, &[]);
+    assert_eq!((e.status, status(&e)), (200, "EXPIRED"));
+    assert_eq!(status(&s.get(path, &[])), "HIT");
+}
+
+/// Reads one response on a raw socket, noting when the first body byte and the last
+/// arrived (relative to `t0`). Returns (status line, X-Cache-Status, body length, body
+/// hash, first byte, last byte).
+fn timed_get(
+    addr: SocketAddr,
+    path: &str,
+    t0: Instant,
+) -> (String, String, usize, u64, Duration, Duration) {
+    use std::hash::Hasher;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut body_len = 0usize;
+    let mut first = None;
+    let mut head_done = false;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        let mut chunk = &buf[..n];
+        if !head_done {
+            head.extend_from_slice(chunk);
+            match head.windows(4).position(|w| w == b"\r\n\r\n") {
+                Some(p) => {
+                    head_done = true;
+                    let body = head.split_off(p + 4);
+                    if !body.is_empty() {
+                        first.get_or_insert_with(|| t0.elapsed());
+                    }
+                    hasher.write(&body);
+                    body_len += body.len();
+                }
+                None => continue,
+            }
+            chunk = &[];
+        }
+        if !chunk.is_empty() {
+            first.get_or_insert_with(|| t0.elapsed());
+            hasher.write(chunk);
+            body_len += chunk.len();
+        }
+    }
+    let last = t0.elapsed();
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status_line = head.lines().next().unwrap_or("").to_string();
+    let cs = head
+        .lines()
+        .find_map(|l| l.strip_prefix("X-Cache-Status: "))
+        .unwrap_or("-")
+        .to_string();
+    (
+        status_line,
+        cs,
+        body_len,
+        hasher.finish(),
+        first.unwrap_or(last),
+        last,
+    )
+}
+
+#[test]
+fn hundred_concurrent_misses_make_one_origin_request_and_stream() {
+    let s = setup("", "");
+    // 2 MiB paced at 1 MB/s: the origin cannot finish before ~2 s after the request.
+    let path = "/obj/2m/11?slow_bps=1000000";
+    let expected = get(s.origin_addr, "/obj/2m/11", &[]).body;
+    let expected_hash = {
+        use std::hash::Hasher;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        h.write(&expected);
+        h.finish()
+    };
+    let before = s.origin_count();
+    let t0 = Instant::now();
+    let addr = s.addr;
+    let threads: Vec<_> = (0..100)
+        .map(|_| std::thread::spawn(move || timed_get(addr, path, t0)))
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        s.origin_count() - before,
+        1,
+        "one origin request for 100 clients"
+    );
+    let mut misses = 0;
+    for (line, cs, len, hash, first, _last) in &results {
+        assert_eq!(line, "HTTP/1.1 200 OK");
+        assert_eq!(*len, 2 << 20, "every body complete");
+        assert_eq!(*hash, expected_hash, "every body identical to the origin's");
+        if cs == "MISS" {
+            misses += 1;
+        } else {
+            assert_eq!(cs, "HIT");
+        }
+        // The paced origin needs at least 2 s after the request (sent after t0); bytes
+        // before 1.5 s can only have come while it was still sending (streamed, not
+        // after completion).
+        assert!(
+            *first < Duration::from_millis(1500),
+            "first body byte after {first:?}: followers must stream"
+        );
+    }
+    assert_eq!(misses, 1);
+    let last_min = results.iter().map(|r| r.5).min().unwrap();
+    assert!(
+        last_min >= Duration::from_millis(1500),
+        "paced origin: {last_min:?}"
+    );
+    let m = get_text(s.admin, "/metrics");
+    assert!(m.contains("edgecache_cache_collapsed_total 99"), "{m}");
+}
+
+#[test]
+fn restart_serves_hits_from_disk() {
+    let mut s = setup("", "");
+    let a = s.get("/obj/10k/12", &[]);
+    assert_eq!(status(&a), "MISS");
+    s.cache.signal("TERM");
+    assert_eq!(s.cache.wait_exit(Duration::from_secs(10)), Some(0));
+    let cfg = s.config("", "");
+    let (p, addr, _admin) = edgecache(&cfg);
+    s.cache = p;
+    s.addr = addr;
+    let before = s.origin_count();
+    let b = s.get("/obj/10k/12", &[]);
+    assert_eq!((b.status, status(&b)), (200, "HIT"));
+    assert_eq!(b.body, a.body);
+    assert_eq!(
+        s.origin_count(),
+        before,
+        "no origin request after the restart"
+    );
+}
+
+#[test]
+fn stale_served_on_origin_500_and_when_origin_is_down() {
+    let mut s = setup(
+        "",
+        "cache_key = \"$scheme://$host$uri\"\nuse_stale = [\"error\", \"timeout\", \"http_5xx\"]",
+    );
+    let a = s.get("/obj/3k/13?max_age=1", &[]);
+    assert_eq!(status(&a), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    // Same key (the template ignores the query); the origin now answers 500.
+    let b = s.get("/obj/3k/13?max_age=1&status=500", &[]);
+    assert_eq!((b.status, status(&b)), (200, "STALE"));
+    assert_eq!(b.body, a.body);
+    s.origin.signal("KILL");
+    s.origin.wait_exit(Duration::from_secs(5));
+    let c = s.get("/obj/3k/13", &[]);
+    assert_eq!((c.status, status(&c)), (200, "STALE"), "origin down");
+    assert_eq!(c.body, a.body);
+    // Nothing stale to fall back on: the error is the client's.
+    let d = s.get("/obj/3k/14", &[]);
+    assert_eq!((d.status, status(&d)), (502, "MISS"));
+    assert!(s.cache.stderr().contains("serving stale"));
+}
+
+#[test]
+fn stale_is_not_served_without_use_stale() {
+    let s = setup("", "cache_key = \"$scheme://$host$uri\"");
+    assert_eq!(status(&s.get("/obj/3k/15?max_age=1", &[])), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    let b = s.get("/obj/3k/15?max_age=1&status=500", &[]);
+    assert_eq!(b.status, 500, "the origin's 500 passes through");
+    assert_eq!(status(&b), "EXPIRED");
+}
+
+#[test]
+fn range_conditional_and_head_on_hits() {
+    let s = setup("", "");
+    let full = s.get("/obj/100k/16", &[]).body;
+    // A HEAD miss fills the object (fetched with GET) and sends no body.
+    let h = Client::connect(s.addr).request("HEAD", "/obj/64k/17", &[]);
+    assert_eq!((h.status, status(&h)), (200, "MISS"));
+    assert_eq!(h.header("content-length"), Some("65536"));
+    let g = s.get("/obj/64k/17", &[]);
+    assert_eq!((status(&g), g.body.len()), ("HIT", 65536));
+    let h2 = Client::connect(s.addr).request("HEAD", "/obj/100k/16", &[]);
+    assert_eq!((h2.status, status(&h2)), (200, "HIT"));
+    assert_eq!(h2.header("content-length"), Some("102400"));
+    assert!(h2.body.is_empty());
+
+    let r = s.get("/obj/100k/16", &["Range: bytes=100-199"]);
+    assert_eq!((r.status, status(&r)), (206, "HIT"));
+    assert_eq!(r.header("content-range"), Some("bytes 100-199/102400"));
+    assert_eq!(r.body, full[100..200]);
+    let r = s.get("/obj/100k/16", &["Range: bytes=-50000"]);
+    assert_eq!(r.status, 206);
+    assert_eq!(
+        r.body,
+        full[102400 - 50000..],
+        "a large range goes by sendfile"
+    );
+
+    let m = s.get("/obj/100k/16", &["Range: bytes=0-9,1000-1009"]);
+    assert_eq!(m.status, 206);
+    let ct = m.header("content-type").unwrap().to_string();
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .expect(&ct);
+    let body = m.body.clone();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("Content-Range: bytes 0-9/102400"));
+    assert!(text.contains("Content-Range: bytes 1000-1009/102400"));
+    assert!(text.ends_with(&format!("\r\n--{boundary}--\r\n")));
+    let find = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    assert!(find(&full[0..10]) && find(&full[1000..1010]));
+
+    let u = s.get("/obj/100k/16", &["Range: bytes=200000-"]);
+    assert_eq!(u.status, 416);
+    assert_eq!(u.header("content-range"), Some("bytes */102400"));
+
+    let etag = s
+        .get("/obj/100k/16", &[])
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let nm = s.get("/obj/100k/16", &[&format!("If-None-Match: {etag}")]);
+    assert_eq!((nm.status, status(&nm)), (304, "HIT"));
+    assert!(nm.body.is_empty());
+    assert_eq!(nm.header("etag"), Some(etag.as_str()));
+    let other = s.get("/obj/100k/16", &["If-None-Match: \"nope\""]);
+    assert_eq!((other.status, other.body.len()), (200, 102400));
+    // If-Range with a different validator: the whole object.
+    let ir = s.get("/obj/100k/16", &["Range: bytes=0-9", "If-Range: \"old\""]);
+    assert_eq!((ir.status, ir.body.len()), (200, 102400));
+    let ir = s.get(
+        "/obj/100k/16",
+        &["Range: bytes=0-9", &format!("If-Range: {etag}")],
+    );
+    assert_eq!((ir.status, ir.body.len()), (206, 10));
+}
+
+#[test]
+fn purge_method_needs_an_allowed_address() {
+    let s = setup("", "");
+    assert_eq!(status(&s.get("/obj/1k/20", &[])), "MISS");
+    assert_eq!(status(&s.get("/obj/1k/20", &[])), "HIT");
+    let p = Client::connect(s.addr).request("PURGE", "/obj/1k/20", &[]);
+    assert_eq!(p.status, 200);
+    assert_eq!(p.body, b"{\"purged\": 1}\n");
+    let again = Client::connect(s.addr).request("PURGE", "/obj/1k/20", &[]);
+    assert_eq!(again.status, 404);
+    assert_eq!(again.body, b"{\"purged\": 0}\n");
+    assert_eq!(status(&s.get("/obj/1k/20", &[])), "MISS");
+
+    let denied = setup_allow("", "", "\"10.0.0.0/8\"");
+    assert_eq!(status(&denied.get("/obj/1k/20", &[])), "MISS");
+    let p = Client::connect(denied.addr).request("PURGE", "/obj/1k/20", &[]);
+    assert_eq!(p.status, 403);
+    assert_eq!(
+        status(&denied.get("/obj/1k/20", &[])),
+        "HIT",
+        "still cached"
+    );
+}
+
+#[test]
+fn admin_purge_by_url_prefix_and_tag() {
+    let s = setup("", "");
+    for p in [
+        "/obj/1k/21",
+        "/obj/1k/22",
+        "/obj/2k/21",
+        "/obj/1k/23?tag=red,blue",
+        "/obj/1k/24?tag=blue",
+    ] {
+        assert_eq!(status(&s.get(p, &[])), "MISS", "{p}");
+    }
+    let r = post_form(s.admin, "/purge", "url=http%3A%2F%2Ftest%2Fobj%2F1k%2F21");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"{\"purged\": 1}\n"[..])
+    );
+    assert_eq!(status(&s.get("/obj/1k/21", &[])), "MISS");
+
+    let r = post_form(s.admin, "/purge", "prefix=http://test/obj/1k/");
+    assert_eq!(r.status, 200);
+    // 1k/21 (just refetched), 1k/22, and the two tagged 1k objects.
+    assert_eq!(r.body, b"{\"purged\": 4}\n");
+    assert_eq!(status(&s.get("/obj/1k/22", &[])), "MISS");
+    assert_eq!(
+        status(&s.get("/obj/2k/21", &[])),
+        "HIT",
+        "outside the prefix"
+    );
+
+    for p in ["/obj/1k/23?tag=red,blue", "/obj/1k/24?tag=blue"] {
+        assert_eq!(status(&s.get(p, &[])), "MISS");
+    }
+    let r = post_form(s.admin, "/purge", "tag=blue");
+    assert_eq!(r.body, b"{\"purged\": 2}\n");
+    assert_eq!(status(&s.get("/obj/1k/23?tag=red,blue", &[])), "MISS");
+    let r = post_form(s.admin, "/purge", "tag=green");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (404, &b"{\"purged\": 0}\n"[..])
+    );
+    let bad = post_form(s.admin, "/purge", "nothing=1");
+    assert_eq!(bad.status, 400);
+    let get_purge = get(s.admin, "/purge?tag=red", &[]);
+    assert_eq!(get_purge.status, 405);
+}
+
+#[test]
+fn soft_purge_revalidates_instead_of_hitting() {
+    let s = setup("", "");
+    let a = s.get("/obj/1k/25", &[]);
+    assert_eq!(status(&a), "MISS");
+    let r = post_form(s.admin, "/purge", "url=http://test/obj/1k/25&soft=1");
+    assert_eq!(r.body, b"{\"purged\": 1}\n");
+    let before = s.origin_count();
+    let b = s.get("/obj/1k/25", &[]);
+    assert_eq!((b.status, status(&b)), (200, "REVALIDATED"));
+    assert_eq!(b.body, a.body);
+    assert_eq!(s.origin_count() - before, 1);
+    assert_eq!(status(&s.get("/obj/1k/25", &[])), "HIT");
+}
+
+#[test]
+fn soft_purge_with_background_update_serves_updating() {
+    let s = setup(
+        "",
+        "use_stale = [\"updating\", \"error\"]\nbackground_update = true",
+    );
+    let a = s.get("/obj/1k/26?tag=t", &[]);
+    assert_eq!(status(&a), "MISS");
+    let before = s.origin_count();
+    let r = post_form(s.admin, "/purge", "tag=t&soft=1");
+    assert_eq!(r.body, b"{\"purged\": 1}\n");
+    let b = s.get("/obj/1k/26?tag=t", &[]);
+    assert_eq!((b.status, status(&b)), (200, "UPDATING"));
+    assert_eq!(b.body, a.body);
+    // The background refresh (one origin request) makes it fresh again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = s.get("/obj/1k/26?tag=t", &[]);
+        if status(&c) == "HIT" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refreshed: {}", status(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(s.origin_count() - before, 1);
+}
+
+#[test]
+fn kill_9_during_a_slow_fill_never_leaves_a_truncated_object() {
+    let mut s = setup("", "");
+    let addr = s.addr;
+    // 50 MiB at 50 MB/s: about a second; the kill lands in the middle.
+    let fetch = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"GET /obj/50m/27?slow_bps=50000000 HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(k) = c.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        n
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    s.cache.signal("KILL");
+    let got = fetch.join().unwrap();
+    assert!(
+        got < 50 << 20,
+        "the kill cut the first response ({got} bytes)"
+    );
+    let cfg = s.config("", "");
+    let (p, addr, admin) = edgecache(&cfg);
+    s.cache = p;
+    s.addr = addr;
+    // The same key (the query is part of it).
+    let mut c = Client::connect(addr);
+    c.set_read_timeout(Duration::from_secs(30));
+    let r = c.get("/obj/50m/27?slow_bps=50000000", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 50 << 20, "never a truncated body");
+    assert_eq!(status(&r), "MISS", "the killed fill was never servable");
+    // The killed process's temp file is gone once the loader ran.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !get_text(admin, "/status").contains("\"done\": true") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let tmps = files(&s.dir.path().join("cache"))
+        .into_iter()
+        .filter(|(p, _)| p.contains(".tmp."))
+        .count();
+    assert_eq!(tmps, 0);
+}
+
+/// Every regular file under `dir`, with its size.
+fn files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let md = e.metadata().unwrap();
+        if md.is_dir() {
+            out.extend(files(&e.path()));
+        } else {
+            out.push((e.path().to_string_lossy().into_owned(), md.len()));
+        }
+    }
+    out
+}
+
+#[test]
+fn eviction_keeps_disk_use_under_max_size() {
+    let s = setup("max_size = \"256k\"", "");
+    for i in 0..40 {
+        let r = s.get(&format!("/obj/20k/{}", 100 + i), &[]);
+        assert_eq!((r.status, r.body.len()), (200, 20 * 1024));
+    }
+    let max = 256 * 1024;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = s.status_json();
+        let disk = json_number(&st.replace(' ', ""), "disk_bytes").unwrap();
+        let on_disk: u64 = files(&s.dir.path().join("cache")).iter().map(|f| f.1).sum();
+        if disk <= max && on_disk <= max {
+            let ev = json_number(&st.replace(' ', ""), "evictions").unwrap();
+            assert!(ev >= 20, "evicted {ev}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "disk {disk} / files {on_disk} over {max}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The most recent object survived.
+    assert_eq!(status(&s.get("/obj/20k/139", &[])), "HIT");
+}
+
+#[test]
+fn cache_bypass_header_goes_to_the_origin() {
+    let s = setup("", "cache_bypass = [{ header = \"X-Bypass\" }]");
+    assert_eq!(status(&s.get("/obj/1k/30", &[])), "MISS");
+    let before = s.origin_count();
+    let b = s.get("/obj/1k/30", &["X-Bypass: 1"]);
+    assert_eq!((b.status, status(&b)), (200, "BYPASS"));
+    assert_eq!(s.origin_count() - before, 1);
+    assert_eq!(status(&s.get("/obj/1k/30", &["X-Bypass: 0"])), "HIT");
+    // Other methods are never cached.
+    let mut c = Client::connect(s.addr);
+    c.send(b"POST /obj/1k/30 HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\nhi");
+    let p = c.read_response(false);
+    assert_eq!(status(&p), "BYPASS");
+}
+
+#[test]
+fn write_failures_still_serve_complete_responses() {
+    let s = {
+        let (origin, origin_addr) = origin();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        // Every first-level directory name is taken by a plain file, so creating an
+        // object fails with ENOTDIR (chmod would not stop root).
+        for c in "0123456789abcdef".chars() {
+            std::fs::write(cache.join(c.to_string()), b"x").unwrap();
+        }
+        let cfg = cached_config(origin_addr, &cache, "", "", LOCAL);
+        let (p, addr, admin) = edgecache(&cfg);
+        Setup {
+            origin,
+            origin_addr,
+            cache: p,
+            addr,
+            admin,
+            dir,
+        }
+    };
+    let direct = get(s.origin_addr, "/obj/100k/31", &[]).body;
+    for _ in 0..3 {
+        let r = s.get("/obj/100k/31", &[]);
+        assert_eq!((r.status, status(&r)), (200, "MISS"));
+        assert_eq!(r.body, direct);
+    }
+    // Concurrent requests: followers are told to fetch on their own.
+    let addr = s.addr;
+    let ts: Vec<_> = (0..5)
+        .map(|_| std::thread::spawn(move || get(addr, "/obj/100k/31?slow_bps=1000000", &[])))
+        .collect();
+    for t in ts {
+        let r = t.join().unwrap();
+        assert_eq!((r.status, r.body.len()), (200, 100 * 1024));
+    }
+    let st = s.status_json().replace(' ', "");
+    assert!(json_number(&st, "write_errors").unwrap() >= 4, "{st}");
+}
