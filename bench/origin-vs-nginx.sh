@@ -2,7 +2,9 @@
 # edgeorigin vs nginx serving the same objects: edgeorigin generates them, nginx serves
 # the identical bytes from files (page cache, sendfile, open_file_cache). One worker each,
 # pinned to CPU $SERVER_CPU; wrk on CPU $CLIENT_CPU. Runs are interleaved A B A B so
-# machine drift cancels; prints a Markdown table with req/s and the ratio.
+# machine drift cancels; prints a Markdown table with req/s, the server's CPU time per
+# request (utime+stime of the serving process from /proc, robust to a busy client) and
+# the ratios.
 #
 #   bench/origin-vs-nginx.sh [duration_s] [reps]
 #
@@ -63,30 +65,42 @@ http {
   }
 }
 CONF
-taskset -c "$SERVER_CPU" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=($!)
+taskset -c "$SERVER_CPU" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & NMASTER=$!; pids+=($NMASTER)
 wait_port $NPORT
+NWORKER=$(pgrep -P "$NMASTER" | head -1)
+EPID=${pids[0]}
 for s in $SIZES; do
   cmp <(curl -sf "http://127.0.0.1:$NPORT/obj/$s/1") <(curl -sf "http://127.0.0.1:$OPORT/obj/$s/1") \
     || { echo "nginx and edgeorigin bodies differ for $s" >&2; exit 1; }
 done
 
-rps() { # port path -> req/s
-  taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$1$2" | awk '/^Requests\/sec/ {print $2}'
+TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+run() { # port pid path -> "req/s cpu_us_per_request"
+  local before after out r
+  before=$(cpu_ticks "$2")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$1$3")
+  after=$(cpu_ticks "$2")
+  r=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  awk -v r="$r" -v t=$((after - before)) -v tck="$TCK" -v d="$DUR" 'BEGIN {printf "%.0f %.1f\n", r, t * 1e6 / tck / (r * d)}'
 }
 
 echo "edgeorigin vs nginx $(nginx -v 2>&1 | sed 's/.*\///'), wrk -t1 -c$CONNS -d${DUR}s, server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU, $REPS interleaved reps"
 echo
-echo "| object | edgeorigin req/s | nginx req/s | edgeorigin/nginx |"
-echo "|---|---|---|---|"
+echo "| object | edgeorigin req/s | nginx req/s | req/s ratio | edgeorigin CPU µs/req | nginx CPU µs/req | CPU/req ratio |"
+echo "|---|---|---|---|---|---|---|"
 for s in $SIZES; do
   path="/obj/$s/1"
-  e_all=(); n_all=()
+  e_all=(); n_all=(); ec_all=(); nc_all=()
   for _ in $(seq "$REPS"); do
-    e_all+=("$(rps $OPORT "$path")")
-    n_all+=("$(rps $NPORT "$path")")
+    read -r r c < <(run $OPORT "$EPID" "$path"); e_all+=("$r"); ec_all+=("$c")
+    read -r r c < <(run $NPORT "$NWORKER" "$path"); n_all+=("$r"); nc_all+=("$c")
   done
-  e=$(printf '%s\n' "${e_all[@]}" | awk '{s+=$1} END {printf "%.0f", s/NR}')
-  n=$(printf '%s\n' "${n_all[@]}" | awk '{s+=$1} END {printf "%.0f", s/NR}')
-  ratio=$(awk -v e="$e" -v n="$n" 'BEGIN {printf "%.2f", e/n}')
-  echo "| $s | $e (runs: ${e_all[*]}) | $n (runs: ${n_all[*]}) | $ratio |"
+  mean() { printf '%s\n' "$@" | awk '{s+=$1} END {printf "%.1f", s/NR}'; }
+  e=$(mean "${e_all[@]}"); n=$(mean "${n_all[@]}"); ec=$(mean "${ec_all[@]}"); nc=$(mean "${nc_all[@]}")
+  ratio=$(awk -v a="$e" -v b="$n" 'BEGIN {printf "%.2f", a/b}')
+  cratio=$(awk -v a="$ec" -v b="$nc" 'BEGIN {printf "%.2f", a/b}')
+  echo "| $s | ${e%.*} (${e_all[*]}) | ${n%.*} (${n_all[*]}) | $ratio | $ec (${ec_all[*]}) | $nc (${nc_all[*]}) | $cratio |"
 done
+echo
+echo "req/s ratio: edgeorigin/nginx (above 1: edgeorigin serves more). CPU/req ratio: edgeorigin/nginx (below 1: edgeorigin spends less server CPU per request)."

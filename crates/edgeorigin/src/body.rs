@@ -6,8 +6,8 @@
 //! and frames them ([`Framing`]), so no body is ever held in memory whole and pacing or
 //! a mid-body reset is just "stop asking at position N".
 
+use crate::body_cache::Cached;
 use crate::content::{self, Kind};
-use std::rc::Rc;
 
 /// One stretch of a body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub enum Framing {
 }
 
 /// A whole response body: which object the content pieces come from, and the pieces.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Body {
     pub kind: Kind,
     pub size: u64,
@@ -49,8 +49,8 @@ pub struct Body {
     /// Sum of the pieces' lengths.
     pub len: u64,
     /// The whole object, already generated (from the thread's body cache): content
-    /// pieces are copied from it instead of generated again.
-    pub cached: Option<Rc<Vec<u8>>>,
+    /// pieces are copied (or sent) from it instead of generated again.
+    pub cached: Option<Cached>,
 }
 
 impl Body {
@@ -108,20 +108,27 @@ impl Body {
         }
     }
 
-    /// Attaches the already generated whole object (see [`crate::body_cache`]).
-    pub fn with_cached(mut self, bytes: Option<Rc<Vec<u8>>>) -> Body {
-        self.cached = bytes.filter(|b| b.len() as u64 == self.size);
+    /// Attaches the already generated whole object (see [`crate::body_cache`]); one of
+    /// the wrong size is refused, not trusted.
+    pub fn with_cached(mut self, cached: Option<Cached>) -> Body {
+        self.cached = cached.filter(|c| c.len() == self.size);
         self
     }
 
-    /// The body as one contiguous slice of the cached object, when it is exactly that
-    /// (a plain 200 or a single range): the connection writes it without copying.
-    pub fn direct_slice(&self) -> Option<&[u8]> {
-        match (&self.cached, self.pieces.as_slice()) {
-            (Some(bytes), [Piece::Content { offset, len }]) => {
-                bytes.get(*offset as usize..(*offset + *len) as usize)
-            }
-            _ => None,
+    /// The body as one contiguous stretch of the cached object, when it is exactly that
+    /// (a plain 200 or a single range): the connection sends it without generating or
+    /// staging it.
+    pub fn direct(&self) -> Option<Direct<'_>> {
+        let (Some(cached), [Piece::Content { offset, len }]) =
+            (&self.cached, self.pieces.as_slice())
+        else {
+            return None;
+        };
+        match cached {
+            Cached::Bytes(b) => b
+                .get(*offset as usize..(*offset + *len) as usize)
+                .map(Direct::Bytes),
+            Cached::File(f, _) => Some(Direct::File(f, *offset, *len)),
         }
     }
 
@@ -144,14 +151,7 @@ impl Body {
             let n = (plen - within).min((max - written) as u64) as usize;
             match piece {
                 Piece::Lit(b) => out.extend_from_slice(&b[within as usize..within as usize + n]),
-                Piece::Content { offset, .. } if self.cached.is_some() => {
-                    let from = (offset + within) as usize;
-                    let bytes = self
-                        .cached
-                        .as_deref()
-                        .map_or(&[][..], |v| &v[from..from + n]);
-                    out.extend_from_slice(bytes);
-                }
+                Piece::Content { offset, .. } if self.copy_cached(offset + within, n, out) => {}
                 Piece::Content { offset, .. } => {
                     let at = out.len();
                     grow_zeroed(out, n);
@@ -169,6 +169,42 @@ impl Body {
             piece_start += plen;
         }
         written
+    }
+}
+
+/// A body that can be sent as it is, from the cache.
+#[derive(Debug)]
+pub enum Direct<'a> {
+    Bytes(&'a [u8]),
+    /// `(file, offset, len)`: sent with `sendfile(2)`.
+    File(&'a std::fs::File, u64, u64),
+}
+
+impl Body {
+    /// Appends `n` bytes of the object at `offset` from the cache; false (nothing
+    /// appended) when there is no cache or reading it failed, so the caller generates.
+    fn copy_cached(&self, offset: u64, n: usize, out: &mut Vec<u8>) -> bool {
+        match &self.cached {
+            Some(Cached::Bytes(b)) => match b.get(offset as usize..offset as usize + n) {
+                Some(bytes) => {
+                    out.extend_from_slice(bytes);
+                    true
+                }
+                None => false,
+            },
+            Some(Cached::File(f, _)) => {
+                use std::os::unix::fs::FileExt;
+                let at = out.len();
+                grow_zeroed(out, n);
+                if f.read_exact_at(&mut out[at..], offset).is_ok() {
+                    true
+                } else {
+                    out.truncate(at);
+                    false
+                }
+            }
+            None => false,
+        }
     }
 }
 
@@ -223,33 +259,40 @@ mod tests {
     fn cached_bodies_produce_the_same_bytes() {
         let mut whole = vec![0u8; 10000];
         content::fill(Kind::Txt, 10000, 6, 0, &mut whole);
-        let cached = Some(Rc::new(whole.clone()));
-        let (pieces, _) = crate::range::multipart(&[(0, 10), (9000, 10000)], 10000, "t/h");
-        for body in [
-            Body::object(Kind::Txt, 10000, 6),
-            Body::slice(Kind::Txt, 10000, 6, 77, 5000),
-            Body::pieces(Kind::Txt, 10000, 6, pieces),
+        let file = crate::body_cache::memfd(&whole).expect("memfd");
+        for cached in [
+            Cached::Bytes(std::rc::Rc::new(whole.clone())),
+            Cached::File(std::rc::Rc::new(file), 10000),
         ] {
-            let with = body.clone().with_cached(cached.clone());
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            body.produce(0, usize::MAX, &mut a);
-            with.produce(0, usize::MAX, &mut b);
-            assert_eq!(a, b);
-            if let Some(d) = with.direct_slice() {
-                assert_eq!(d, &a[..]);
+            let (pieces, _) = crate::range::multipart(&[(0, 10), (9000, 10000)], 10000, "t/h");
+            for body in [
+                Body::object(Kind::Txt, 10000, 6),
+                Body::slice(Kind::Txt, 10000, 6, 77, 5000),
+                Body::pieces(Kind::Txt, 10000, 6, pieces),
+            ] {
+                let with = body.clone().with_cached(Some(cached.clone()));
+                assert!(with.cached.is_some());
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                body.produce(0, usize::MAX, &mut a);
+                with.produce(0, usize::MAX, &mut b);
+                assert_eq!(a, b);
+                match with.direct() {
+                    Some(Direct::Bytes(d)) => assert_eq!(d, &a[..]),
+                    Some(Direct::File(f, off, len)) => {
+                        use std::os::unix::fs::FileExt;
+                        let mut d = vec![0u8; len as usize];
+                        f.read_exact_at(&mut d, off).unwrap();
+                        assert_eq!(d, a);
+                    }
+                    None => assert_eq!(with.pieces.len(), 5, "only multipart is not direct"),
+                }
             }
+            // A cache entry of the wrong size is refused, not trusted.
+            assert!(Body::object(Kind::Txt, 9999, 6)
+                .with_cached(Some(cached))
+                .cached
+                .is_none());
         }
-        assert_eq!(
-            Body::object(Kind::Txt, 10000, 6)
-                .with_cached(cached.clone())
-                .direct_slice(),
-            Some(&whole[..])
-        );
-        // A cache entry of the wrong size is refused, not trusted.
-        assert!(Body::object(Kind::Txt, 9999, 6)
-            .with_cached(cached)
-            .cached
-            .is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! object size. Delays, pacing and the mid-body reset of the injection parameters are
 //! acted out here; what to do was decided by `respond.rs`.
 
-use crate::body::Framing;
+use crate::body::{Direct, Framing};
 use crate::content::CHUNK;
 use crate::request::{self, Parsed, MAX_HEADERS};
 use crate::respond::{self, Ctx, Reply};
@@ -123,6 +123,54 @@ async fn write_all(stream: &mut TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `len` bytes of `file` from `offset` with `sendfile(2)` (no copy through user
+/// space), waiting for the socket to be writable and giving up after [`SEND_TIMEOUT`]
+/// without progress.
+async fn send_file(
+    stream: &TcpStream,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// Linux moves at most this much per sendfile call.
+    const MAX_SENDFILE: u64 = 0x7fff_f000;
+    let (sock, fd) = (stream.as_raw_fd(), file.as_raw_fd());
+    let end = offset.checked_add(len).ok_or(io::ErrorKind::InvalidInput)?;
+    let mut pos = offset;
+    while pos < end {
+        let step = async {
+            loop {
+                stream.writable().await?;
+                let count = (end - pos).min(MAX_SENDFILE) as usize;
+                let r = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                    let mut off = pos as libc::off_t;
+                    // SAFETY: `sock` and `fd` are open descriptors owned by `stream` and
+                    // `file`, both borrowed for this call; `off` is a live local the
+                    // kernel reads and updates; no user memory is passed.
+                    let n = unsafe { libc::sendfile(sock, fd, &mut off, count) };
+                    if n < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(n as u64)
+                    }
+                });
+                match r {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(SEND_TIMEOUT, step).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()), // file shorter than said
+            Ok(Ok(n)) => pos += n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "send timeout")),
+        }
+    }
+    Ok(())
+}
+
 /// Sends one reply: delay, head, body (framed, maybe paced, maybe cut by a reset).
 async fn send(
     stream: &mut TcpStream,
@@ -137,16 +185,26 @@ async fn send(
     wbuf.extend_from_slice(&reply.head);
     let mut sent = 0u64;
     let plain = reply.framing == Framing::Length && reply.slow_bps.is_none() && !reply.reset;
-    if let (Some(bytes), true) = (reply.body.as_ref().and_then(|b| b.direct_slice()), plain) {
+    let direct = reply
+        .body
+        .as_ref()
+        .and_then(|b| b.direct())
+        .filter(|_| plain);
+    if let Some(direct) = direct {
         // A cached object sent as it is: small ones join the write buffer (pipelined
-        // replies go out together), big ones are written straight from the cache.
-        if bytes.len() <= CHUNK {
-            wbuf.extend_from_slice(bytes);
-        } else {
-            flush(stream, wbuf).await?;
-            write_all(stream, bytes).await?;
+        // replies go out together), big ones go straight from the cache.
+        match direct {
+            Direct::Bytes(bytes) if bytes.len() <= CHUNK => wbuf.extend_from_slice(bytes),
+            Direct::Bytes(bytes) => {
+                flush(stream, wbuf).await?;
+                write_all(stream, bytes).await?;
+            }
+            Direct::File(file, offset, len) => {
+                flush(stream, wbuf).await?;
+                send_file(stream, file, offset, len).await?;
+            }
         }
-        sent = bytes.len() as u64;
+        sent = reply.body.as_ref().map_or(0, |b| b.len);
     } else if let Some(body) = &reply.body {
         let limit = if reply.reset { body.len / 2 } else { body.len };
         let slice = match reply.slow_bps {
@@ -230,6 +288,39 @@ fn unacked_bytes(stream: &TcpStream) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_file_sends_the_slice() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+            let file = crate::body_cache::memfd(&data).unwrap();
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let reader = tokio::spawn(async move {
+                let mut c = TcpStream::connect(addr).await.unwrap();
+                let mut got = Vec::new();
+                c.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            let (mut server, _) = l.accept().await.unwrap();
+            // More than a socket buffer, so the WouldBlock path runs too.
+            send_file(&server, &file, 1000, 500_000).await.unwrap();
+            server.shutdown().await.unwrap();
+            drop(server);
+            assert_eq!(reader.await.unwrap(), &data[1000..501_000]);
+            let (server, _) = (TcpStream::connect(addr).await.unwrap(), ());
+            let err = send_file(&server, &file, 599_000, 5000).await.unwrap_err();
+            assert_eq!(
+                err.kind(),
+                io::ErrorKind::WriteZero,
+                "past the end of the file"
+            );
+        });
+    }
 
     #[test]
     fn unacked_bytes_reads_the_send_queue() {
