@@ -116,6 +116,15 @@ pub(crate) struct ConnectionOptions {
 
 impl ConnectionOptions {
     pub fn add(&mut self, field: &[u8]) {
+        // Fast path: a lone option, as browsers send it.
+        if field.eq_ignore_ascii_case(b"keep-alive") {
+            self.keep_alive = true;
+            return;
+        }
+        if field.eq_ignore_ascii_case(b"close") {
+            self.close = true;
+            return;
+        }
         for opt in list_elements(field) {
             if opt.eq_ignore_ascii_case(b"close") {
                 self.close = true;
@@ -162,14 +171,16 @@ fn underscore_variant(name: &[u8], framing: &[u8]) -> bool {
 
 pub(crate) fn classify(name: &str) -> Special {
     let n = name.as_bytes();
-    match n.len() {
-        4 if n.eq_ignore_ascii_case(b"host") => Special::Host,
-        6 if n.eq_ignore_ascii_case(b"expect") => Special::Expect,
-        10 if n.eq_ignore_ascii_case(b"connection") => Special::Connection,
-        14 if n.eq_ignore_ascii_case(b"content-length") => Special::ContentLength,
-        17 if n.eq_ignore_ascii_case(b"transfer-encoding") => Special::TransferEncoding,
-        14 if underscore_variant(n, b"content-length") => Special::FramingLookalike,
-        17 if underscore_variant(n, b"transfer-encoding") => Special::FramingLookalike,
+    // Length and first letter rule out almost every ordinary field in two comparisons.
+    let first = n.first().map_or(0, u8::to_ascii_lowercase);
+    match (n.len(), first) {
+        (4, b'h') if n.eq_ignore_ascii_case(b"host") => Special::Host,
+        (6, b'e') if n.eq_ignore_ascii_case(b"expect") => Special::Expect,
+        (10, b'c') if n.eq_ignore_ascii_case(b"connection") => Special::Connection,
+        (14, b'c') if n.eq_ignore_ascii_case(b"content-length") => Special::ContentLength,
+        (17, b't') if n.eq_ignore_ascii_case(b"transfer-encoding") => Special::TransferEncoding,
+        (14, b'c') if underscore_variant(n, b"content-length") => Special::FramingLookalike,
+        (17, b't') if underscore_variant(n, b"transfer-encoding") => Special::FramingLookalike,
         _ => Special::Other,
     }
 }

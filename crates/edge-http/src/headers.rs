@@ -7,8 +7,10 @@
 //!
 //! Layout: all names and values live in one byte buffer, and an entry is a pair of ranges
 //! into it. Parsing a head therefore costs two allocations (the buffer and the entry
-//! list) however many fields it has, instead of two per field. Removed fields leave dead
-//! bytes behind; the buffer is compacted when the dead bytes dominate.
+//! list) however many fields it has, instead of two per field, and the buffer is filled
+//! with one copy of the head's field section ([`HeaderMap::from_parsed`]); the `: ` and
+//! CRLF separators stay in it as dead bytes. Removed fields leave dead bytes behind too;
+//! the buffer is compacted when the dead bytes dominate.
 
 use std::fmt;
 
@@ -18,19 +20,22 @@ const COMPACT_MIN_DEAD: usize = 4096;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    /// Start of the name in `buf`; the value follows the name directly.
-    start: usize,
+    name_start: usize,
     name_len: usize,
+    value_start: usize,
     value_len: usize,
 }
 
 impl Entry {
     fn name<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
-        &buf[self.start..self.start + self.name_len]
+        &buf[self.name_start..self.name_start + self.name_len]
     }
     fn value<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
-        let v = self.start + self.name_len;
-        &buf[v..v + self.value_len]
+        &buf[self.value_start..self.value_start + self.value_len]
+    }
+    /// Bytes of `buf` this entry keeps alive.
+    fn live(&self) -> usize {
+        self.name_len + self.value_len
     }
 }
 
@@ -101,27 +106,83 @@ impl HeaderMap {
     /// Adds a field from borrowed bytes (no intermediate allocation). Crate-internal
     /// because a `name` that is not UTF-8 would break [`HeaderMap::iter`]'s `&str` names.
     pub(crate) fn push_raw(&mut self, name: &[u8], value: &[u8]) {
-        let start = self.buf.len();
+        let name_start = self.buf.len();
         self.buf.extend_from_slice(name);
         self.buf.extend_from_slice(value);
         self.entries.push(Entry {
-            start,
+            name_start,
             name_len: name.len(),
+            value_start: name_start + name.len(),
             value_len: value.len(),
         });
     }
 
-    /// Mutable access to the value of the last field, for in-place fix-ups by the
-    /// parsers (obs-fold replacement in responses).
-    pub(crate) fn last_value_mut(&mut self) -> Option<&mut [u8]> {
-        let e = *self.entries.last()?;
-        let v = e.start + e.name_len;
-        Some(&mut self.buf[v..v + e.value_len])
+    /// Builds the map of a parsed head with one copy: the bytes from the first field name
+    /// to the end of the last value are copied as they are, and entries point into them.
+    /// `buf` is the buffer httparse parsed and `fields` its result, so every name and
+    /// value is a sub-slice of `buf`; should one not be (never seen), the fields are
+    /// copied one by one instead.
+    pub(crate) fn from_parsed(buf: &[u8], fields: &[httparse::Header<'_>]) -> HeaderMap {
+        let base = buf.as_ptr() as usize;
+        // Offset of `part` in `buf`, if it lies inside it.
+        let offset = |part: &[u8]| {
+            let off = (part.as_ptr() as usize).checked_sub(base)?;
+            (off.checked_add(part.len())? <= buf.len()).then_some(off)
+        };
+        let region = match (fields.first(), fields.last()) {
+            (Some(first), Some(last)) => offset(first.name.as_bytes())
+                .zip(offset(last.value))
+                .map(|(s, v)| (s, v + last.value.len()))
+                .filter(|(s, e)| s <= e),
+            _ => return HeaderMap::new(),
+        };
+        if let Some((start, end)) = region {
+            let mut entries = Vec::with_capacity(fields.len());
+            let inside = |off: Option<usize>, len: usize| {
+                off.filter(|&o| o >= start && o + len <= end)
+                    .map(|o| o - start)
+            };
+            for h in fields {
+                let name = inside(offset(h.name.as_bytes()), h.name.len());
+                let value = inside(offset(h.value), h.value.len());
+                let (Some(name_start), Some(value_start)) = (name, value) else {
+                    entries.clear();
+                    break;
+                };
+                entries.push(Entry {
+                    name_start,
+                    name_len: h.name.len(),
+                    value_start,
+                    value_len: h.value.len(),
+                });
+            }
+            if entries.len() == fields.len() {
+                let live: usize = entries.iter().map(Entry::live).sum();
+                return HeaderMap {
+                    buf: buf[start..end].to_vec(),
+                    entries,
+                    dead: (end - start).saturating_sub(live),
+                };
+            }
+        }
+        let bytes = fields.iter().map(|h| h.name.len() + h.value.len()).sum();
+        let mut map = HeaderMap::with_capacity(fields.len(), bytes);
+        for h in fields {
+            map.push_raw(h.name.as_bytes(), h.value);
+        }
+        map
     }
 
-    /// The value of the last field (crate-internal, see `last_value_mut`).
-    pub(crate) fn last_value(&self) -> Option<&[u8]> {
-        self.entries.last().map(|e| e.value(&self.buf))
+    /// Mutable access to the value of field `i` (wire order), for in-place fix-ups by the
+    /// parsers (obs-fold replacement in responses).
+    pub(crate) fn value_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let e = *self.entries.get(i)?;
+        Some(&mut self.buf[e.value_start..e.value_start + e.value_len])
+    }
+
+    /// The value of field `i` (wire order).
+    pub(crate) fn value_at(&self, i: usize) -> Option<&[u8]> {
+        self.entries.get(i).map(|e| e.value(&self.buf))
     }
 
     /// Replaces every field called `name` with one field holding `value`. The new field
@@ -142,20 +203,21 @@ impl HeaderMap {
                     if e.name_len == name.len()
                         && e.name(&self.buf).eq_ignore_ascii_case(name.as_bytes())
                     {
-                        self.dead += e.name_len + e.value_len;
+                        self.dead += e.live();
                         self.entries.remove(j);
                     } else {
                         j += 1;
                     }
                 }
                 let old = self.entries[i];
-                self.dead += old.name_len + old.value_len;
-                let start = self.buf.len();
+                self.dead += old.live();
+                let name_start = self.buf.len();
                 self.buf.extend_from_slice(name.as_bytes());
                 self.buf.extend_from_slice(&value);
                 self.entries[i] = Entry {
-                    start,
+                    name_start,
                     name_len: name.len(),
+                    value_start: name_start + name.len(),
                     value_len: value.len(),
                 };
                 self.maybe_compact();
@@ -171,7 +233,7 @@ impl HeaderMap {
         self.entries.retain(|e| {
             let hit = e.name_len == name.len() && e.name(buf).eq_ignore_ascii_case(name.as_bytes());
             if hit {
-                dead += e.name_len + e.value_len;
+                dead += e.live();
             }
             !hit
         });
@@ -195,10 +257,12 @@ impl HeaderMap {
         }
         let mut buf = Vec::with_capacity(self.buf.len() - self.dead);
         for e in &mut self.entries {
-            let len = e.name_len + e.value_len;
-            let start = buf.len();
-            buf.extend_from_slice(&self.buf[e.start..e.start + len]);
-            e.start = start;
+            let name_start = buf.len();
+            buf.extend_from_slice(&self.buf[e.name_start..e.name_start + e.name_len]);
+            let value_start = buf.len();
+            buf.extend_from_slice(&self.buf[e.value_start..e.value_start + e.value_len]);
+            e.name_start = name_start;
+            e.value_start = value_start;
         }
         self.buf = buf;
         self.dead = 0;
@@ -372,6 +436,47 @@ mod tests {
         assert!(!m.has_token("cache-control", "max-age"));
         assert!(!m.has_token("missing", "x"));
         assert_eq!(m.tokens("connection").count(), 3);
+    }
+
+    #[test]
+    fn from_parsed_copies_the_field_section_once() {
+        let buf = b"GET / HTTP/1.1\r\nHost: h\r\nX-A:  1 \r\nEmpty:\r\n\r\n";
+        let mut slots = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut slots);
+        req.parse(buf).unwrap();
+        let m = HeaderMap::from_parsed(buf, req.headers);
+        let got: Vec<(&str, &[u8])> = m.iter().collect();
+        assert_eq!(
+            got,
+            vec![("Host", &b"h"[..]), ("X-A", b"1"), ("Empty", b"")]
+        );
+        // One copy from "Host" to the end of the last value, separators included.
+        assert_eq!(m.buf, b"Host: h\r\nX-A:  1 \r\nEmpty:");
+        assert_eq!(m.dead, m.buf.len() - 14);
+        // Editing still works on a bulk-built map.
+        let mut m2 = m.clone();
+        m2.insert("x-a", "2");
+        assert_eq!(m2.get_str("X-A"), Some("2"));
+        assert_eq!(m, HeaderMap::from_parsed(buf, req.headers));
+    }
+
+    #[test]
+    fn from_parsed_falls_back_when_fields_are_elsewhere() {
+        let fields = [
+            httparse::Header {
+                name: "A",
+                value: b"1",
+            },
+            httparse::Header {
+                name: "B",
+                value: b"2",
+            },
+        ];
+        let m = HeaderMap::from_parsed(b"unrelated", &fields);
+        let got: Vec<(&str, &[u8])> = m.iter().collect();
+        assert_eq!(got, vec![("A", &b"1"[..]), ("B", b"2")]);
+        assert_eq!(m.buf, b"A1B2");
+        assert!(HeaderMap::from_parsed(b"x", &[]).is_empty());
     }
 
     #[test]

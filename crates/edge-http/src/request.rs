@@ -173,11 +173,15 @@ pub fn parse_request(
     if n > limits.max_header_bytes {
         return Err(ERR_HEAD_TOO_LARGE);
     }
-    build_head(&req, limits).map(|head| Some((head, n)))
+    build_head(buf, &req, limits).map(|head| Some((head, n)))
 }
 
 /// Turns httparse's borrowed view into an owned head, deciding framing on the way.
-fn build_head(req: &httparse::Request<'_, '_>, limits: &Limits) -> Result<RequestHead, ParseError> {
+fn build_head(
+    buf: &[u8],
+    req: &httparse::Request<'_, '_>,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
     let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(bad("incomplete request line"));
     };
@@ -196,8 +200,6 @@ fn build_head(req: &httparse::Request<'_, '_>, limits: &Limits) -> Result<Reques
     target::validate(&method, path)?;
 
     let fields = &*req.headers;
-    let bytes: usize = fields.iter().map(|h| h.name.len() + h.value.len()).sum();
-    let mut headers = HeaderMap::with_capacity(fields.len(), bytes);
     let mut hosts = 0u32;
     let mut host_ok = true;
     let mut cl = ContentLength::default();
@@ -229,8 +231,9 @@ fn build_head(req: &httparse::Request<'_, '_>, limits: &Limits) -> Result<Reques
             }
             Special::Other => {}
         }
-        headers.push_raw(h.name.as_bytes(), h.value);
     }
+
+    let headers = HeaderMap::from_parsed(buf, fields);
 
     if hosts > 1 {
         return Err(bad("more than one Host header"));

@@ -93,10 +93,11 @@ pub fn parse_response(
     if n > limits.max_header_bytes {
         return Err(ERR_HEAD_TOO_LARGE);
     }
-    build_head(&res, request_method).map(|head| Some((head, n)))
+    build_head(buf, &res, request_method).map(|head| Some((head, n)))
 }
 
 fn build_head(
+    buf: &[u8],
     res: &httparse::Response<'_, '_>,
     method: &Method,
 ) -> Result<ResponseHead, ParseError> {
@@ -113,29 +114,27 @@ fn build_head(
     };
 
     let fields = &*res.headers;
-    let bytes: usize = fields.iter().map(|h| h.name.len() + h.value.len()).sum();
-    let mut headers = HeaderMap::with_capacity(fields.len(), bytes);
+    let mut headers = HeaderMap::from_parsed(buf, fields);
     let mut cl = ContentLength::default();
     let mut cl_error = None;
     let mut te = TransferEncoding::default();
     let mut conn = ConnectionOptions::default();
-    for h in fields {
-        headers.push_raw(h.name.as_bytes(), h.value);
-        let special = classify(h.name);
+    for (i, h) in fields.iter().enumerate() {
         let folded = memchr::memchr2(b'\r', b'\n', h.value).is_some();
         if folded {
             // obs-fold (RFC 9112 5.2): a proxy replaces each fold with spaces.
-            if let Some(v) = headers.last_value_mut() {
+            if let Some(v) = headers.value_mut(i) {
                 for b in v.iter_mut().filter(|b| **b == b'\r' || **b == b'\n') {
                     *b = b' ';
                 }
             }
         }
+        let special = classify(h.name);
         if special == Special::Other {
             continue;
         }
         let value = if folded {
-            headers.last_value().unwrap_or_default()
+            headers.value_at(i).unwrap_or_default()
         } else {
             h.value
         };
