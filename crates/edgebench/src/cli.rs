@@ -40,8 +40,9 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub repetitions: Option<u32>,
     /// CPUs for the server under test and the load generator (lists allowed: 0-1:2,3).
-    #[arg(long, default_value = "0:1", value_name = "SERVER:CLIENT")]
-    pub cpus: String,
+    /// Default: the first two CPUs this process may use (0:1 on most machines).
+    #[arg(long, value_name = "SERVER:CLIENT")]
+    pub cpus: Option<String>,
     /// Load generator: edgeload (default) or wrk.
     #[arg(long, default_value = "edgeload", value_name = "NAME")]
     pub loadgen: String,
@@ -145,7 +146,12 @@ impl Cli {
             repetitions: self.repetitions,
             peers,
         })?;
-        let placement = Placement::parse(&self.cpus, &cpus::allowed()).map_err(Error::usage)?;
+        let allowed = cpus::allowed();
+        let spec = self
+            .cpus
+            .clone()
+            .unwrap_or_else(|| cpus::default_spec(&allowed));
+        let placement = Placement::parse(&spec, &allowed).map_err(Error::usage)?;
         let loadgen = match self.loadgen.as_str() {
             "edgeload" => LoadChoice::Edgeload,
             "wrk" => LoadChoice::Wrk,

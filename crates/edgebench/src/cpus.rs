@@ -98,6 +98,16 @@ pub fn allowed() -> Vec<usize> {
         .collect()
 }
 
+/// The default `--cpus`: the first two allowed CPUs, or the only one (shared, with a
+/// warning from [`Placement::parse`]) on a single-CPU machine.
+pub fn default_spec(allowed: &[usize]) -> String {
+    match allowed {
+        [] => "0:0".into(),
+        [only] => format!("{only}:{only}"),
+        [a, b, ..] => format!("{a}:{b}"),
+    }
+}
+
 /// Where each process runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -169,6 +179,13 @@ mod tests {
         assert!(Placement::parse("01", &[0, 1])
             .unwrap_err()
             .contains("SERVER:CLIENT"));
+    }
+
+    #[test]
+    fn default_uses_the_allowed_cpus() {
+        assert_eq!(default_spec(&[0, 1, 2]), "0:1");
+        assert_eq!(default_spec(&[4, 7]), "4:7");
+        assert_eq!(default_spec(&[3]), "3:3");
     }
 
     /// The pre_exec closure really pins the child: it reads its own allowed list.
