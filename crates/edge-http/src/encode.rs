@@ -6,7 +6,7 @@
 //! proxy strips hop-by-hop fields before forwarding a head in either direction.
 
 use crate::date::http_date_now;
-use crate::HeaderMap;
+use crate::{HeaderMap, Method};
 
 /// The final chunk and the empty trailer section of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
@@ -147,31 +147,32 @@ const NEVER_CONNECTION_OPTION: [&str; 2] = ["host", "content-length"];
 
 /// Removes hop-by-hop headers AND every header named in the Connection header's tokens
 /// (RFC 9110 7.6.1), except Host and Content-Length, which a hostile `Connection: host`
-/// must not strip.
+/// must not strip. Allocation-free unless Connection names extra fields.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains("connection") {
-        let named: Vec<String> = headers
-            .tokens("connection")
-            .filter_map(|t| std::str::from_utf8(t).ok())
-            .filter(|t| {
-                !NEVER_CONNECTION_OPTION
-                    .iter()
-                    .any(|n| n.eq_ignore_ascii_case(t))
-            })
-            .map(str::to_owned)
-            .collect();
-        for name in &named {
-            headers.remove(name);
-        }
-    }
-    let hop: Vec<String> = headers
-        .iter()
-        .filter(|(n, _)| is_hop_by_hop(n))
-        .map(|(n, _)| n.to_owned())
+    // Options that only name fields which are hop-by-hop anyway (or no field) need no list.
+    let named: Vec<String> = headers
+        .tokens("connection")
+        .filter(|t| !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive"))
+        .filter_map(|t| std::str::from_utf8(t).ok())
+        .filter(|t| {
+            !NEVER_CONNECTION_OPTION
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(t))
+        })
+        .map(str::to_owned)
         .collect();
-    for name in &hop {
-        headers.remove(name);
-    }
+    headers.retain(|name, _| {
+        !is_hop_by_hop(name) && !named.iter().any(|n| n.eq_ignore_ascii_case(name))
+    });
+}
+
+/// Appends `{method} {target} HTTP/1.1\r\n`, the request line sent upstream. `target`
+/// should be an origin-form target such as [`crate::RequestHead::path_and_query`].
+pub fn write_request_line(out: &mut Vec<u8>, method: &Method, target: &str) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
 }
 
 /// A complete error response: status line, Date, `Server: edgecache`,
@@ -210,7 +211,7 @@ pub fn error_response(status: u16) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{parse_response, BodyKind, Limits, Method};
+    use crate::{parse_request, parse_response, BodyKind, Limits};
 
     #[test]
     fn status_lines() {
@@ -284,6 +285,29 @@ mod tests {
         strip_hop_by_hop(&mut h);
         let names: Vec<&str> = h.iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["Host", "Content-Length", "Cache-Control"]);
+    }
+
+    #[test]
+    fn request_lines_parse_back() {
+        let mut out = Vec::new();
+        write_request_line(&mut out, &Method::Other("BREW".into()), "/pot?x=1");
+        write_header(&mut out, "Host", b"h");
+        out.extend_from_slice(b"\r\n");
+        assert_eq!(out, b"BREW /pot?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+        let (head, _) = parse_request(&out, &Limits::default()).unwrap().unwrap();
+        assert_eq!(head.method.as_str(), "BREW");
+        assert_eq!(head.path_and_query(), "/pot?x=1");
+    }
+
+    #[test]
+    fn strip_without_connection_options() {
+        let mut h = HeaderMap::new();
+        h.append("Connection", "close");
+        h.append("TE", "trailers");
+        h.append("Keep-Alive", "timeout=5");
+        h.append("Accept", "*/*");
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.iter().collect::<Vec<_>>(), vec![("Accept", &b"*/*"[..])]);
     }
 
     #[test]

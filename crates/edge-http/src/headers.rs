@@ -245,6 +245,25 @@ impl HeaderMap {
         removed
     }
 
+    /// Keeps only the fields for which `keep(name, value)` is true, in order (no
+    /// allocation).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &[u8]) -> bool) {
+        let buf = &self.buf;
+        let mut dead = 0;
+        self.entries.retain(|e| {
+            let name = std::str::from_utf8(e.name(buf)).unwrap_or("");
+            let kept = keep(name, e.value(buf));
+            if !kept {
+                dead += e.live();
+            }
+            kept
+        });
+        if dead > 0 {
+            self.dead += dead;
+            self.maybe_compact();
+        }
+    }
+
     /// Rewrites `buf` without dead bytes once they dominate it.
     fn maybe_compact(&mut self) {
         if self.entries.is_empty() {
@@ -477,6 +496,16 @@ mod tests {
         assert_eq!(got, vec![("A", &b"1"[..]), ("B", b"2")]);
         assert_eq!(m.buf, b"A1B2");
         assert!(HeaderMap::from_parsed(b"x", &[]).is_empty());
+    }
+
+    #[test]
+    fn retain_filters_in_order() {
+        let mut m = map(&[("A", "1"), ("B", "2"), ("a", "3"), ("C", "x")]);
+        m.retain(|n, v| !n.eq_ignore_ascii_case("a") && v != b"x");
+        let got: Vec<(&str, &[u8])> = m.iter().collect();
+        assert_eq!(got, vec![("B", &b"2"[..])]);
+        m.retain(|_, _| false);
+        assert!(m.is_empty());
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub use body::{BodyDecoder, Decoded, MAX_CHUNK_LINE, MAX_TRAILER_BYTES};
 pub use date::{fmt_http_date, http_date_now, parse_http_date};
 pub use encode::{
     error_response, is_hop_by_hop, reason_phrase, strip_hop_by_hop, write_chunk_header,
-    write_header, write_status_line, LAST_CHUNK,
+    write_header, write_request_line, write_status_line, LAST_CHUNK,
 };
 pub use error::{ErrorKind, ParseError};
 pub use headers::HeaderMap;

@@ -26,14 +26,23 @@ impl Version {
 /// A request method. Methods are case-sensitive (RFC 9110 9.1): `get` is `Other("get")`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Method {
+    /// `GET`.
     Get,
+    /// `HEAD`.
     Head,
+    /// `POST`.
     Post,
+    /// `PUT`.
     Put,
+    /// `DELETE`.
     Delete,
+    /// `OPTIONS`.
     Options,
+    /// `PATCH`.
     Patch,
+    /// `TRACE`.
     Trace,
+    /// `CONNECT` (refused with 501 by the parser: edgecache does not tunnel).
     Connect,
     /// Cache purge (nginx / Varnish convention), answered only for `admin.allow`.
     Purge,

@@ -24,10 +24,13 @@ pub(crate) const STACK_HEADERS: usize = 128;
 /// A parsed request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
+    /// The method (case-sensitive; unknown tokens are `Method::Other`).
     pub method: Method,
     /// The raw request-target as received (`/a?b`, or absolute-form `http://h/a?b`).
     pub target: String,
+    /// HTTP/1.0 or HTTP/1.1 (anything else was refused with 505).
     pub version: Version,
+    /// Every field in wire order, names in their original case.
     pub headers: HeaderMap,
     /// Empty / Length / Chunked only (never CloseDelimited for requests).
     pub body: BodyKind,

@@ -22,10 +22,13 @@ use crate::{BodyKind, HeaderMap, Limits, Method, Version};
 /// A parsed response head.
 #[derive(Debug, Clone)]
 pub struct ResponseHead {
+    /// HTTP/1.0 or HTTP/1.1 (anything else is `BadUpstream`).
     pub version: Version,
+    /// The status code, 100..=999.
     pub status: u16,
     /// The reason phrase; empty when absent or not ASCII.
     pub reason: String,
+    /// Every field in wire order; obs-folds already replaced by spaces.
     pub headers: HeaderMap,
     /// Framing per RFC 9112 6.3 given the request method: HEAD, 1xx, 204 and 304 are
     /// `Empty`; then chunked; then Content-Length; otherwise `CloseDelimited`.
