@@ -220,7 +220,12 @@ fn timed_get(
     let mut first = None;
     let mut head_done = false;
     loop {
-        let n = s.read(&mut buf).unwrap();
+        // A reset is how a cut response ends (the session aborts with RST).
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Err(e) => panic!("read: {e}"),
+        };
         if n == 0 {
             break;
         }
@@ -704,4 +709,152 @@ fn write_failures_still_serve_complete_responses() {
     }
     let st = s.status_json().replace(' ', "");
     assert!(json_number(&st, "write_errors").unwrap() >= 4, "{st}");
+}
+
+#[test]
+fn leader_failing_mid_body_aborts_followers_and_stores_nothing() {
+    let s = setup("", "cache_key = \"$scheme://$host$uri\"");
+    // The origin sends half of the body, then resets; the followers' heads promised the
+    // full length, so their connections must be cut, never completed short.
+    let path = "/obj/1m/40?reset=1&slow_bps=2000000";
+    let t0 = Instant::now();
+    let addr = s.addr;
+    let ts: Vec<_> = (0..5)
+        .map(|_| std::thread::spawn(move || timed_get(addr, path, t0)))
+        .collect();
+    for t in ts {
+        let (line, _cs, len, ..) = t.join().unwrap();
+        assert_eq!(line, "HTTP/1.1 200 OK");
+        assert!(
+            len < 1 << 20,
+            "a cut body must not look complete ({len} bytes)"
+        );
+    }
+    let r = s.get("/obj/1m/40", &[]);
+    assert_eq!((r.status, status(&r)), (200, "MISS"), "nothing was stored");
+    assert_eq!(r.body.len(), 1 << 20);
+    assert_eq!(status(&s.get("/obj/1m/40", &[])), "HIT");
+}
+
+#[test]
+fn followers_complete_when_the_leaders_client_goes_away() {
+    let s = setup("", "");
+    let path = "/obj/1m/41?slow_bps=2000000";
+    let before = s.origin_count();
+    // The leader's client reads the head and a little body, then hangs up.
+    let mut leader = TcpStream::connect(s.addr).unwrap();
+    write!(leader, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut buf = [0u8; 4096];
+    assert!(leader.read(&mut buf).unwrap() > 0);
+    let addr = s.addr;
+    let follower = std::thread::spawn(move || timed_get(addr, path, Instant::now()));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(leader);
+    let (line, cs, len, ..) = follower.join().unwrap();
+    assert_eq!(
+        (line.as_str(), cs.as_str(), len),
+        ("HTTP/1.1 200 OK", "HIT", 1 << 20)
+    );
+    let r = s.get(path, &[]);
+    assert_eq!(status(&r), "HIT", "the fill completed and was stored");
+    assert_eq!(r.body.len(), 1 << 20);
+    assert_eq!(s.origin_count() - before, 1);
+}
+
+#[test]
+fn cache_lock_timeout_bounds_the_wait() {
+    let s = setup("", "cache_lock_timeout = \"300ms\"");
+    let path = "/obj/8k/42?delay_ms=1500";
+    let before = s.origin_count();
+    let addr = s.addr;
+    let leader = std::thread::spawn(move || get(addr, path, &[]));
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let follower = get(addr, path, &[]);
+    // The follower gave up waiting after 300 ms and fetched on its own (the origin
+    // still takes 1.5 s for it).
+    assert_eq!((follower.status, status(&follower)), (200, "MISS"));
+    assert_eq!(follower.body.len(), 8192);
+    assert!(t.elapsed() >= Duration::from_millis(1500));
+    let l = leader.join().unwrap();
+    assert_eq!((l.status, status(&l)), (200, "MISS"));
+    assert_eq!(l.body, follower.body);
+    assert_eq!(s.origin_count() - before, 2);
+    assert_eq!(status(&s.get(path, &[])), "HIT");
+}
+
+#[test]
+fn min_uses_and_no_cache_conditions() {
+    let s = setup(
+        "",
+        "cache_min_uses = 2\nno_cache = [{ cookie = \"nocache\" }]",
+    );
+    let before = s.origin_count();
+    assert_eq!(status(&s.get("/obj/1k/43", &[])), "MISS");
+    assert_eq!(
+        status(&s.get("/obj/1k/43", &[])),
+        "MISS",
+        "stored only from the 2nd use"
+    );
+    assert_eq!(status(&s.get("/obj/1k/43", &[])), "HIT");
+    assert_eq!(s.origin_count() - before, 2);
+    // no_cache: never stored from these requests, but hits are still served to them.
+    for _ in 0..3 {
+        let r = s.get("/obj/1k/44", &["Cookie: nocache=1"]);
+        assert_eq!((r.status, status(&r)), (200, "MISS"));
+    }
+    assert_eq!(status(&s.get("/obj/1k/43", &["Cookie: nocache=1"])), "HIT");
+    assert!(s.status_json().contains("\"entries\": 1"));
+}
+
+#[test]
+fn several_caches_share_the_objects_by_key_hash() {
+    let (_origin, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+[[cache]]
+name = "d1"
+path = "{d1}"
+[[cache]]
+name = "d2"
+path = "{d2}"
+[[upstream]]
+name = "origin"
+servers = ["{origin_addr}"]
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["d1", "d2"]
+[admin]
+listen = "{{admin}}"
+"#,
+        d1 = dir.path().join("d1").display(),
+        d2 = dir.path().join("d2").display()
+    );
+    let (_p, addr, admin) = edgecache(&cfg);
+    for i in 0..24 {
+        assert_eq!(
+            status(&get(addr, &format!("/obj/1k/{}", 200 + i), &[])),
+            "MISS"
+        );
+    }
+    for i in 0..24 {
+        assert_eq!(
+            status(&get(addr, &format!("/obj/1k/{}", 200 + i), &[])),
+            "HIT"
+        );
+    }
+    let m = get_text(admin, "/metrics");
+    let entries = |c: &str| {
+        let pat = format!("edgecache_cache_entries{{cache=\"{c}\"}} ");
+        let at = m.find(&pat).unwrap() + pat.len();
+        m[at..].lines().next().unwrap().parse::<u64>().unwrap()
+    };
+    let (a, b) = (entries("d1"), entries("d2"));
+    assert_eq!(a + b, 24);
+    assert!(a > 0 && b > 0, "both disks used: {a} + {b}");
 }

@@ -362,8 +362,10 @@ pub enum Followed {
     Done(Result<(), ExchangeError>),
     /// The leader failed before the head: join again.
     Retry,
-    /// Fetch on our own, uncached (not storable, lock timeout, another Vary variant).
-    Alone,
+    /// Fetch on our own: uncached after "not storable" or `cache_lock_timeout`
+    /// (`store` false), or storing our own variant when the leader's response varies
+    /// and this request wants another one (`store` true).
+    Alone { store: bool },
 }
 
 /// A collapsed follower: wait for the leader's head, then stream the object as it is
@@ -377,13 +379,13 @@ pub async fn follow(
     let head = match fill.wait_head().await {
         WaitHead::Head(h) => h,
         WaitHead::Retry => return Followed::Retry,
-        WaitHead::Uncacheable | WaitHead::TimedOut => return Followed::Alone,
+        WaitHead::Uncacheable | WaitHead::TimedOut => return Followed::Alone { store: false },
     };
     // The leader's response varies on request headers this request may not share.
     if !head.meta.vary.is_empty()
         && edge_cache::variant_key(&ctx.key, &head.meta.vary, &ex.req.headers) != head.meta.key
     {
-        return Followed::Alone;
+        return Followed::Alone { store: true };
     }
     Followed::Done(stream_fill(ctx, conn, ex, fill, head).await)
 }

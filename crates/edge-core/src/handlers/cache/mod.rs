@@ -148,6 +148,7 @@ pub async fn handle(
     // Whether a miss may be stored: `no_cache` conditions forbid it, and so does
     // `cache_min_uses` until the key was requested often enough (counted on misses).
     let no_store = conditions_match(&loc.no_cache, &ex.req);
+    let mut alone_store = false;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
         let first = cache.lookup(&ctx.key, &ex.req.headers, now);
@@ -202,14 +203,17 @@ pub async fn handle(
                 match fill::follow(&ctx, conn, ex, &f).await {
                     fill::Followed::Done(r) => return r,
                     fill::Followed::Retry => continue,
-                    fill::Followed::Alone => break,
+                    fill::Followed::Alone { store } => {
+                        alone_store = store;
+                        break;
+                    }
                 }
             }
         }
     }
-    // The fill could not be followed (not storable, timed out, another variant):
-    // fetch this response on our own, uncached.
-    fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, false).await
+    // The fill could not be followed (not storable, timed out, another Vary variant) or
+    // kept failing: fetch this response on our own.
+    fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, alone_store).await
 }
 
 /// `cache_min_uses`: store only once a key was requested this many times (stale
