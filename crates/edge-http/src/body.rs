@@ -366,4 +366,4 @@ fn hex_value(b: u8) -> Option<u8> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -18,6 +18,7 @@ mod date;
 mod encode;
 mod error;
 mod framing;
+mod head;
 mod headers;
 mod limits;
 mod method;

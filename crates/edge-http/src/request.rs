@@ -7,19 +7,14 @@
 //! httparse checks the syntax; this file adds the limits, the framing decision and the
 //! smuggling defences listed in the crate README.
 
-use std::mem::MaybeUninit;
-
 use crate::error::{bad, ErrorKind, ParseError};
 use crate::framing::{
     classify, guess_request_line, ConnectionOptions, ContentLength, LineGuess, Special, TeVerdict,
     TransferEncoding,
 };
+use crate::head::{wait_or_too_large, with_header_slots};
 use crate::target::{self, Form};
 use crate::{BodyKind, HeaderMap, Limits, Method, Version};
-
-/// Header slots kept on the stack; configurations allowing more headers fall back to one
-/// heap allocation per parse.
-pub(crate) const STACK_HEADERS: usize = 128;
 
 /// A parsed request head.
 #[derive(Debug, Clone)]
@@ -118,65 +113,48 @@ pub fn parse_request(
     limits: &Limits,
 ) -> Result<Option<(RequestHead, usize)>, ParseError> {
     let Some(start) = request_line_start(buf) else {
-        return if buf.len() > limits.max_header_bytes {
-            Err(ERR_HEAD_TOO_LARGE)
-        } else {
-            Ok(None)
-        };
+        return wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE);
     };
     check_request_line(buf, start, limits)?;
-
-    let mut stack: [MaybeUninit<httparse::Header<'_>>; STACK_HEADERS] =
-        [const { MaybeUninit::uninit() }; STACK_HEADERS];
-    let mut heap: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::new();
-    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= STACK_HEADERS {
-        &mut stack[..limits.max_headers]
-    } else {
-        heap.resize_with(limits.max_headers, MaybeUninit::uninit);
-        &mut heap[..]
-    };
-
-    let mut req = httparse::Request::new(&mut []);
-    let status =
-        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, slots);
-    let n = match status {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > limits.max_header_bytes {
-                Err(ERR_HEAD_TOO_LARGE)
-            } else {
-                Ok(None)
-            };
+    with_header_slots(limits.max_headers, |slots| {
+        let mut req = httparse::Request::new(&mut []);
+        let status = httparse::ParserConfig::default()
+            .parse_request_with_uninit_headers(&mut req, buf, slots);
+        let n = match status {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                return wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE)
+            }
+            Err(e) => return refusal(e, buf, limits),
+        };
+        if n > limits.max_header_bytes {
+            return Err(ERR_HEAD_TOO_LARGE);
         }
-        Err(e) => {
-            return match e {
-                httparse::Error::TooManyHeaders => Err(ERR_TOO_MANY_HEADERS),
-                httparse::Error::Version | httparse::Error::Token => {
-                    match guess_request_line(buf) {
-                        LineGuess::UnsupportedVersion => Err(ERR_VERSION),
-                        LineGuess::Incomplete if buf.len() > limits.max_header_bytes => {
-                            Err(ERR_HEAD_TOO_LARGE)
-                        }
-                        LineGuess::Incomplete => Ok(None),
-                        LineGuess::Malformed if e == httparse::Error::Version => {
-                            Err(bad("malformed HTTP version"))
-                        }
-                        LineGuess::Malformed => Err(bad("malformed request line")),
-                    }
-                }
-                httparse::Error::HeaderName => Err(bad(
-                    "invalid header name (whitespace before colon, obs-fold or bad token)",
-                )),
-                httparse::Error::HeaderValue => Err(bad("invalid character in header value")),
-                httparse::Error::NewLine => Err(bad("invalid line ending")),
-                httparse::Error::Status => Err(bad("malformed request line")),
-            };
-        }
-    };
-    if n > limits.max_header_bytes {
-        return Err(ERR_HEAD_TOO_LARGE);
+        build_head(buf, &req, limits).map(|head| Some((head, n)))
+    })
+}
+
+/// Maps an httparse error to ours. httparse only knows HTTP/1.0 and 1.1, so a `Version`
+/// or `Token` error gets a second look to tell a version we do not speak (505), a version
+/// still arriving (wait), and garbage (400).
+fn refusal<T>(e: httparse::Error, buf: &[u8], limits: &Limits) -> Result<Option<T>, ParseError> {
+    match e {
+        httparse::Error::TooManyHeaders => Err(ERR_TOO_MANY_HEADERS),
+        httparse::Error::Version | httparse::Error::Token => match guess_request_line(buf) {
+            LineGuess::UnsupportedVersion => Err(ERR_VERSION),
+            LineGuess::Incomplete => wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE),
+            LineGuess::Malformed if e == httparse::Error::Version => {
+                Err(bad("malformed HTTP version"))
+            }
+            LineGuess::Malformed => Err(bad("malformed request line")),
+        },
+        httparse::Error::HeaderName => Err(bad(
+            "invalid header name (whitespace before colon, obs-fold or bad token)",
+        )),
+        httparse::Error::HeaderValue => Err(bad("invalid character in header value")),
+        httparse::Error::NewLine => Err(bad("invalid line ending")),
+        httparse::Error::Status => Err(bad("malformed request line")),
     }
-    build_head(buf, &req, limits).map(|head| Some((head, n)))
 }
 
 /// Turns httparse's borrowed view into an owned head, deciding framing on the way.

@@ -10,13 +10,11 @@
 //! unknown reason phrase is fine); strict about framing, because a wrong body length
 //! desynchronises the pooled upstream connection.
 
-use std::mem::MaybeUninit;
-
 use crate::error::{upstream, ParseError};
 use crate::framing::{
     classify, ConnectionOptions, ContentLength, Special, TeVerdict, TransferEncoding,
 };
-use crate::request::STACK_HEADERS;
+use crate::head::{wait_or_too_large, with_header_slots};
 use crate::{BodyKind, HeaderMap, Limits, Method, Version};
 
 /// A parsed response head.
@@ -56,47 +54,38 @@ pub fn parse_response(
     limits: &Limits,
     request_method: &Method,
 ) -> Result<Option<(ResponseHead, usize)>, ParseError> {
-    let mut stack: [MaybeUninit<httparse::Header<'_>>; STACK_HEADERS] =
-        [const { MaybeUninit::uninit() }; STACK_HEADERS];
-    let mut heap: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::new();
-    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= STACK_HEADERS {
-        &mut stack[..limits.max_headers]
-    } else {
-        heap.resize_with(limits.max_headers, MaybeUninit::uninit);
-        &mut heap[..]
-    };
+    with_header_slots(limits.max_headers, |slots| {
+        let mut res = httparse::Response::new(&mut []);
+        let status = httparse::ParserConfig::default()
+            .allow_spaces_after_header_name_in_responses(true)
+            .allow_obsolete_multiline_headers_in_responses(true)
+            .allow_multiple_spaces_in_response_status_delimiters(true)
+            .parse_response_with_uninit_headers(&mut res, buf, slots);
+        let n = match status {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                return wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE)
+            }
+            Err(e) => return Err(refusal(e)),
+        };
+        if n > limits.max_header_bytes {
+            return Err(ERR_HEAD_TOO_LARGE);
+        }
+        build_head(buf, &res, request_method).map(|head| Some((head, n)))
+    })
+}
 
-    let mut res = httparse::Response::new(&mut []);
-    let status = httparse::ParserConfig::default()
-        .allow_spaces_after_header_name_in_responses(true)
-        .allow_obsolete_multiline_headers_in_responses(true)
-        .allow_multiple_spaces_in_response_status_delimiters(true)
-        .parse_response_with_uninit_headers(&mut res, buf, slots);
-    let n = match status {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > limits.max_header_bytes {
-                Err(ERR_HEAD_TOO_LARGE)
-            } else {
-                Ok(None)
-            };
-        }
-        Err(e) => {
-            return Err(upstream(match e {
-                httparse::Error::TooManyHeaders => "too many header fields in upstream response",
-                httparse::Error::Version => "upstream HTTP version is not 1.0 or 1.1",
-                httparse::Error::Status => "malformed upstream status line",
-                httparse::Error::HeaderName => "invalid header name in upstream response",
-                httparse::Error::HeaderValue => "invalid header value in upstream response",
-                httparse::Error::NewLine => "invalid line ending in upstream response",
-                httparse::Error::Token => "malformed upstream response",
-            }))
-        }
-    };
-    if n > limits.max_header_bytes {
-        return Err(ERR_HEAD_TOO_LARGE);
-    }
-    build_head(buf, &res, request_method).map(|head| Some((head, n)))
+/// Every httparse error on a response is a bad upstream; the reason says which.
+fn refusal(e: httparse::Error) -> ParseError {
+    upstream(match e {
+        httparse::Error::TooManyHeaders => "too many header fields in upstream response",
+        httparse::Error::Version => "upstream HTTP version is not 1.0 or 1.1",
+        httparse::Error::Status => "malformed upstream status line",
+        httparse::Error::HeaderName => "invalid header name in upstream response",
+        httparse::Error::HeaderValue => "invalid header value in upstream response",
+        httparse::Error::NewLine => "invalid line ending in upstream response",
+        httparse::Error::Token => "malformed upstream response",
+    })
 }
 
 fn build_head(

@@ -6,7 +6,8 @@ use crate::testutil::Rng;
 
 /// Feeds `input` in pieces chosen by `next_len`, like a connection loop would: append to
 /// a buffer, decode while progress is made. Returns (payload, bytes consumed, done).
-fn feed(
+/// Asserts the decoder never claims bytes it was not given.
+pub(crate) fn feed(
     dec: &mut BodyDecoder,
     input: &[u8],
     mut next_len: impl FnMut() -> usize,
@@ -18,6 +19,7 @@ fn feed(
     loop {
         loop {
             let d = dec.decode(&buf)?;
+            assert!(d.consumed <= buf.len() && d.data.len() <= d.consumed);
             out.extend_from_slice(d.data);
             let (consumed, done) = (d.consumed, d.done);
             buf.drain(..consumed);
