@@ -112,8 +112,7 @@ fn build_head(
     let mut te = TransferEncoding::default();
     let mut conn = ConnectionOptions::default();
     for (i, h) in fields.iter().enumerate() {
-        let folded = memchr::memchr2(b'\r', b'\n', h.value).is_some();
-        if folded {
+        if memchr::memchr2(b'\r', b'\n', h.value).is_some() {
             // obs-fold (RFC 9112 5.2): a proxy replaces each fold with spaces.
             if let Some(v) = headers.value_mut(i) {
                 for b in v.iter_mut().filter(|b| **b == b'\r' || **b == b'\n') {
@@ -121,16 +120,9 @@ fn build_head(
                 }
             }
         }
-        let special = classify(h.name);
-        if special == Special::Other {
-            continue;
-        }
-        let value = if folded {
-            headers.value_at(i).unwrap_or_default()
-        } else {
-            h.value
-        };
-        match special {
+        // Read back from the map, so framing is decided on the value we forward.
+        let value = headers.value_at(i).unwrap_or_default();
+        match classify(h.name) {
             Special::ContentLength => {
                 if let Err(why) = cl.add(value) {
                     cl_error.get_or_insert(why);
