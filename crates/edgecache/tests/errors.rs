@@ -124,3 +124,25 @@ fn keepalive_requests_limit_closes_after_the_nth_response() {
     assert_eq!(c.get("/2", &[]).header("connection"), Some("close"));
     assert!(c.is_closed());
 }
+
+#[test]
+fn a_head_trickled_byte_by_byte_is_served_and_an_endless_line_gets_414() {
+    let (_p, addr) = server();
+    let mut c = Client::connect(addr);
+    for b in b"GET /trickle HTTP/1.1\r\nHost: a\r\n\r\n" {
+        c.send(&[*b]);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(c.read_response(false).status, 200);
+
+    // A request line longer than client_max_request_line (1k here) that never ends.
+    let mut c = Client::connect(addr);
+    c.send(b"GET /");
+    for _ in 0..12 {
+        c.send(&[b'a'; 100]);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let r = c.read_response(false);
+    assert_eq!(r.status, 414);
+    assert!(c.is_closed());
+}

@@ -115,17 +115,27 @@ async fn read_head(w: &Worker, conn: &mut Conn, shared: &Shared, served: u64) ->
         }
     }
     let deadline = tokio::time::Instant::now() + shared.timeouts.client_header;
+    // parse_request starts from the beginning each time, so parse again only when the
+    // new bytes hold a line end (a head cannot complete without one). A client trickling
+    // a head one byte at a time then costs one parse per line, not one per byte.
+    let mut reparse = true;
     loop {
-        match edge_http::parse_request(&conn.rbuf, &shared.limits) {
-            Ok(Some((head, n))) => return HeadOutcome::Request(Box::new(head), n),
-            Ok(None) => {}
-            Err(e) => return HeadOutcome::Error(e.status()),
+        if reparse {
+            match edge_http::parse_request(&conn.rbuf, &shared.limits) {
+                Ok(Some((head, n))) => return HeadOutcome::Request(Box::new(head), n),
+                Ok(None) => {}
+                Err(e) => return HeadOutcome::Error(e.status()),
+            }
         }
+        let before = conn.rbuf.len();
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match conn.fill(left).await {
             Ok(0) => return HeadOutcome::Close, // EOF mid-head: nobody to answer
             Ok(n) => {
                 w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                // Past the request-line limit the codec must see it to answer 414/431.
+                reparse = memchr::memchr(b'\n', &conn.rbuf[before..]).is_some()
+                    || conn.rbuf.len() > shared.limits.max_request_line;
             }
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return HeadOutcome::Error(408),
             Err(_) => return HeadOutcome::Close,
