@@ -45,21 +45,13 @@ pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bench_dir, spec};
+    use super::super::tests::render;
     use super::super::ServerKind;
     use super::*;
 
     #[test]
     fn renders_a_complete_config_dir() {
-        let dir = tempfile::tempdir().unwrap();
-        let bench = bench_dir();
-        let ctx = Ctx {
-            bench_dir: &bench,
-            dir: dir.path(),
-            port: 4321,
-            origin: "127.0.0.1:5555".parse().unwrap(),
-        };
-        let l = prepare(&spec(ServerKind::Ats, &[], None), &ctx).unwrap();
+        let (l, dir) = render(ServerKind::Ats, &[], None);
         assert!(l.args[0].starts_with("--run-root="));
         let records = std::fs::read_to_string(dir.path().join("etc/records.config")).unwrap();
         assert!(records.contains("server_ports STRING 4321"), "{records}");

@@ -53,7 +53,7 @@ fn merge_tables(base: &mut toml::Table, over: toml::Table) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bench_dir, spec};
+    use super::super::tests::render;
     use super::super::ServerKind;
     use super::*;
 
@@ -76,23 +76,11 @@ mod tests {
 
     #[test]
     fn renders_the_shipped_template() {
-        let dir = tempfile::tempdir().unwrap();
-        let bench = bench_dir();
-        let ctx = Ctx {
-            bench_dir: &bench,
-            dir: dir.path(),
-            port: 4321,
-            origin: "127.0.0.1:5555".parse().unwrap(),
-        };
-        let l = prepare(
-            &spec(
-                ServerKind::Edgecache,
-                &[],
-                Some("[aio]\nmode = \"threads\""),
-            ),
-            &ctx,
-        )
-        .unwrap();
+        let (l, dir) = render(
+            ServerKind::Edgecache,
+            &[],
+            Some("[aio]\nmode = \"threads\""),
+        );
         assert_eq!(l.args[0], "-c");
         let t: toml::Table = std::fs::read_to_string(dir.path().join("edgecache.toml"))
             .unwrap()

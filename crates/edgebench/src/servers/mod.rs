@@ -193,6 +193,25 @@ pub(crate) mod tests {
         }
     }
 
+    /// Renders `kind` from the shipped templates into a fresh temp dir (port 4321,
+    /// origin 127.0.0.1:5555), as every peer's template test does.
+    pub fn render(
+        kind: ServerKind,
+        vars: &[(&str, &str)],
+        config: Option<&str>,
+    ) -> (Launch, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let bench = bench_dir();
+        let ctx = Ctx {
+            bench_dir: &bench,
+            dir: dir.path(),
+            port: 4321,
+            origin: "127.0.0.1:5555".parse().unwrap(),
+        };
+        let launch = prepare(&spec(kind, vars, config), &ctx).unwrap();
+        (launch, dir)
+    }
+
     #[test]
     fn kinds_parse_and_name_round_trip() {
         for k in [

@@ -31,29 +31,16 @@ pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bench_dir, spec};
+    use super::super::tests::render;
     use super::super::ServerKind;
-    use super::*;
 
     #[test]
     fn renders_the_shipped_template_with_variants() {
-        let dir = tempfile::tempdir().unwrap();
-        let bench = bench_dir();
-        let ctx = Ctx {
-            bench_dir: &bench,
-            dir: dir.path(),
-            port: 4321,
-            origin: "127.0.0.1:5555".parse().unwrap(),
-        };
-        let l = prepare(
-            &spec(
-                ServerKind::Nginx,
-                &[("location_extra", "aio threads;")],
-                None,
-            ),
-            &ctx,
-        )
-        .unwrap();
+        let (l, dir) = render(
+            ServerKind::Nginx,
+            &[("location_extra", "aio threads;")],
+            None,
+        );
         assert_eq!(l.args[4], "-c");
         let conf = std::fs::read_to_string(dir.path().join("nginx.conf")).unwrap();
         assert!(conf.contains("listen 127.0.0.1:4321"), "{conf}");

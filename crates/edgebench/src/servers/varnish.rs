@@ -42,29 +42,16 @@ pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bench_dir, spec};
+    use super::super::tests::render;
     use super::super::ServerKind;
-    use super::*;
 
     #[test]
     fn renders_vcl_and_arguments() {
-        let dir = tempfile::tempdir().unwrap();
-        let bench = bench_dir();
-        let ctx = Ctx {
-            bench_dir: &bench,
-            dir: dir.path(),
-            port: 4321,
-            origin: "127.0.0.1:5555".parse().unwrap(),
-        };
-        let l = prepare(
-            &spec(
-                ServerKind::Varnish,
-                &[("params", "thread_pool_min=10")],
-                None,
-            ),
-            &ctx,
-        )
-        .unwrap();
+        let (l, dir) = render(
+            ServerKind::Varnish,
+            &[("params", "thread_pool_min=10")],
+            None,
+        );
         let a = l.args.join(" ");
         assert!(a.starts_with("-F -a 127.0.0.1:4321 -f "), "{a}");
         assert!(
