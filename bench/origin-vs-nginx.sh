@@ -19,6 +19,11 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 CONNS=${CONNS:-50}
 SIZES=${SIZES:-"1k 1m"}
+# Also a many-objects row: MANY distinct objects of size MANY_SIZE, requested at random
+# (for edgeorigin mostly body-cache misses: generation per request, as in cache-miss
+# experiments; for nginx distinct page-cache files). MANY=0 skips it.
+MANY=${MANY:-200}
+MANY_SIZE=${MANY_SIZE:-1m}
 BIN=target/release
 command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "needs nginx and wrk (apt-get install -y nginx wrk)" >&2; exit 2; }
 [ -x $BIN/edgeorigin ] || { echo "needs a release build: cargo build --release -p edgeorigin" >&2; exit 2; }
@@ -40,8 +45,19 @@ wait_port $OPORT
 for s in $SIZES; do
   mkdir -p "$work/www/obj/$s"
   curl -sf -o "$work/www/obj/$s/1" "http://127.0.0.1:$OPORT/obj/$s/1"
-  chmod -R a+rX "$work/www"
 done
+if [ "$MANY" -gt 0 ]; then
+  mkdir -p "$work/www/obj/$MANY_SIZE"
+  for i in $(seq 0 $((MANY - 1))); do
+    curl -sf -o "$work/www/obj/$MANY_SIZE/$i" "http://127.0.0.1:$OPORT/obj/$MANY_SIZE/$i"
+  done
+  cat > "$work/rand.lua" <<LUA
+math.randomseed(42)
+request = function() return wrk.format("GET", "/obj/$MANY_SIZE/" .. math.random(0, $((MANY - 1)))) end
+LUA
+fi
+chmod -R a+rX "$work/www"
+curl -sf "http://127.0.0.1:$OPORT/stats?reset=1" >/dev/null
 
 mkdir -p "$work/nginx/logs"
 cat > "$work/nginx/nginx.conf" <<CONF
@@ -76,10 +92,11 @@ done
 
 TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-run() { # port pid path -> "req/s cpu_us_per_request"
-  local before after out r
+run() { # port pid path -> "req/s cpu_us_per_request"; path "rand" runs rand.lua
+  local before after out r script=() url="http://127.0.0.1:$1$3"
+  if [ "$3" = rand ]; then script=(-s "$work/rand.lua"); url="http://127.0.0.1:$1/"; fi
   before=$(cpu_ticks "$2")
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$1$3")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" "${script[@]}" "$url")
   after=$(cpu_ticks "$2")
   r=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   awk -v r="$r" -v t=$((after - before)) -v tck="$TCK" -v d="$DUR" 'BEGIN {printf "%.0f %.1f\n", r, t * 1e6 / tck / (r * d)}'
@@ -89,8 +106,13 @@ echo "edgeorigin vs nginx $(nginx -v 2>&1 | sed 's/.*\///'), wrk -t1 -c$CONNS -d
 echo
 echo "| object | edgeorigin req/s | nginx req/s | req/s ratio | edgeorigin CPU µs/req | nginx CPU µs/req | CPU/req ratio |"
 echo "|---|---|---|---|---|---|---|"
-for s in $SIZES; do
+rows=()
+for s in $SIZES; do rows+=("$s"); done
+[ "$MANY" -gt 0 ] && rows+=("rand")
+for s in "${rows[@]}"; do
   path="/obj/$s/1"
+  label="$s"
+  if [ "$s" = rand ]; then path=rand; label="$MANY_SIZE, $MANY ids at random"; fi
   e_all=(); n_all=(); ec_all=(); nc_all=()
   for _ in $(seq "$REPS"); do
     read -r r c < <(run $OPORT "$EPID" "$path"); e_all+=("$r"); ec_all+=("$c")
@@ -100,7 +122,7 @@ for s in $SIZES; do
   e=$(mean "${e_all[@]}"); n=$(mean "${n_all[@]}"); ec=$(mean "${ec_all[@]}"); nc=$(mean "${nc_all[@]}")
   ratio=$(awk -v a="$e" -v b="$n" 'BEGIN {printf "%.2f", a/b}')
   cratio=$(awk -v a="$ec" -v b="$nc" 'BEGIN {printf "%.2f", a/b}')
-  echo "| $s | ${e%.*} (${e_all[*]}) | ${n%.*} (${n_all[*]}) | $ratio | $ec (${ec_all[*]}) | $nc (${nc_all[*]}) | $cratio |"
+  echo "| $label | ${e%.*} (${e_all[*]}) | ${n%.*} (${n_all[*]}) | $ratio | $ec (${ec_all[*]}) | $nc (${nc_all[*]}) | $cratio |"
 done
 echo
 echo "req/s ratio: edgeorigin/nginx (above 1: edgeorigin serves more). CPU/req ratio: edgeorigin/nginx (below 1: edgeorigin spends less server CPU per request)."

@@ -5,11 +5,17 @@
 //! moves it, so for a 1 MiB object generation was most of the origin's CPU per request.
 //! `respond.rs` asks this cache for every object body it is about to send (objects up to
 //! [`MAX_CACHED_OBJECT`]); a miss generates the whole object once, records its checksum,
-//! and keeps it under a byte budget (oldest first out). Objects from [`FILE_MIN`] up are
-//! kept in a memfd and sent with `sendfile(2)`, as nginx sends page-cache files: the
-//! kernel takes the pages by reference, saving the copy into the socket. Bigger objects
-//! always stream from the generator, so a 1 GiB object never enters memory. One cache
-//! per serving thread: no locks, and `Rc` is enough.
+//! and keeps it under a byte budget (oldest first out). Bigger objects always stream
+//! from the generator, so a 1 GiB object never enters memory. One cache per serving
+//! thread: no locks, and `Rc` is enough.
+//!
+//! Hot big objects (from [`FILE_MIN`], on their second request) move into a memfd and are
+//! sent with `sendfile(2)`, as nginx sends page-cache files: the kernel takes the pages
+//! by reference, saving the copy into the socket. Only on the second request, because
+//! filling a memfd costs about as much as generating the object (and a fresh one several
+//! times that: the kernel allocates and later frees its pages), which one-hit objects,
+//! the common case behind a cache, should not pay. Evicted memfds are kept in a small
+//! pool and overwritten, so their pages are reused.
 
 use crate::content::{self, Kind};
 use std::collections::{HashMap, VecDeque};
@@ -26,6 +32,8 @@ pub const MAX_CACHED_OBJECT: u64 = 1 << 20;
 pub const FILE_MIN: u64 = 256 << 10;
 /// Bytes of bodies one thread keeps.
 pub const BUDGET_BYTES: usize = 32 << 20;
+/// Evicted memfds kept for reuse.
+const FILE_POOL: usize = 8;
 
 /// A generated whole object.
 #[derive(Debug, Clone)]
@@ -52,6 +60,8 @@ pub struct BodyCache {
     map: HashMap<Key, Cached>,
     order: VecDeque<Key>,
     bytes: usize,
+    /// Evicted memfds nobody else holds, to be overwritten.
+    pool: Vec<File>,
 }
 
 impl BodyCache {
@@ -62,16 +72,19 @@ impl BodyCache {
             return None;
         }
         let key = (kind, size, id);
-        if let Some(c) = self.map.get(&key) {
+        if let Some(c) = self.map.get_mut(&key) {
+            if let (Cached::Bytes(bytes), true) = (&*c, size >= FILE_MIN) {
+                // Second request of a big object: move it into a memfd for sendfile.
+                if let Some(f) = fill_file(self.pool.pop(), bytes) {
+                    *c = Cached::File(Rc::new(f), size);
+                }
+            }
             return Some(c.clone());
         }
         let mut body = vec![0u8; size as usize];
         content::fill(kind, size, id, 0, &mut body);
         content::remember_checksum(kind, size, id, xxhash_rust::xxh3::xxh3_64(&body));
-        let cached = match (size >= FILE_MIN).then(|| memfd(&body)).flatten() {
-            Some(f) => Cached::File(Rc::new(f), size),
-            None => Cached::Bytes(Rc::new(body)), // small, or no memfd: keep the bytes
-        };
+        let cached = Cached::Bytes(Rc::new(body));
         self.bytes += size as usize;
         self.map.insert(key, cached.clone());
         self.order.push_back(key);
@@ -81,6 +94,12 @@ impl BodyCache {
             };
             if let Some(c) = self.map.remove(&old) {
                 self.bytes -= c.len() as usize;
+                if let Cached::File(f, _) = c {
+                    // Reused only if no reply in flight still sends from it.
+                    if let (Ok(f), true) = (Rc::try_unwrap(f), self.pool.len() < FILE_POOL) {
+                        self.pool.push(f);
+                    }
+                }
             }
         }
         Some(cached)
@@ -90,6 +109,19 @@ impl BodyCache {
     #[cfg(test)]
     fn held(&self) -> usize {
         self.bytes
+    }
+}
+
+/// Writes `bytes` into `reuse` (an evicted memfd, trimmed to size) or a new memfd.
+fn fill_file(reuse: Option<File>, bytes: &[u8]) -> Option<File> {
+    use std::os::unix::fs::FileExt;
+    match reuse {
+        Some(f) => {
+            f.set_len(bytes.len() as u64).ok()?;
+            f.write_all_at(bytes, 0).ok()?;
+            Some(f)
+        }
+        None => memfd(bytes),
     }
 }
 
@@ -130,9 +162,15 @@ mod tests {
         let mut c = BodyCache::default();
         for size in [5000u64, FILE_MIN, MAX_CACHED_OBJECT] {
             let a = c.get(Kind::Obj, size, 1).unwrap();
-            assert_eq!(matches!(a, Cached::File(..)), size >= FILE_MIN, "{size}");
+            assert!(matches!(a, Cached::Bytes(_)), "first request: bytes");
             let b = c.get(Kind::Obj, size, 1).unwrap();
-            match (&a, &b) {
+            assert_eq!(
+                matches!(b, Cached::File(..)),
+                size >= FILE_MIN,
+                "second: memfd if big"
+            );
+            let b2 = c.get(Kind::Obj, size, 1).unwrap();
+            match (&b, &b2) {
                 (Cached::Bytes(x), Cached::Bytes(y)) => assert!(Rc::ptr_eq(x, y), "a hit"),
                 (Cached::File(x, _), Cached::File(y, _)) => assert!(Rc::ptr_eq(x, y), "a hit"),
                 _ => panic!("hit changed representation"),
@@ -140,12 +178,45 @@ mod tests {
             let mut expect = vec![0u8; size as usize];
             content::fill(Kind::Obj, size, 1, 0, &mut expect);
             assert_eq!(bytes_of(&a), expect);
+            assert_eq!(bytes_of(&b), expect);
             assert_eq!(
                 content::checksum_of(Kind::Obj, size, 1),
                 xxhash_rust::xxh3::xxh3_64(&expect)
             );
         }
         assert!(c.get(Kind::Obj, MAX_CACHED_OBJECT + 1, 1).is_none());
+    }
+
+    #[test]
+    fn evicted_memfds_are_reused_only_when_free() {
+        let mut c = BodyCache::default();
+        let n = BUDGET_BYTES as u64 / MAX_CACHED_OBJECT;
+        // Promote every object (two requests each); hold on to object 0's memfd.
+        let mut held = None;
+        for id in 0..n {
+            c.get(Kind::Obj, MAX_CACHED_OBJECT, id).unwrap();
+            let f = c.get(Kind::Obj, MAX_CACHED_OBJECT, id).unwrap();
+            if id == 0 {
+                held = Some(f);
+            }
+        }
+        // Two more objects evict objects 0 and 1: 1 goes to the pool, 0 is still in use.
+        c.get(Kind::Obj, MAX_CACHED_OBJECT, n).unwrap();
+        c.get(Kind::Obj, MAX_CACHED_OBJECT, n + 1).unwrap();
+        assert_eq!(c.pool.len(), 1);
+        let mut expect = vec![0u8; MAX_CACHED_OBJECT as usize];
+        content::fill(Kind::Obj, MAX_CACHED_OBJECT, 0, 0, &mut expect);
+        assert_eq!(
+            bytes_of(&held.unwrap()),
+            expect,
+            "an in-flight body is never overwritten"
+        );
+        // A promotion now overwrites the pooled memfd with the right bytes.
+        let f = c.get(Kind::Obj, MAX_CACHED_OBJECT, n).unwrap();
+        assert!(matches!(f, Cached::File(..)));
+        assert!(c.pool.is_empty());
+        content::fill(Kind::Obj, MAX_CACHED_OBJECT, n, 0, &mut expect);
+        assert_eq!(bytes_of(&f), expect);
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum Kind {
 
 /// The splitmix64 increment (2^64 / φ).
 const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+/// wyrand's increment and xor constant.
+const WY0: u64 = 0xa076_1d64_78bd_642f;
+const WY1: u64 = 0xe703_7ed1_a0b4_28db;
 /// Salts that keep `obj` and `txt` seeds apart for the same (size, id).
 const SALT_OBJ: u64 = 0x6f62_6a2d_6564_6765; // "obj-edge"
 const SALT_TXT: u64 = 0x7478_742d_6564_6765; // "txt-edge"
@@ -59,7 +62,15 @@ fn seed(kind: Kind, size: u64, id: u64) -> u64 {
 /// Word `i` of the stream seeded by `seed`.
 #[inline(always)]
 fn word(seed: u64, i: u64) -> u64 {
-    mix64(seed.wrapping_add(i.wrapping_add(1).wrapping_mul(GAMMA)))
+    wymix(seed.wrapping_add(i.wrapping_add(1).wrapping_mul(WY0)))
+}
+
+/// The wyrand output function: one 64×64→128-bit multiply, folded. About twice as fast
+/// as splitmix64's two multiplies and three shifts, and the bytes stay incompressible.
+#[inline(always)]
+fn wymix(state: u64) -> u64 {
+    let t = (state as u128).wrapping_mul((state ^ WY1) as u128);
+    (t as u64) ^ ((t >> 64) as u64)
 }
 
 /// Writes the bytes `[offset, offset + out.len())` of object (kind, size, id) into `out`.
@@ -79,10 +90,20 @@ const BLOCK_WORDS: usize = 512;
 /// Words `first..first + out.len()` of the stream, little-endian in memory.
 #[inline(always)]
 fn words_into(seed: u64, first: u64, out: &mut [u64]) {
-    let mut state = seed.wrapping_add(first.wrapping_add(1).wrapping_mul(GAMMA));
-    for x in out.iter_mut() {
-        *x = mix64(state).to_le();
-        state = state.wrapping_add(GAMMA);
+    let mut state = seed.wrapping_add(first.wrapping_add(1).wrapping_mul(WY0));
+    // Four independent words per step: their multiplies overlap in the pipeline (about
+    // twice the throughput of one word per step).
+    let mut quads = out.chunks_exact_mut(4);
+    for q in &mut quads {
+        q[0] = wymix(state).to_le();
+        q[1] = wymix(state.wrapping_add(WY0)).to_le();
+        q[2] = wymix(state.wrapping_add(WY0.wrapping_mul(2))).to_le();
+        q[3] = wymix(state.wrapping_add(WY0.wrapping_mul(3))).to_le();
+        state = state.wrapping_add(WY0.wrapping_mul(4));
+    }
+    for x in quads.into_remainder() {
+        *x = wymix(state).to_le();
+        state = state.wrapping_add(WY0);
     }
 }
 

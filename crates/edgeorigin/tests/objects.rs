@@ -464,3 +464,25 @@ fn stats_count_requests_and_bytes_per_class() {
         .unwrap()
         .starts_with("{\"requests\":0,"));
 }
+
+#[test]
+fn repeated_big_objects_stay_identical() {
+    // The first request generates, the second moves the object into a memfd, later ones
+    // are sent with sendfile: the bytes must not change along the way.
+    let (_p, addr) = origin(&[]);
+    let expect = obj(300 << 10, 5);
+    let mut c = Client::connect(addr);
+    for round in 0..4 {
+        let r = c.get("/obj/300k/5", &[]);
+        assert_eq!(r.body, expect, "round {round}");
+        let r = c.get("/obj/300k/5", &["Range: bytes=100000-100099"]);
+        assert_eq!(r.body, &expect[100_000..100_100], "range, round {round}");
+        let r = c.get("/obj/300k/5?chunked=1", &[]);
+        assert_eq!(r.body, expect, "chunked, round {round}");
+    }
+    // Pipelined behind a small reply, the sendfile path keeps order and framing.
+    c.send(b"GET /obj/1k/1 HTTP/1.1\r\n\r\nGET /obj/300k/5 HTTP/1.1\r\n\r\nGET /obj/2k/1 HTTP/1.1\r\n\r\n");
+    assert_eq!(c.read_response(false).body, obj(1024, 1));
+    assert_eq!(c.read_response(false).body, expect);
+    assert_eq!(c.read_response(false).body, obj(2048, 1));
+}
