@@ -145,6 +145,10 @@ fn no_store_private_and_set_cookie_are_not_stored() {
             );
         }
     }
+    // A HEAD for an object that is not stored does not wait for its body.
+    let h = Client::connect(s.addr).request("HEAD", "/obj/1m/3?no_store=1&slow_bps=100000", &[]);
+    assert_eq!((h.status, status(&h)), (200, "MISS"));
+    assert_eq!(h.header("content-length"), Some("1048576"));
     assert!(s.status_json().contains("\"entries\": 0"));
 }
 
@@ -857,4 +861,46 @@ listen = "{{admin}}"
     let (a, b) = (entries("d1"), entries("d2"));
     assert_eq!(a + b, 24);
     assert!(a > 0 && b > 0, "both disks used: {a} + {b}");
+}
+
+#[test]
+fn ranged_followers_stream_their_range_from_the_fill() {
+    let s = setup("", "");
+    let path = "/obj/1m/45?slow_bps=2000000";
+    let full = get(s.origin_addr, "/obj/1m/45", &[]).body;
+    let before = s.origin_count();
+    let addr = s.addr;
+    let leader = std::thread::spawn(move || get(addr, path, &[]));
+    std::thread::sleep(Duration::from_millis(150));
+    let ranges = [
+        (0u64, 99u64),
+        (1000, 1999),
+        (500_000, 600_000),
+        (1_048_000, 1_048_575),
+    ];
+    let ts: Vec<_> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            std::thread::spawn(move || get(addr, path, &[&format!("Range: bytes={a}-{b}")]))
+        })
+        .collect();
+    let bad = std::thread::spawn(move || get(addr, path, &["Range: bytes=2000000-"]));
+    for (t, (a, b)) in ts.into_iter().zip(ranges) {
+        let r = t.join().unwrap();
+        assert_eq!((r.status, status(&r)), (206, "HIT"));
+        assert_eq!(
+            r.header("content-range").unwrap(),
+            format!("bytes {a}-{b}/1048576")
+        );
+        assert_eq!(r.body, full[a as usize..=b as usize]);
+    }
+    let u = bad.join().unwrap();
+    assert_eq!(
+        (u.status, u.header("content-range")),
+        (416, Some("bytes */1048576"))
+    );
+    let l = leader.join().unwrap();
+    assert_eq!((l.status, status(&l)), (200, "MISS"));
+    assert_eq!(l.body, full);
+    assert_eq!(s.origin_count() - before, 1);
 }

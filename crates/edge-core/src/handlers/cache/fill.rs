@@ -19,6 +19,7 @@ use crate::handlers::simple::{bodiless, error_page, respond as respond_page};
 use crate::server::conn::{timed_out, Conn};
 use crate::server::exchange::{Exchange, ExchangeError};
 use crate::server::file_body::send_file_range;
+use edge_cache::hit::{evaluate_range, RangeOutcome};
 use edge_cache::inflight::{known_len, FillError};
 use edge_cache::{policy, Fill, FillHandle, ObjectWriter, WaitHead};
 use edge_http::{BodyDecoder, BodyKind, Method};
@@ -279,8 +280,10 @@ pub async fn pump(
         if let Some(b) = bad {
             break Err(b);
         }
-        if client_error.is_some() && store.is_none() {
-            break Ok(()); // nobody left to feed
+        if store.is_none() && (client_error.is_some() || !to_client) {
+            // Nobody left to feed: the client is gone, or it asked for HEAD and the
+            // object is not being stored (the connection is closed, not pooled).
+            break Ok(());
         }
         if dec.is_done() || up.head.body == BodyKind::Empty {
             break Ok(());
@@ -417,20 +420,45 @@ async fn stream_fill(
         conn.write_all(&out, send).await?;
         return Ok(());
     }
-    // Ranges are not applied while the object is still arriving: the whole body is a
-    // valid answer to a Range request (RFC 9110 14.2).
-    ex.begin_head(&mut out, meta.status);
-    out.extend_from_slice(&meta.header_block);
     let no_body = bodiless(meta.status);
-    let mut chunked = false;
-    match known_len(meta) {
-        _ if no_body => {}
-        Some(n) => edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes()),
-        None if ex.chunked_ok() && !ex.is_head() => {
-            edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
-            chunked = true;
+    // One range of a body whose length is known is streamed as a 206 while it arrives
+    // (players send `Range` on every request, so a popular new video gets many ranged
+    // followers). Several ranges, or an unknown length, get the whole body: a valid
+    // answer to a Range request (RFC 9110 14.2).
+    let mut want: Option<std::ops::Range<u64>> = None;
+    if let (Some(len), 200) = (known_len(meta), meta.status) {
+        match evaluate_range(meta, &ex.req.headers, len) {
+            RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].clone()),
+            RangeOutcome::Unsatisfiable => {
+                hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
+                conn.write_all(&out, send).await?;
+                return Ok(());
+            }
+            _ => {}
         }
-        None => ex.keep_alive = false, // HTTP/1.0: the body ends when we close
+    }
+    let mut chunked = false;
+    if let (Some(r), Some(len)) = (&want, known_len(meta)) {
+        ex.begin_head(&mut out, 206);
+        out.extend_from_slice(&meta.header_block);
+        let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
+        edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
+        let n = r.end - r.start;
+        edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
+    } else {
+        ex.begin_head(&mut out, meta.status);
+        out.extend_from_slice(&meta.header_block);
+        match known_len(meta) {
+            _ if no_body => {}
+            Some(n) => {
+                edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
+            }
+            None if ex.chunked_ok() && !ex.is_head() => {
+                edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
+                chunked = true;
+            }
+            None => ex.keep_alive = false, // HTTP/1.0: the body ends when we close
+        }
     }
     hit::finish_head(ctx, ex, age, &mut out);
     conn.write_all(&out, send).await?;
@@ -439,8 +467,12 @@ async fn stream_fill(
     }
     let mut reader = fill.reader(head.clone());
     let mut sent = 0u64;
+    let want = want.unwrap_or(0..u64::MAX);
     let result = loop {
-        let range = match reader.wait_available().await {
+        if reader.position() >= want.end {
+            break Ok(()); // the requested range is complete
+        }
+        let avail = match reader.wait_available().await {
             Ok(Some(r)) => r,
             Ok(None) => break Ok(()),
             Err(FillError::LeaderFailed) => {
@@ -450,13 +482,19 @@ async fn stream_fill(
             }
             Err(e) => break Err(ExchangeError::Aborted(e.to_string())),
         };
-        let n = range.end - range.start;
+        // The part of what arrived that the client asked for.
+        let (lo, hi) = (avail.start.max(want.start), avail.end.min(want.end));
+        if lo >= hi {
+            reader.advance(avail.end - avail.start);
+            continue;
+        }
+        let n = hi - lo;
         if chunked {
             let mut ch = Vec::with_capacity(16);
             edge_http::write_chunk_header(&mut ch, n as usize);
             conn.write_all(&ch, send).await?;
         }
-        let off = head.body_offset + range.start;
+        let off = head.body_offset + lo;
         match send_file_range(conn, &head.file, off, n, shared.sendfile, send).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -467,7 +505,7 @@ async fn stream_fill(
         if chunked {
             conn.write_all(b"\r\n", send).await?;
         }
-        reader.advance(n);
+        reader.advance(avail.end - avail.start);
         sent += n;
     };
     ex.body_bytes_sent = sent;

@@ -124,12 +124,7 @@ pub async fn serve(
         }
         RangeOutcome::Unsatisfiable => {
             let mut out = head_buf(&meta, 64);
-            ex.begin_head(&mut out, 416);
-            copy_block_without(&meta.header_block, REPLACED_ON_PARTS, &mut out);
-            let cr = format!("bytes */{len}");
-            edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
-            edge_http::write_header(&mut out, "Content-Length", b"0");
-            finish_head(ctx, ex, age, &mut out);
+            write_unsatisfiable(ctx, ex, &meta, len, age, &mut out);
             conn.write_all(&out, shared.timeouts.send).await?;
             0
         }
@@ -169,6 +164,23 @@ pub fn write_not_modified(
 ) {
     ex.begin_head(out, 304);
     out.extend_from_slice(&meta.header_block);
+    finish_head(ctx, ex, age, out);
+}
+
+/// A 416 for a body of `len` bytes: `Content-Range: bytes */len`, no body.
+pub fn write_unsatisfiable(
+    ctx: &Ctx<'_>,
+    ex: &mut Exchange,
+    meta: &ObjectMeta,
+    len: u64,
+    age: u64,
+    out: &mut Vec<u8>,
+) {
+    ex.begin_head(out, 416);
+    copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
+    let cr = format!("bytes */{len}");
+    edge_http::write_header(out, "Content-Range", cr.as_bytes());
+    edge_http::write_header(out, "Content-Length", b"0");
     finish_head(ctx, ex, age, out);
 }
 
