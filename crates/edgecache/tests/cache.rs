@@ -123,6 +123,9 @@ fn miss_then_hit_makes_one_origin_request() {
         "{m}"
     );
     assert!(m.contains("edgecache_cache_entries{cache=\"c1\"} 2"), "{m}");
+    // Byte hit ratio inputs: hits 10 KiB x3 + 100 KiB; origin 10 KiB + 100 KiB.
+    assert!(m.contains("edgecache_cache_bytes_total{source=\"cache\"} 133120"), "{m}");
+    assert!(m.contains("edgecache_cache_bytes_total{source=\"origin\"} 112640"), "{m}");
 }
 
 #[test]
@@ -903,4 +906,29 @@ fn ranged_followers_stream_their_range_from_the_fill() {
     assert_eq!((l.status, status(&l)), (200, "MISS"));
     assert_eq!(l.body, full);
     assert_eq!(s.origin_count() - before, 1);
+}
+
+#[test]
+fn use_stale_updating_serves_others_while_one_request_revalidates() {
+    let s = setup(
+        "",
+        "cache_key = \"$scheme://$host$uri\"\nuse_stale = [\"updating\"]",
+    );
+    let a = s.get("/obj/2k/46?max_age=1", &[]);
+    assert_eq!(status(&a), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    // The first request after expiry revalidates, slowly; meanwhile others get the
+    // stale object at once instead of waiting for it.
+    let addr = s.addr;
+    let slow = std::thread::spawn(move || get(addr, "/obj/2k/46?max_age=60&delay_ms=1000", &[]));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let b = s.get("/obj/2k/46", &[]);
+    assert_eq!((b.status, status(&b)), (200, "UPDATING"));
+    assert_eq!(b.body, a.body);
+    assert!(t.elapsed() < Duration::from_millis(700), "not held by the refresh");
+    let r = slow.join().unwrap();
+    assert_eq!((r.status, status(&r)), (200, "REVALIDATED"));
+    let c = s.get("/obj/2k/46", &[]);
+    assert_eq!(status(&c), "HIT", "fresh for 60 s after the 304");
 }
