@@ -74,7 +74,11 @@ impl Proc {
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        Proc { child, stderr_path, _dir: dir }
+        Proc {
+            child,
+            stderr_path,
+            _dir: dir,
+        }
     }
 
     /// The process's working directory.
@@ -95,10 +99,16 @@ impl Proc {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("process exited ({st}) before listening on {addr}; stderr:\n{}", self.stderr());
+                panic!(
+                    "process exited ({st}) before listening on {addr}; stderr:\n{}",
+                    self.stderr()
+                );
             }
             if start.elapsed() > timeout {
-                panic!("{addr} not listening after {timeout:?}; stderr:\n{}", self.stderr());
+                panic!(
+                    "{addr} not listening after {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -121,7 +131,10 @@ impl Proc {
                 return st.code();
             }
             if start.elapsed() > timeout {
-                panic!("process still running after {timeout:?}; stderr:\n{}", self.stderr());
+                panic!(
+                    "process still running after {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -152,12 +165,19 @@ impl Response {
     /// First value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
     /// Every value of header `name`.
     pub fn headers_all(&self, name: &str) -> Vec<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().filter(|(k, _)| *k == name).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 }
 
@@ -172,9 +192,14 @@ impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream, buf: Vec::new() }
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     pub fn set_read_timeout(&self, d: Duration) {
@@ -211,7 +236,10 @@ impl Client {
                 n
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-            Err(e) => panic!("read: {e} (buffered so far: {:?})", String::from_utf8_lossy(&self.buf)),
+            Err(e) => panic!(
+                "read: {e} (buffered so far: {:?})",
+                String::from_utf8_lossy(&self.buf)
+            ),
         }
     }
 
@@ -254,14 +282,26 @@ impl Client {
                         .headers
                         .iter()
                         .map(|h| {
-                            (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned())
+                            (
+                                h.name.to_ascii_lowercase(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
                         })
                         .collect();
-                    break (r.code.unwrap(), r.version.unwrap(), r.reason.unwrap_or("").to_string(), headers, n);
+                    break (
+                        r.code.unwrap(),
+                        r.version.unwrap(),
+                        r.reason.unwrap_or("").to_string(),
+                        headers,
+                        n,
+                    );
                 }
                 httparse::Status::Partial => {
                     if self.fill() == 0 {
-                        panic!("connection closed mid-head: {:?}", String::from_utf8_lossy(&self.buf));
+                        panic!(
+                            "connection closed mid-head: {:?}",
+                            String::from_utf8_lossy(&self.buf)
+                        );
                     }
                 }
             }
@@ -269,7 +309,8 @@ impl Client {
         let head_bytes = self.buf[..head_len].to_vec();
         self.buf.drain(..head_len);
         let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-        let chunked = get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        let chunked =
+            get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
         let body = if head_request || status < 200 || status == 204 || status == 304 {
             Vec::new()
         } else if chunked {
@@ -286,7 +327,14 @@ impl Client {
             while self.fill() > 0 {}
             std::mem::take(&mut self.buf)
         };
-        Response { status, version, reason, headers, body, head_bytes }
+        Response {
+            status,
+            version,
+            reason,
+            headers,
+            body,
+            head_bytes,
+        }
     }
 
     fn read_chunked(&mut self) -> Vec<u8> {
@@ -301,7 +349,8 @@ impl Client {
                 }
             };
             let line = String::from_utf8_lossy(&self.buf[..line_end]).to_string();
-            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).expect("chunk size");
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
+                .expect("chunk size");
             self.buf.drain(..line_end + 2);
             if size == 0 {
                 // trailers until blank line
@@ -323,7 +372,11 @@ impl Client {
                 }
             }
             body.extend_from_slice(&self.buf[..size]);
-            assert_eq!(&self.buf[size..size + 2], b"\r\n", "chunk not followed by CRLF");
+            assert_eq!(
+                &self.buf[size..size + 2],
+                b"\r\n",
+                "chunk not followed by CRLF"
+            );
             self.buf.drain(..size + 2);
         }
     }
