@@ -4,73 +4,17 @@
 
 mod common;
 
-use common::{cached_config, edgecache, get_text, json_number, origin, origin_requests, post_form};
-use edge_testkit::{get, Client, Proc, Response};
+use common::{
+    cached_config, edgecache, files, get_text, json_number, origin, post_form, setup, setup_allow,
+    timed_get, Setup, LOCAL,
+};
+use edge_testkit::{get, Client, Response};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-const LOCAL: &str = "\"127.0.0.1/32\"";
 
 fn status(r: &Response) -> &str {
     r.header("x-cache-status").unwrap_or("-")
-}
-
-/// Origin + edgecache with a fresh cache dir (returned so a test can restart on it).
-struct Setup {
-    origin: Proc,
-    origin_addr: SocketAddr,
-    cache: Proc,
-    addr: SocketAddr,
-    admin: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-fn setup(cache_extra: &str, location_extra: &str) -> Setup {
-    setup_allow(cache_extra, location_extra, LOCAL)
-}
-
-fn setup_allow(cache_extra: &str, location_extra: &str, allow: &str) -> Setup {
-    let (origin, origin_addr) = origin();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = cached_config(
-        origin_addr,
-        &dir.path().join("cache"),
-        cache_extra,
-        location_extra,
-        allow,
-    );
-    let (cache, addr, admin) = edgecache(&cfg);
-    Setup {
-        origin,
-        origin_addr,
-        cache,
-        addr,
-        admin,
-        dir,
-    }
-}
-
-impl Setup {
-    fn config(&self, cache_extra: &str, location_extra: &str) -> String {
-        cached_config(
-            self.origin_addr,
-            &self.dir.path().join("cache"),
-            cache_extra,
-            location_extra,
-            LOCAL,
-        )
-    }
-    fn get(&self, path: &str, headers: &[&str]) -> Response {
-        get(self.addr, path, headers)
-    }
-    fn origin_count(&self) -> u64 {
-        origin_requests(self.origin_addr)
-    }
-    fn status_json(&self) -> String {
-        get_text(self.admin, "/status")
-    }
 }
 
 #[test]
@@ -124,8 +68,14 @@ fn miss_then_hit_makes_one_origin_request() {
     );
     assert!(m.contains("edgecache_cache_entries{cache=\"c1\"} 2"), "{m}");
     // Byte hit ratio inputs: hits 10 KiB x3 + 100 KiB; origin 10 KiB + 100 KiB.
-    assert!(m.contains("edgecache_cache_bytes_total{source=\"cache\"} 133120"), "{m}");
-    assert!(m.contains("edgecache_cache_bytes_total{source=\"origin\"} 112640"), "{m}");
+    assert!(
+        m.contains("edgecache_cache_bytes_total{source=\"cache\"} 133120"),
+        "{m}"
+    );
+    assert!(
+        m.contains("edgecache_cache_bytes_total{source=\"origin\"} 112640"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -202,79 +152,6 @@ fn expired_object_is_revalidated_with_304() {
     let e = s.get(path, &[]);
     assert_eq!((e.status, status(&e)), (200, "EXPIRED"));
     assert_eq!(status(&s.get(path, &[])), "HIT");
-}
-
-/// Reads one response on a raw socket, noting when the first body byte and the last
-/// arrived (relative to `t0`). Returns (status line, X-Cache-Status, body length, body
-/// hash, first byte, last byte).
-fn timed_get(
-    addr: SocketAddr,
-    path: &str,
-    t0: Instant,
-) -> (String, String, usize, u64, Duration, Duration) {
-    use std::hash::Hasher;
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut head = Vec::new();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let mut body_len = 0usize;
-    let mut first = None;
-    let mut head_done = false;
-    loop {
-        // A reset is how a cut response ends (the session aborts with RST).
-        let n = match s.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-            Err(e) => panic!("read: {e}"),
-        };
-        if n == 0 {
-            break;
-        }
-        let mut chunk = &buf[..n];
-        if !head_done {
-            head.extend_from_slice(chunk);
-            match head.windows(4).position(|w| w == b"\r\n\r\n") {
-                Some(p) => {
-                    head_done = true;
-                    let body = head.split_off(p + 4);
-                    if !body.is_empty() {
-                        first.get_or_insert_with(|| t0.elapsed());
-                    }
-                    hasher.write(&body);
-                    body_len += body.len();
-                }
-                None => continue,
-            }
-            chunk = &[];
-        }
-        if !chunk.is_empty() {
-            first.get_or_insert_with(|| t0.elapsed());
-            hasher.write(chunk);
-            body_len += chunk.len();
-        }
-    }
-    let last = t0.elapsed();
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let status_line = head.lines().next().unwrap_or("").to_string();
-    let cs = head
-        .lines()
-        .find_map(|l| l.strip_prefix("X-Cache-Status: "))
-        .unwrap_or("-")
-        .to_string();
-    (
-        status_line,
-        cs,
-        body_len,
-        hasher.finish(),
-        first.unwrap_or(last),
-        last,
-    )
 }
 
 #[test]
@@ -615,23 +492,6 @@ fn kill_9_during_a_slow_fill_never_leaves_a_truncated_object() {
     assert_eq!(tmps, 0);
 }
 
-/// Every regular file under `dir`, with its size.
-fn files(dir: &Path) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let md = e.metadata().unwrap();
-        if md.is_dir() {
-            out.extend(files(&e.path()));
-        } else {
-            out.push((e.path().to_string_lossy().into_owned(), md.len()));
-        }
-    }
-    out
-}
-
 #[test]
 fn eviction_keeps_disk_use_under_max_size() {
     let s = setup("max_size = \"256k\"", "");
@@ -926,7 +786,10 @@ fn use_stale_updating_serves_others_while_one_request_revalidates() {
     let b = s.get("/obj/2k/46", &[]);
     assert_eq!((b.status, status(&b)), (200, "UPDATING"));
     assert_eq!(b.body, a.body);
-    assert!(t.elapsed() < Duration::from_millis(700), "not held by the refresh");
+    assert!(
+        t.elapsed() < Duration::from_millis(700),
+        "not held by the refresh"
+    );
     let r = slow.join().unwrap();
     assert_eq!((r.status, status(&r)), (200, "REVALIDATED"));
     let c = s.get("/obj/2k/46", &[]);

@@ -276,3 +276,154 @@ pub fn post_form(addr: SocketAddr, path: &str, form: &str) -> edge_testkit::Resp
     );
     c.read_response(false)
 }
+
+// ---- The cache tests' fixtures (tests/cache.rs). ----
+
+/// `admin.allow` for loopback clients.
+pub const LOCAL: &str = "\"127.0.0.1/32\"";
+
+/// Origin + edgecache with a fresh cache dir (returned so a test can restart on it).
+pub struct Setup {
+    pub origin: Proc,
+    pub origin_addr: SocketAddr,
+    pub cache: Proc,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn setup(cache_extra: &str, location_extra: &str) -> Setup {
+    setup_allow(cache_extra, location_extra, LOCAL)
+}
+
+pub fn setup_allow(cache_extra: &str, location_extra: &str, allow: &str) -> Setup {
+    let (origin, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cached_config(
+        origin_addr,
+        &dir.path().join("cache"),
+        cache_extra,
+        location_extra,
+        allow,
+    );
+    let (cache, addr, admin) = edgecache(&cfg);
+    Setup {
+        origin,
+        origin_addr,
+        cache,
+        addr,
+        admin,
+        dir,
+    }
+}
+
+impl Setup {
+    pub fn config(&self, cache_extra: &str, location_extra: &str) -> String {
+        cached_config(
+            self.origin_addr,
+            &self.dir.path().join("cache"),
+            cache_extra,
+            location_extra,
+            LOCAL,
+        )
+    }
+    pub fn get(&self, path: &str, headers: &[&str]) -> edge_testkit::Response {
+        edge_testkit::get(self.addr, path, headers)
+    }
+    pub fn origin_count(&self) -> u64 {
+        origin_requests(self.origin_addr)
+    }
+    pub fn status_json(&self) -> String {
+        get_text(self.admin, "/status")
+    }
+}
+
+/// Reads one response on a raw socket, noting when the first body byte and the last
+/// arrived (relative to `t0`). Returns (status line, X-Cache-Status, body length, body
+/// hash, first byte, last byte).
+pub fn timed_get(
+    addr: SocketAddr,
+    path: &str,
+    t0: std::time::Instant,
+) -> (String, String, usize, u64, Duration, Duration) {
+    use std::hash::Hasher;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut body_len = 0usize;
+    let mut first = None;
+    let mut head_done = false;
+    loop {
+        // A reset is how a cut response ends (the session aborts with RST).
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Err(e) => panic!("read: {e}"),
+        };
+        if n == 0 {
+            break;
+        }
+        let mut chunk = &buf[..n];
+        if !head_done {
+            head.extend_from_slice(chunk);
+            match head.windows(4).position(|w| w == b"\r\n\r\n") {
+                Some(p) => {
+                    head_done = true;
+                    let body = head.split_off(p + 4);
+                    if !body.is_empty() {
+                        first.get_or_insert_with(|| t0.elapsed());
+                    }
+                    hasher.write(&body);
+                    body_len += body.len();
+                }
+                None => continue,
+            }
+            chunk = &[];
+        }
+        if !chunk.is_empty() {
+            first.get_or_insert_with(|| t0.elapsed());
+            hasher.write(chunk);
+            body_len += chunk.len();
+        }
+    }
+    let last = t0.elapsed();
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status_line = head.lines().next().unwrap_or("").to_string();
+    let cs = head
+        .lines()
+        .find_map(|l| l.strip_prefix("X-Cache-Status: "))
+        .unwrap_or("-")
+        .to_string();
+    (
+        status_line,
+        cs,
+        body_len,
+        hasher.finish(),
+        first.unwrap_or(last),
+        last,
+    )
+}
+
+/// Every regular file under `dir`, with its size.
+pub fn files(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let md = e.metadata().unwrap();
+        if md.is_dir() {
+            out.extend(files(&e.path()));
+        } else {
+            out.push((e.path().to_string_lossy().into_owned(), md.len()));
+        }
+    }
+    out
+}
