@@ -23,6 +23,10 @@ use tokio::net::TcpStream;
 const READ_CHUNK: usize = 8 * 1024;
 /// Idle time allowed between requests on a keep-alive connection (nginx's default).
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Time allowed for the rest of a request once its first byte arrived (head and any
+/// body to discard), so a client trickling a byte a minute cannot hold a connection
+/// forever (nginx's `client_header_timeout`).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time allowed for one write to make progress before the client is given up on.
 const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most a `reset=1` reply waits for the half body to reach the client before resetting.
@@ -50,6 +54,7 @@ async fn serve_inner(stream: &mut TcpStream, ctx: &Rc<RefCell<Ctx>>) -> io::Resu
     let mut wbuf: Vec<u8> = Vec::new();
     let mut start = 0usize; // parsed-and-answered prefix of rbuf
     let mut discard = 0u64; // request body bytes still to skip
+    let mut request_started: Option<Instant> = None; // first byte of an unfinished request
     loop {
         loop {
             if discard > 0 {
@@ -76,6 +81,7 @@ async fn serve_inner(stream: &mut TcpStream, ctx: &Rc<RefCell<Ctx>>) -> io::Resu
                 }
             };
             start += consumed;
+            request_started = None;
             discard = body_len;
             match send(stream, &mut wbuf, reply, ctx).await? {
                 After::KeepOpen => {}
@@ -91,9 +97,15 @@ async fn serve_inner(stream: &mut TcpStream, ctx: &Rc<RefCell<Ctx>>) -> io::Resu
         rbuf.drain(..start);
         start = 0;
         rbuf.reserve(READ_CHUNK);
-        let n = match tokio::time::timeout(KEEPALIVE_TIMEOUT, stream.read_buf(&mut rbuf)).await {
+        let wait = if rbuf.is_empty() && discard == 0 {
+            KEEPALIVE_TIMEOUT
+        } else {
+            let since = *request_started.get_or_insert_with(Instant::now);
+            REQUEST_TIMEOUT.saturating_sub(since.elapsed())
+        };
+        let n = match tokio::time::timeout(wait, stream.read_buf(&mut rbuf)).await {
             Ok(r) => r?,
-            Err(_) => return Ok(()), // idle too long
+            Err(_) => return Ok(()), // idle, or too slow to finish a request
         };
         if n == 0 {
             return Ok(());
