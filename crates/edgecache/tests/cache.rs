@@ -157,8 +157,8 @@ fn expired_object_is_revalidated_with_304() {
 #[test]
 fn hundred_concurrent_misses_make_one_origin_request_and_stream() {
     let s = setup("", "");
-    // 2 MiB paced at 1 MB/s: the origin cannot finish before ~2 s after the request.
-    let path = "/obj/2m/11?slow_bps=1000000";
+    // 2 MiB paced at 500 kB/s: the origin cannot finish before ~4 s after the request.
+    let path = "/obj/2m/11?slow_bps=500000";
     let expected = get(s.origin_addr, "/obj/2m/11", &[]).body;
     let expected_hash = {
         use std::hash::Hasher;
@@ -188,18 +188,18 @@ fn hundred_concurrent_misses_make_one_origin_request_and_stream() {
         } else {
             assert_eq!(cs, "HIT");
         }
-        // The paced origin needs at least 2 s after the request (sent after t0); bytes
-        // before 1.5 s can only have come while it was still sending (streamed, not
+        // The paced origin needs over 4 s after the request (sent after t0); bytes
+        // before 3 s can only have come while it was still sending (streamed, not
         // after completion).
         assert!(
-            *first < Duration::from_millis(1500),
+            *first < Duration::from_millis(3000),
             "first body byte after {first:?}: followers must stream"
         );
     }
     assert_eq!(misses, 1);
     let last_min = results.iter().map(|r| r.5).min().unwrap();
     assert!(
-        last_min >= Duration::from_millis(1500),
+        last_min >= Duration::from_millis(3000),
         "paced origin: {last_min:?}"
     );
     let m = get_text(s.admin, "/metrics");
@@ -780,16 +780,15 @@ fn use_stale_updating_serves_others_while_one_request_revalidates() {
     // The first request after expiry revalidates, slowly; meanwhile others get the
     // stale object at once instead of waiting for it.
     let addr = s.addr;
-    let slow = std::thread::spawn(move || get(addr, "/obj/2k/46?max_age=60&delay_ms=1000", &[]));
+    let slow = std::thread::spawn(move || get(addr, "/obj/2k/46?max_age=60&delay_ms=1500", &[]));
     std::thread::sleep(Duration::from_millis(200));
-    let t = Instant::now();
     let b = s.get("/obj/2k/46", &[]);
+    assert!(
+        !slow.is_finished(),
+        "answered while the refresh was still pending"
+    );
     assert_eq!((b.status, status(&b)), (200, "UPDATING"));
     assert_eq!(b.body, a.body);
-    assert!(
-        t.elapsed() < Duration::from_millis(700),
-        "not held by the refresh"
-    );
     let r = slow.join().unwrap();
     assert_eq!((r.status, status(&r)), (200, "REVALIDATED"));
     let c = s.get("/obj/2k/46", &[]);
