@@ -391,7 +391,13 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
             &format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)),
         );
     }
-    push(&mut h, "Cache-Control", &cache_control(ctx.max_age, inject));
+    // `/obj/rand` names a different object each time: not cacheable unless asked.
+    let rand = req.path == "/obj/rand";
+    push(
+        &mut h,
+        "Cache-Control",
+        &cache_control(ctx.max_age, inject, rand),
+    );
     if let Some(v) = &inject.vary {
         push(&mut h, "Vary", v);
     }
@@ -422,8 +428,8 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
     }
 }
 
-fn cache_control(max_age: u64, inject: &Inject) -> String {
-    if inject.no_store {
+fn cache_control(max_age: u64, inject: &Inject, no_store_by_default: bool) -> String {
+    if inject.no_store || (no_store_by_default && inject.max_age.is_none() && !inject.private) {
         "no-store".into()
     } else if inject.private {
         "private".into()

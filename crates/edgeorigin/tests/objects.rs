@@ -400,6 +400,15 @@ fn obj_rand_picks_by_distribution() {
         sizes.insert(size);
     }
     assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![2048, 3072]);
+    // One URL, a different object each time: not cacheable unless the request says so.
+    assert_eq!(
+        c.get("/obj/rand", &[]).header("cache-control"),
+        Some("no-store")
+    );
+    assert_eq!(
+        c.get("/obj/rand?max_age=9", &[]).header("cache-control"),
+        Some("max-age=9")
+    );
 
     let (_q, addr) = origin(&["--sizes", "2k,3k", "--count", "5", "--obj-dist", "fixed"]);
     for _ in 0..10 {
