@@ -516,3 +516,90 @@ async fn stream_fill(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_cache::{Cache, CacheConfig, FillState, Join, ObjectMeta};
+
+    fn cache(dir: &std::path::Path) -> Arc<Cache> {
+        Cache::open(CacheConfig {
+            path: dir.to_path_buf(),
+            ..CacheConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn leader(c: &Cache, key: &str) -> (FillHandle, Arc<Fill>) {
+        let h = edge_cache::key_hash(key);
+        let Join::Leader(handle) = c.inflight().join(h) else {
+            panic!("first join leads")
+        };
+        let Join::Follower(f) = c.inflight().join(h) else {
+            panic!("second join follows")
+        };
+        (handle, f)
+    }
+
+    fn meta(key: &str, len: u64) -> ObjectMeta {
+        let mut m = ObjectMeta::new(key, 200, SystemTime::now());
+        m.freshness.lifetime = std::time::Duration::from_secs(60);
+        m.body_len = len;
+        m
+    }
+
+    #[test]
+    fn a_stored_fill_streams_to_followers_and_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let key = "http://h/a";
+        let (handle, f) = leader(&c, key);
+        let writer = c
+            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 5))
+            .unwrap();
+        let mut store = publish(Some(writer), Some(handle)).expect("storing");
+        assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
+        assert!(store.write(b"hel"));
+        assert!(matches!(f.state(), FillState::Streaming { written: 3, .. }));
+        assert!(store.write(b"lo"));
+        store.finish();
+        assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
+        let now = SystemTime::now();
+        assert!(matches!(
+            c.lookup(key, &edge_http::HeaderMap::new(), now),
+            edge_cache::Lookup::Fresh(_)
+        ));
+        c.shutdown();
+    }
+
+    #[test]
+    fn no_writer_tells_followers_to_fetch_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let (handle, f) = leader(&c, "http://h/b");
+        assert!(publish(None, Some(handle)).is_none());
+        assert!(matches!(f.state(), FillState::Uncacheable));
+        c.shutdown();
+    }
+
+    #[test]
+    fn a_short_body_fails_the_fill_instead_of_committing() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let key = "http://h/c";
+        let (handle, f) = leader(&c, key);
+        let writer = c
+            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
+            .unwrap();
+        let mut store = publish(Some(writer), Some(handle)).unwrap();
+        assert!(store.write(b"only 7!"));
+        store.finish(); // Content-Length said 10: the commit refuses
+        assert!(matches!(f.state(), FillState::Failed { head: Some(_) }));
+        let now = SystemTime::now();
+        assert!(matches!(
+            c.lookup(key, &edge_http::HeaderMap::new(), now),
+            edge_cache::Lookup::Miss
+        ));
+        c.shutdown();
+    }
+}

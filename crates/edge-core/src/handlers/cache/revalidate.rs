@@ -52,34 +52,51 @@ fn stale_on_error(
     err: Option<&UpstreamError>,
     status: u16,
 ) -> bool {
-    let listed = match err {
-        Some(UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout) => {
-            ctx.use_stale(UseStale::Timeout)
+    match use_stale_covers(&ctx.route.cfg.use_stale, err, status) {
+        Some(listed) => {
+            policy::can_serve_stale_with(meta, SystemTime::now(), StaleReason::Error, listed)
         }
-        Some(UpstreamError::Client(_) | UpstreamError::ClientBody(_)) => return false,
-        Some(_) => ctx.use_stale(UseStale::Error),
+        None => false,
+    }
+}
+
+/// Whether `use_stale` lists this upstream outcome (an error, or the origin's status
+/// when `err` is None); `None` when stale is out of the question: the client's own
+/// error, or an answer that is not a 5xx.
+fn use_stale_covers(
+    use_stale: &[UseStale],
+    err: Option<&UpstreamError>,
+    status: u16,
+) -> Option<bool> {
+    let has = |u: UseStale| use_stale.contains(&u);
+    Some(match err {
+        Some(UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout) => has(UseStale::Timeout),
+        Some(UpstreamError::Client(_) | UpstreamError::ClientBody(_)) => return None,
+        Some(_) => has(UseStale::Error),
+        None if !(500..600).contains(&status) => return None,
         None => {
-            if !(500..600).contains(&status) {
-                return false;
-            }
-            ctx.use_stale(UseStale::Http5xx)
+            has(UseStale::Http5xx)
                 || match status {
-                    500 => ctx.use_stale(UseStale::Http500),
-                    502 => ctx.use_stale(UseStale::Http502),
-                    503 => ctx.use_stale(UseStale::Http503),
-                    504 => ctx.use_stale(UseStale::Http504),
+                    500 => has(UseStale::Http500),
+                    502 => has(UseStale::Http502),
+                    503 => has(UseStale::Http503),
+                    504 => has(UseStale::Http504),
                     _ => false,
                 }
         }
-    };
-    policy::can_serve_stale_with(meta, SystemTime::now(), StaleReason::Error, listed)
+    })
 }
 
-/// `If-None-Match` / `If-Modified-Since` lines from the stored validators (none when
-/// `cache_revalidate = false`, nginx's `proxy_cache_revalidate off`).
+/// `If-None-Match` / `If-Modified-Since` lines from the stored validators.
 fn validators(ctx: &Ctx<'_>, meta: &ObjectMeta) -> Vec<u8> {
+    validator_lines(meta, ctx.route.cfg.cache_revalidate)
+}
+
+/// The conditional request lines for `meta`; none with `cache_revalidate = false`
+/// (nginx's `proxy_cache_revalidate off`): the refetch is then unconditional.
+fn validator_lines(meta: &ObjectMeta, cache_revalidate: Option<bool>) -> Vec<u8> {
     let mut out = Vec::new();
-    if ctx.route.cfg.cache_revalidate == Some(false) {
+    if cache_revalidate == Some(false) {
         return out;
     }
     if let Some(etag) = &meta.etag {
@@ -319,5 +336,63 @@ impl Background {
         let writer = open_writer(&ctx, &self.req.headers, &up, t0, t1);
         let store = publish(writer, handle);
         let _ = pump(&ctx, None, up, store).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn use_stale_maps_outcomes_like_nginx() {
+        use UseStale::*;
+        let refused = UpstreamError::Connect(std::io::Error::other("refused"));
+        let cases: &[(&[UseStale], Option<&UpstreamError>, u16, Option<bool>)] = &[
+            (&[Error], Some(&refused), 0, Some(true)),
+            (&[Timeout], Some(&refused), 0, Some(false)),
+            (&[Timeout], Some(&UpstreamError::ReadTimeout), 0, Some(true)),
+            (
+                &[Error],
+                Some(&UpstreamError::ConnectTimeout),
+                0,
+                Some(false),
+            ),
+            (&[Error], Some(&UpstreamError::Closed), 0, Some(true)),
+            (
+                &[Error, Timeout],
+                Some(&UpstreamError::ClientBody(413)),
+                0,
+                None,
+            ),
+            (&[Http5xx], None, 503, Some(true)),
+            (&[Http500], None, 500, Some(true)),
+            (&[Http500], None, 502, Some(false)),
+            (&[Http502, Http504], None, 504, Some(true)),
+            (&[Error], None, 500, Some(false)),
+            (&[Http5xx], None, 404, None),
+            (&[Http5xx], None, 200, None),
+        ];
+        for (i, (list, err, status, want)) in cases.iter().enumerate() {
+            assert_eq!(use_stale_covers(list, *err, *status), *want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn validators_come_from_the_stored_object() {
+        let mut m = ObjectMeta::new("k", 200, SystemTime::now());
+        assert!(
+            validator_lines(&m, None).is_empty(),
+            "nothing to validate with"
+        );
+        m.etag = Some("\"v1\"".into());
+        m.last_modified = Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let lines = String::from_utf8(validator_lines(&m, None)).unwrap();
+        assert_eq!(
+            lines,
+            "If-None-Match: \"v1\"\r\nIf-Modified-Since: Tue, 14 Nov 2023 22:13:20 GMT\r\n"
+        );
+        assert_eq!(validator_lines(&m, Some(true)), validator_lines(&m, None));
+        assert!(validator_lines(&m, Some(false)).is_empty());
     }
 }
