@@ -348,7 +348,9 @@ mod tests {
     fn use_stale_maps_outcomes_like_nginx() {
         use UseStale::*;
         let refused = UpstreamError::Connect(std::io::Error::other("refused"));
-        let cases: &[(&[UseStale], Option<&UpstreamError>, u16, Option<bool>)] = &[
+        // (use_stale, upstream error, origin status, expected)
+        type Case<'a> = (&'a [UseStale], Option<&'a UpstreamError>, u16, Option<bool>);
+        let cases: &[Case<'_>] = &[
             (&[Error], Some(&refused), 0, Some(true)),
             (&[Timeout], Some(&refused), 0, Some(false)),
             (&[Timeout], Some(&UpstreamError::ReadTimeout), 0, Some(true)),
