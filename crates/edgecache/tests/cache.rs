@@ -803,3 +803,32 @@ fn use_stale_updating_serves_others_while_one_request_revalidates() {
     let c = s.get("/obj/2k/46", &[]);
     assert_eq!(status(&c), "HIT", "fresh for 60 s after the 304");
 }
+
+#[test]
+fn range_on_a_miss_gets_its_range_while_the_whole_object_is_stored() {
+    let s = setup("", "");
+    let full = get(s.origin_addr, "/obj/1m/47", &[]).body;
+    let before = s.origin_count();
+    let r = s.get("/obj/1m/47", &["Range: bytes=700000-700099"]);
+    assert_eq!((r.status, status(&r)), (206, "MISS"));
+    assert_eq!(
+        r.header("content-range"),
+        Some("bytes 700000-700099/1048576")
+    );
+    assert_eq!(r.body, full[700000..700100]);
+    let h = s.get("/obj/1m/47", &[]);
+    assert_eq!(
+        (h.status, status(&h)),
+        (200, "HIT"),
+        "the whole object was stored"
+    );
+    assert_eq!(h.body, full);
+    let u = s.get("/obj/1k/47", &["Range: bytes=5000-"]);
+    assert_eq!((u.status, status(&u)), (416, "MISS"));
+    assert_eq!(u.header("content-range"), Some("bytes */1024"));
+    assert_eq!(status(&s.get("/obj/1k/47", &[])), "HIT");
+    // Several ranges on a miss: the whole 200.
+    let m = s.get("/obj/2k/47", &["Range: bytes=0-1,5-6"]);
+    assert_eq!((m.status, m.body.len()), (200, 2048));
+    assert_eq!(s.origin_count() - before, 3);
+}

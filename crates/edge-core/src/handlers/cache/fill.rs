@@ -234,11 +234,20 @@ pub async fn pump(
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
     let mut chunked = false;
     let mut to_client = false;
+    // The part of the body the client gets (all of it unless it asked for one range).
+    let mut want = 0..u64::MAX;
     if let Some((_, ex)) = client.as_mut() {
-        chunked = client_head(&mut out, ex, &up.head, ctx.route);
+        match leader_range(ex, &up, store.as_ref()) {
+            Some(r) => {
+                range_head(ctx, ex, &up, &r, &mut out);
+                want = r.unwrap_or(0..0);
+            }
+            None => chunked = client_head(&mut out, ex, &up.head, ctx.route),
+        }
         to_client = !ex.is_head();
     }
     let mut dec = BodyDecoder::new(up.head.body, None).upstream();
+    let mut pos: u64 = 0; // body bytes decoded so far
     let mut sent: u64 = 0;
     let mut client_error: Option<std::io::Error> = None;
     let result: Result<(), String> = loop {
@@ -257,16 +266,20 @@ pub async fn pump(
                         store = None; // fails the fill; this client continues uncached
                     }
                 }
-                if to_client && client_error.is_none() {
+                let end = pos + d.data.len() as u64;
+                let (lo, hi) = (pos.max(want.start), end.min(want.end));
+                if to_client && client_error.is_none() && lo < hi {
+                    let part = &d.data[(lo - pos) as usize..(hi - pos) as usize];
                     if chunked {
-                        edge_http::write_chunk_header(&mut out, d.data.len());
-                        out.extend_from_slice(d.data);
+                        edge_http::write_chunk_header(&mut out, part.len());
+                        out.extend_from_slice(part);
                         out.extend_from_slice(b"\r\n");
                     } else {
-                        out.extend_from_slice(d.data);
+                        out.extend_from_slice(part);
                     }
-                    sent += d.data.len() as u64;
+                    sent += part.len() as u64;
                 }
+                pos = end;
             }
             let n = d.consumed;
             bytes::Buf::advance(&mut up.buf, n);
@@ -280,9 +293,9 @@ pub async fn pump(
         if let Some(b) = bad {
             break Err(b);
         }
-        if store.is_none() && (client_error.is_some() || !to_client) {
-            // Nobody left to feed: the client is gone, or it asked for HEAD and the
-            // object is not being stored (the connection is closed, not pooled).
+        if store.is_none() && (client_error.is_some() || !to_client || pos >= want.end) {
+            // Nobody left to feed: the client is gone, asked for HEAD, or has its whole
+            // range, and the object is not being stored (the connection is closed).
             break Ok(());
         }
         if dec.is_done() || up.head.body == BodyKind::Empty {
@@ -337,6 +350,58 @@ pub async fn pump(
         Some(e) => Err(ExchangeError::Client(e)),
         None => Ok(()),
     }
+}
+
+/// The leader's own `Range` on a miss: the fill fetches the whole object, and the
+/// client gets its single range as a 206 while the rest is stored (nginx's range filter
+/// does the same). `Some(Some(r))`: send `r`; `Some(None)`: unsatisfiable (416);
+/// `None`: the whole response (no Range, several ranges, `If-Range` mismatch, unknown
+/// length, or not stored, so there is no metadata to check `If-Range` against).
+fn leader_range(
+    ex: &Exchange,
+    up: &UpstreamResponse,
+    store: Option<&Store>,
+) -> Option<Option<std::ops::Range<u64>>> {
+    let (store, BodyKind::Length(len)) = (store?, up.head.body) else {
+        return None;
+    };
+    if up.head.status != 200 || !ex.req.headers.contains("range") {
+        return None;
+    }
+    match evaluate_range(store.writer.meta(), &ex.req.headers, len) {
+        RangeOutcome::Partial(r) if r.len() == 1 => Some(Some(r[0].clone())),
+        RangeOutcome::Unsatisfiable => Some(None),
+        _ => None,
+    }
+}
+
+/// The leader's 206 (or 416 for `None`) head: the origin's headers, our framing.
+fn range_head(
+    ctx: &Ctx<'_>,
+    ex: &mut Exchange,
+    up: &UpstreamResponse,
+    r: &Option<std::ops::Range<u64>>,
+    out: &mut Vec<u8>,
+) {
+    let BodyKind::Length(len) = up.head.body else {
+        return;
+    };
+    ex.begin_head(out, if r.is_some() { 206 } else { 416 });
+    proxy::write_forwarded_headers(out, &up.head.headers);
+    let (cr, n) = match r {
+        Some(r) => (
+            format!("bytes {}-{}/{len}", r.start, r.end - 1),
+            r.end - r.start,
+        ),
+        None => (format!("bytes */{len}"), 0),
+    };
+    edge_http::write_header(out, "Content-Range", cr.as_bytes());
+    edge_http::write_header(out, "Content-Length", n.to_string().as_bytes());
+    out.extend_from_slice(&ctx.route.add_headers);
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
+    }
+    ex.end_head(out);
 }
 
 /// Writes `out` to the client unless it already failed; remembers the first error.
