@@ -832,3 +832,110 @@ fn range_on_a_miss_gets_its_range_while_the_whole_object_is_stored() {
     assert_eq!((m.status, m.body.len()), (200, 2048));
     assert_eq!(s.origin_count() - before, 3);
 }
+
+#[test]
+fn a_client_that_does_not_read_never_slows_the_fill() {
+    let s = setup("", "");
+    // 32 MiB, far more than loopback socket buffers hold, at 64 MB/s.
+    let path = "/obj/32m/48?slow_bps=64000000";
+    let before = s.origin_count();
+    let mut leader = TcpStream::connect(s.addr).unwrap();
+    leader
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(leader, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // The leader's client reads nothing; a follower still gets everything at the
+    // origin's pace (before, it was held to the leader's client: send_timeout, 60 s).
+    let (line, cs, len, ..) = timed_get(s.addr, path, Instant::now());
+    assert_eq!(
+        (line.as_str(), cs.as_str(), len),
+        ("HTTP/1.1 200 OK", "HIT", 32 << 20)
+    );
+    let h = s.get(path, &[]);
+    assert_eq!((status(&h), h.body.len()), ("HIT", 32 << 20), "stored");
+    // Only now does the leader's client read: its whole response is there.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let head_end = loop {
+        let n = leader.read(&mut buf).unwrap();
+        assert!(n > 0, "leader response cut");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).into_owned();
+    assert!(head.contains("X-Cache-Status: MISS"), "{head}");
+    let mut body = got.len() - head_end;
+    while body < 32 << 20 {
+        let n = leader.read(&mut buf).unwrap();
+        assert!(n > 0, "leader body cut at {body}");
+        body += n;
+    }
+    assert_eq!(body, 32 << 20);
+    assert_eq!(s.origin_count() - before, 1);
+}
+
+#[test]
+fn a_disk_write_error_mid_body_still_completes_the_leaders_response() {
+    // RLIMIT_FSIZE of 1 MiB (SIGXFSZ ignored, which exec keeps): writing an object past
+    // 1 MiB fails with EFBIG in the middle of its body.
+    let (_origin, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL);
+    let listen = edge_testkit::free_addr();
+    let admin = edge_testkit::free_addr();
+    let cfg = cfg
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string());
+    let cfg_path = dir.path().join("edgecache.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 1024; exec {} -c {}",
+        edge_testkit::bin("edgecache").display(),
+        cfg_path.display()
+    );
+    let mut p = edge_testkit::Proc::spawn(std::path::Path::new("/usr/bin/bash"), &["-c", &script]);
+    p.wait_port(listen, common::START);
+    let full = get(origin_addr, "/obj/4m/49", &[]).body;
+    // 2 MB/s: the write fails after ~0.5 s, well after the follower joined.
+    let path = "/obj/4m/49?slow_bps=2000000";
+    let t0 = Instant::now();
+    let leader = std::thread::spawn(move || timed_get(listen, path, t0));
+    std::thread::sleep(Duration::from_millis(100));
+    let follower = std::thread::spawn(move || timed_get(listen, path, t0));
+    let (line, cs, len, hash, ..) = leader.join().unwrap();
+    assert_eq!((line.as_str(), cs.as_str()), ("HTTP/1.1 200 OK", "MISS"));
+    assert_eq!(len, 4 << 20, "the leader's client gets everything");
+    let expect = {
+        use std::hash::Hasher;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        h.write(&full);
+        h.finish()
+    };
+    assert_eq!(hash, expect);
+    let (fline, fcs, flen, ..) = follower.join().unwrap();
+    assert_eq!((fline.as_str(), fcs.as_str()), ("HTTP/1.1 200 OK", "HIT"));
+    assert!(
+        flen < 4 << 20,
+        "a follower is cut, never completed short ({flen})"
+    );
+    let st = get_text(admin, "/status").replace(' ', "");
+    assert!(json_number(&st, "write_errors").unwrap() >= 1, "{st}");
+    assert_eq!(json_number(&st, "entries"), Some(0));
+    // Small objects still work under the limit.
+    assert_eq!(status(&get(listen, "/obj/10k/49", &[])), "MISS");
+    assert_eq!(status(&get(listen, "/obj/10k/49", &[])), "HIT");
+}
+
+#[test]
+fn without_cache_lock_each_miss_fetches_and_ranges_still_apply() {
+    let s = setup("", "cache_lock = false");
+    let full = get(s.origin_addr, "/obj/100k/50", &[]).body;
+    let r = s.get("/obj/100k/50", &["Range: bytes=10-19"]);
+    assert_eq!((r.status, status(&r)), (206, "MISS"));
+    assert_eq!(r.body, full[10..20]);
+    let h = s.get("/obj/100k/50", &[]);
+    assert_eq!((h.status, status(&h), h.body.len()), (200, "HIT", 102400));
+}

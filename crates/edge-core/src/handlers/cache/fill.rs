@@ -1,32 +1,36 @@
-//! Misses: the leader fetches from the origin and writes the object while it streams
-//! the response to its client; collapsed followers stream the same temp file as it
-//! grows (no polling, no waiting for the end).
+//! Misses: the leader fetches from the origin and writes the object; every client of
+//! the fill, the leader's included, streams the temp file as it grows.
 //!
 //! How it fits: [`super::handle`] joins the collapse lock of the key
 //! (`cache.inflight().join`). The leader calls [`fetch_and_fill`]: a GET without the
 //! client's validators or Range, then [`respond`] decides with `policy::storable`, opens
-//! an `ObjectWriter`, publishes the head to followers and [`pump`]s the body to the
-//! client and the file. Followers call [`follow`]: wait for the head (bounded by
-//! `cache_lock_timeout`), then send the bytes already written and sleep until more
-//! arrive. The failure rules of `edge_cache::inflight` apply: a leader failing before
-//! the head makes followers retry; after the head, followers' connections are cut (their
-//! head promised a length); a disk write error fails the fill but never the leader's own
-//! client; a leader whose client goes away keeps filling the object for the followers.
+//! an `ObjectWriter` and publishes the head to the followers. The origin-to-disk copy
+//! ([`pump`]) then runs in its own task on the worker, at the origin's pace, while the
+//! leader's client is served from the file like the followers
+//! ([`super::stream::stream_fill`]): a slow first client never slows the others, and a
+//! leader whose client hangs up still completes the object. The failure rules of
+//! `edge_cache::inflight` apply: a leader failing before the head makes followers
+//! retry; after the head, followers' connections are cut (their head promised a
+//! length); a disk write error fails the fill but never the leader's own client (it
+//! continues from an in-memory relay). Responses that are not stored, and fills
+//! without a collapse lock (`cache_lock = false`), are relayed to the client directly
+//! by [`pump`], paced by the client.
 
-use super::{fill_head, hit, mark, CacheStatus, Ctx};
+use super::stream::{stream_fill, Leader, Relay, RELAY_DEPTH};
+use super::{fill_head, mark, CacheStatus, Ctx, OwnedCtx};
 use crate::handlers::proxy::{self, client_head, fetch_with, UpstreamError, UpstreamResponse};
-use crate::handlers::simple::{bodiless, error_page, respond as respond_page};
+use crate::handlers::simple::{error_page, respond as respond_page};
 use crate::server::conn::{timed_out, Conn};
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::file_body::send_file_range;
+use bytes::Bytes;
 use edge_cache::hit::{evaluate_range, RangeOutcome};
-use edge_cache::inflight::{known_len, FillError};
-use edge_cache::{policy, Fill, FillHandle, ObjectWriter, WaitHead};
+use edge_cache::{policy, FillHandle, FillState, ObjectWriter};
 use edge_http::{BodyDecoder, BodyKind, Method};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
 
 /// Upstream read buffer growth.
 const UP_BUF: usize = 64 * 1024;
@@ -156,7 +160,41 @@ pub async fn respond(
     };
     let store = publish(writer, handle);
     mark(ctx.w, ex, st);
-    pump(ctx, Some((conn, ex)), up, store).await
+    match store {
+        Some(s) if s.handle.is_some() => lead(ctx, conn, ex, up, s).await,
+        other => pump(ctx, Some((conn, ex)), up, other, None).await,
+    }
+}
+
+/// A stored fill with followers: the origin-to-disk copy runs in its own task, and
+/// this request's client streams the file like every follower.
+async fn lead(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    up: UpstreamResponse,
+    store: Store,
+) -> Result<(), ExchangeError> {
+    let fill = store.handle.as_ref().map(|h| h.fill().clone());
+    let head = match fill.as_ref().map(|f| f.state()) {
+        Some(FillState::Streaming { head, .. }) => head,
+        _ => return pump(ctx, Some((conn, ex)), up, Some(store), None).await,
+    };
+    let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(ctx, ex.req.path())) else {
+        return pump(ctx, Some((conn, ex)), up, Some(store), None).await;
+    };
+    let (tx, rx) = mpsc::channel(RELAY_DEPTH);
+    let mut extra = Vec::new();
+    for v in up.head.headers.get_all("set-cookie") {
+        edge_http::write_header(&mut extra, "Set-Cookie", v);
+    }
+    tokio::task::spawn_local(async move {
+        if let Some(c) = owned.ctx() {
+            let _ = pump(&c, None, up, Some(store), Some(tx)).await;
+        }
+    });
+    let leader = Leader { extra, relay: rx };
+    stream_fill(ctx, conn, ex, &fill, head, Some(leader)).await
 }
 
 /// Opens the object writer when the response may be stored (RFC 9111 via
@@ -222,13 +260,17 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
 /// Relays the upstream body to the client (when there is one) and into the store (when
 /// storing). If the client goes away mid-body and a store is open, the body is still
 /// read to its end (each read bounded by the upstream `read_timeout`), so followers and
-/// the cache get the whole object.
+/// the cache get the whole object. `relay` is the leader's lifeline when it streams
+/// from the file: after a disk write error the rest of the body goes through it.
 pub async fn pump(
     ctx: &Ctx<'_>,
     mut client: Option<(&mut Conn, &mut Exchange)>,
     mut up: UpstreamResponse,
     mut store: Option<Store>,
+    mut relay: Option<mpsc::Sender<Relay>>,
 ) -> Result<(), ExchangeError> {
+    // Relaying starts only once the store failed (before that the leader reads the file).
+    let mut relaying = false;
     let group = &ctx.p.upstream;
     let send = ctx.shared.timeouts.send;
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
@@ -261,9 +303,24 @@ pub async fn pump(
                 }
             };
             if !d.data.is_empty() {
+                let mut relay_from = None;
                 if let Some(s) = store.as_mut() {
                     if !s.write(d.data) {
+                        relay_from = Some(s.writer.written());
                         store = None; // fails the fill; this client continues uncached
+                    }
+                } else if relaying {
+                    relay_from = Some(pos);
+                }
+                if let (Some(at), Some(tx)) = (relay_from, relay.as_ref()) {
+                    let skip = (at.saturating_sub(pos) as usize).min(d.data.len());
+                    let tail = Bytes::copy_from_slice(&d.data[skip..]);
+                    let first = !relaying;
+                    relaying = true;
+                    let ok = (!first || tx.send(Relay::From(at)).await.is_ok())
+                        && (tail.is_empty() || tx.send(Relay::Data(tail)).await.is_ok());
+                    if !ok {
+                        relay = None; // the leader's client is gone
                     }
                 }
                 let end = pos + d.data.len() as u64;
@@ -293,7 +350,11 @@ pub async fn pump(
         if let Some(b) = bad {
             break Err(b);
         }
-        if store.is_none() && (client_error.is_some() || !to_client || pos >= want.end) {
+        let relay_open = relaying && relay.is_some();
+        if store.is_none()
+            && !relay_open
+            && (client_error.is_some() || !to_client || pos >= want.end)
+        {
             // Nobody left to feed: the client is gone, asked for HEAD, or has its whole
             // range, and the object is not being stored (the connection is closed).
             break Ok(());
@@ -339,6 +400,9 @@ pub async fn pump(
     }
     if let Some(s) = store {
         s.finish();
+    }
+    if let (true, Some(tx)) = (relaying, relay.as_ref()) {
+        let _ = tx.send(Relay::End).await;
     }
     if chunked && client_error.is_none() {
         out.extend_from_slice(edge_http::LAST_CHUNK);
@@ -424,168 +488,10 @@ async fn flush(
     out.clear();
 }
 
-/// How following a fill ended.
-pub enum Followed {
-    /// The response was sent (or failed).
-    Done(Result<(), ExchangeError>),
-    /// The leader failed before the head: join again.
-    Retry,
-    /// Fetch on our own: uncached after "not storable" or `cache_lock_timeout`
-    /// (`store` false), or storing our own variant when the leader's response varies
-    /// and this request wants another one (`store` true).
-    Alone { store: bool },
-}
-
-/// A collapsed follower: wait for the leader's head, then stream the object as it is
-/// written. `X-Cache-Status: HIT` (nginx reports its cache-lock waiters the same way).
-pub async fn follow(
-    ctx: &Ctx<'_>,
-    conn: &mut Conn,
-    ex: &mut Exchange,
-    fill: &Arc<Fill>,
-) -> Followed {
-    let head = match fill.wait_head().await {
-        WaitHead::Head(h) => h,
-        WaitHead::Retry => return Followed::Retry,
-        WaitHead::Uncacheable | WaitHead::TimedOut => return Followed::Alone { store: false },
-    };
-    // The leader's response varies on request headers this request may not share.
-    if !head.meta.vary.is_empty()
-        && edge_cache::variant_key(&ctx.key, &head.meta.vary, &ex.req.headers) != head.meta.key
-    {
-        return Followed::Alone { store: true };
-    }
-    Followed::Done(stream_fill(ctx, conn, ex, fill, head).await)
-}
-
-async fn stream_fill(
-    ctx: &Ctx<'_>,
-    conn: &mut Conn,
-    ex: &mut Exchange,
-    fill: &Arc<Fill>,
-    head: Arc<edge_cache::FillHead>,
-) -> Result<(), ExchangeError> {
-    mark(ctx.w, ex, CacheStatus::Hit);
-    let shared = ctx.shared;
-    let send = shared.timeouts.send;
-    if ex.body.is_some()
-        && ex
-            .discard_body(conn, shared.timeouts.client_body, send)
-            .await
-            .is_err()
-    {
-        ex.keep_alive = false;
-        ex.body = None;
-    }
-    let meta = &head.meta;
-    let age = policy::age(meta, SystemTime::now()).as_secs();
-    let mut out = Vec::with_capacity(512 + meta.header_block.len());
-    if edge_cache::hit::not_modified(meta, &ex.req.headers) {
-        hit::write_not_modified(ctx, ex, meta, age, &mut out);
-        conn.write_all(&out, send).await?;
-        return Ok(());
-    }
-    let no_body = bodiless(meta.status);
-    // One range of a body whose length is known is streamed as a 206 while it arrives
-    // (players send `Range` on every request, so a popular new video gets many ranged
-    // followers). Several ranges, or an unknown length, get the whole body: a valid
-    // answer to a Range request (RFC 9110 14.2).
-    let mut want: Option<std::ops::Range<u64>> = None;
-    if let (Some(len), 200) = (known_len(meta), meta.status) {
-        match evaluate_range(meta, &ex.req.headers, len) {
-            RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].clone()),
-            RangeOutcome::Unsatisfiable => {
-                hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
-                conn.write_all(&out, send).await?;
-                return Ok(());
-            }
-            _ => {}
-        }
-    }
-    let mut chunked = false;
-    if let (Some(r), Some(len)) = (&want, known_len(meta)) {
-        ex.begin_head(&mut out, 206);
-        out.extend_from_slice(&meta.header_block);
-        let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
-        edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
-        let n = r.end - r.start;
-        edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
-    } else {
-        ex.begin_head(&mut out, meta.status);
-        out.extend_from_slice(&meta.header_block);
-        match known_len(meta) {
-            _ if no_body => {}
-            Some(n) => {
-                edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
-            }
-            None if ex.chunked_ok() && !ex.is_head() => {
-                edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
-                chunked = true;
-            }
-            None => ex.keep_alive = false, // HTTP/1.0: the body ends when we close
-        }
-    }
-    hit::finish_head(ctx, ex, age, &mut out);
-    conn.write_all(&out, send).await?;
-    if ex.is_head() || no_body {
-        return Ok(());
-    }
-    let mut reader = fill.reader(head.clone());
-    let mut sent = 0u64;
-    let want = want.unwrap_or(0..u64::MAX);
-    let result = loop {
-        if reader.position() >= want.end {
-            break Ok(()); // the requested range is complete
-        }
-        let avail = match reader.wait_available().await {
-            Ok(Some(r)) => r,
-            Ok(None) => break Ok(()),
-            Err(FillError::LeaderFailed) => {
-                break Err(ExchangeError::Aborted(
-                    "cache fill leader failed mid-body".into(),
-                ))
-            }
-            Err(e) => break Err(ExchangeError::Aborted(e.to_string())),
-        };
-        // The part of what arrived that the client asked for.
-        let (lo, hi) = (avail.start.max(want.start), avail.end.min(want.end));
-        if lo >= hi {
-            reader.advance(avail.end - avail.start);
-            continue;
-        }
-        let n = hi - lo;
-        if chunked {
-            let mut ch = Vec::with_capacity(16);
-            edge_http::write_chunk_header(&mut ch, n as usize);
-            conn.write_all(&ch, send).await?;
-        }
-        let off = head.body_offset + lo;
-        match send_file_range(conn, &head.file, off, n, shared.sendfile, send).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                break Err(ExchangeError::Aborted(format!("reading cache fill: {e}")))
-            }
-            Err(e) => break Err(ExchangeError::Client(e)),
-        }
-        if chunked {
-            conn.write_all(b"\r\n", send).await?;
-        }
-        reader.advance(avail.end - avail.start);
-        sent += n;
-    };
-    ex.body_bytes_sent = sent;
-    ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
-    result?;
-    if chunked {
-        conn.write_all(edge_http::LAST_CHUNK, send).await?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edge_cache::{Cache, CacheConfig, FillState, Join, ObjectMeta};
+    use edge_cache::{Cache, CacheConfig, Fill, FillState, Join, ObjectMeta};
 
     fn cache(dir: &std::path::Path) -> Arc<Cache> {
         Cache::open(CacheConfig {

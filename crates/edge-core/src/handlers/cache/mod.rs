@@ -20,12 +20,13 @@ pub mod fill;
 pub mod hit;
 pub mod purge;
 pub mod revalidate;
+pub mod stream;
 
 use crate::config::Condition;
 use crate::handlers::proxy::{proxy_uncached, HeadOptions};
 use crate::server::conn::Conn;
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::route::{ProxyRoute, Route};
+use crate::server::route::{Handler, ProxyRoute, Route};
 use crate::server::state::Shared;
 use crate::server::worker::Worker;
 use edge_cache::{key_hash, pick, policy, Cache, Join, Lookup};
@@ -110,6 +111,46 @@ impl Ctx<'_> {
     /// Whether `use_stale` lists this condition.
     pub fn use_stale(&self, what: crate::config::UseStale) -> bool {
         self.route.cfg.use_stale.contains(&what)
+    }
+}
+
+/// A [`Ctx`] that owns its parts, for tasks that outlive the request: background
+/// refreshes, and fills whose leader's client streams from the file.
+pub struct OwnedCtx {
+    pub w: Rc<Worker>,
+    pub shared: Arc<Shared>,
+    pub route: Arc<Route>,
+    pub key: String,
+    pub cache: Arc<Cache>,
+}
+
+impl OwnedCtx {
+    /// From a request's context; `path` finds the request's route again in the same
+    /// config generation (`ctx.shared`), so a reload meanwhile changes nothing.
+    pub fn new(ctx: &Ctx<'_>, path: &str) -> Option<OwnedCtx> {
+        Some(OwnedCtx {
+            w: ctx.w.clone(),
+            shared: ctx.shared.clone(),
+            route: ctx.shared.router.find(path)?.clone(),
+            key: ctx.key.clone(),
+            cache: ctx.cache.clone(),
+        })
+    }
+
+    /// Borrow it as a [`Ctx`] (None if the route is not a proxy, which `new` rules out
+    /// for a route found from a proxied request).
+    pub fn ctx(&self) -> Option<Ctx<'_>> {
+        let Handler::Proxy(p) = &self.route.handler else {
+            return None;
+        };
+        Some(Ctx {
+            w: &self.w,
+            shared: &self.shared,
+            route: &self.route,
+            p,
+            key: self.key.clone(),
+            cache: &self.cache,
+        })
     }
 }
 
@@ -200,10 +241,10 @@ pub async fn handle(
                         return hit::serve(&ctx, conn, ex, entry, CacheStatus::Updating).await;
                     }
                 }
-                match fill::follow(&ctx, conn, ex, &f).await {
-                    fill::Followed::Done(r) => return r,
-                    fill::Followed::Retry => continue,
-                    fill::Followed::Alone { store } => {
+                match stream::follow(&ctx, conn, ex, &f).await {
+                    stream::Followed::Done(r) => return r,
+                    stream::Followed::Retry => continue,
+                    stream::Followed::Alone { store } => {
                         alone_store = store;
                         break;
                     }

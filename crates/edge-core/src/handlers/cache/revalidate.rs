@@ -335,7 +335,7 @@ impl Background {
         }
         let writer = open_writer(&ctx, &self.req.headers, &up, t0, t1);
         let store = publish(writer, handle);
-        let _ = pump(&ctx, None, up, store).await;
+        let _ = pump(&ctx, None, up, store, None).await;
     }
 }
 

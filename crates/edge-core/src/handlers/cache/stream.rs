@@ -1,0 +1,314 @@
+//! Serving a client from a fill in progress: collapsed followers (`X-Cache-Status:
+//! HIT`) and, since the origin-to-disk copy runs in its own task, the leader's own
+//! client too (`MISS`/`EXPIRED`).
+//!
+//! How it fits: [`super::handle`] calls [`follow`] for a request that joined someone
+//! else's fill; [`super::fill`] calls [`stream_fill`] for the leader's client. Both
+//! send the bytes already in the temp file and sleep on the fill's watch channel until
+//! more arrive, so a slow client never slows the fill (nor the other clients), and the
+//! first bytes reach everyone while the origin is still sending. One `Range` is served
+//! as a 206 from the arriving bytes. If the disk write fails mid-body, the leader's
+//! client continues from an in-memory relay (the fill task passes the rest of the
+//! origin's body through a bounded channel), while the followers' connections are cut.
+
+use super::{hit, mark, CacheStatus, Ctx};
+use crate::handlers::simple::bodiless;
+use crate::server::conn::Conn;
+use crate::server::exchange::{Exchange, ExchangeError};
+use crate::server::file_body::send_file_range;
+use bytes::Bytes;
+use edge_cache::hit::{evaluate_range, RangeOutcome};
+use edge_cache::inflight::{known_len, FillError};
+use edge_cache::{policy, Fill, FillHead, WaitHead};
+use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::sync::mpsc;
+
+/// What the fill task sends the leader's client once the disk write failed mid-body.
+#[derive(Debug)]
+pub enum Relay {
+    /// The file holds the body up to this offset; the rest follows as `Data`.
+    From(u64),
+    /// The next body bytes.
+    Data(Bytes),
+    /// The origin's body ended cleanly.
+    End,
+}
+
+/// Messages the relay buffers before the fill task waits for the leader's client
+/// (bounded memory per fill: at most this many upstream reads).
+pub const RELAY_DEPTH: usize = 16;
+
+/// The leader's extras when it streams its own fill.
+pub struct Leader {
+    /// Header lines the stored block lacks but this client must get (its
+    /// `Set-Cookie`s, stored only with `cache_set_cookie`, never in the object).
+    pub extra: Vec<u8>,
+    /// The rest of the body if the disk write fails.
+    pub relay: mpsc::Receiver<Relay>,
+}
+
+/// How following a fill ended.
+pub enum Followed {
+    /// The response was sent (or failed).
+    Done(Result<(), ExchangeError>),
+    /// The leader failed before the head: join again.
+    Retry,
+    /// Fetch on our own: uncached after "not storable" or `cache_lock_timeout`
+    /// (`store` false), or storing our own variant when the leader's response varies
+    /// and this request wants another one (`store` true).
+    Alone { store: bool },
+}
+
+/// A collapsed follower: wait for the leader's head, then stream the object as it is
+/// written. `X-Cache-Status: HIT` (nginx reports its cache-lock waiters the same way).
+pub async fn follow(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    fill: &Arc<Fill>,
+) -> Followed {
+    let head = match fill.wait_head().await {
+        WaitHead::Head(h) => h,
+        WaitHead::Retry => return Followed::Retry,
+        WaitHead::Uncacheable | WaitHead::TimedOut => return Followed::Alone { store: false },
+    };
+    // The leader's response varies on request headers this request may not share.
+    if !head.meta.vary.is_empty()
+        && edge_cache::variant_key(&ctx.key, &head.meta.vary, &ex.req.headers) != head.meta.key
+    {
+        return Followed::Alone { store: true };
+    }
+    mark(ctx.w, ex, CacheStatus::Hit);
+    Followed::Done(stream_fill(ctx, conn, ex, fill, head, None).await)
+}
+
+/// Sends a fill's object to one client as it is written (the caller has set the cache
+/// status). `leader` is Some for the client of the request that leads the fill.
+pub async fn stream_fill(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    fill: &Arc<Fill>,
+    head: Arc<FillHead>,
+    leader: Option<Leader>,
+) -> Result<(), ExchangeError> {
+    let shared = ctx.shared;
+    let send = shared.timeouts.send;
+    if ex.body.is_some()
+        && ex
+            .discard_body(conn, shared.timeouts.client_body, send)
+            .await
+            .is_err()
+    {
+        ex.keep_alive = false;
+        ex.body = None;
+    }
+    let (extra, mut relay) = match leader {
+        Some(l) => (l.extra, Some(l.relay)),
+        None => (Vec::new(), None),
+    };
+    let from_origin = relay.is_some();
+    let meta = &head.meta;
+    let age = policy::age(meta, SystemTime::now()).as_secs();
+    let mut out = Vec::with_capacity(512 + meta.header_block.len() + extra.len());
+    if edge_cache::hit::not_modified(meta, &ex.req.headers) {
+        hit::write_not_modified(ctx, ex, meta, age, &mut out);
+        conn.write_all(&out, send).await?;
+        return Ok(());
+    }
+    let no_body = bodiless(meta.status);
+    // One range of a body whose length is known is streamed as a 206 while it arrives
+    // (players send `Range` on every request, so a popular new video gets many ranged
+    // followers). Several ranges, or an unknown length, get the whole body: a valid
+    // answer to a Range request (RFC 9110 14.2).
+    let mut want: Option<Range<u64>> = None;
+    if let (Some(len), 200) = (known_len(meta), meta.status) {
+        match evaluate_range(meta, &ex.req.headers, len) {
+            RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].clone()),
+            RangeOutcome::Unsatisfiable => {
+                hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
+                conn.write_all(&out, send).await?;
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+    let mut chunked = false;
+    if let (Some(r), Some(len)) = (&want, known_len(meta)) {
+        ex.begin_head(&mut out, 206);
+        out.extend_from_slice(&meta.header_block);
+        let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
+        edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
+        let n = r.end - r.start;
+        edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
+    } else {
+        ex.begin_head(&mut out, meta.status);
+        out.extend_from_slice(&meta.header_block);
+        match known_len(meta) {
+            _ if no_body => {}
+            Some(n) => {
+                edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
+            }
+            None if ex.chunked_ok() && !ex.is_head() => {
+                edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
+                chunked = true;
+            }
+            None => ex.keep_alive = false, // HTTP/1.0: the body ends when we close
+        }
+    }
+    out.extend_from_slice(&extra);
+    hit::finish_head(ctx, ex, age, &mut out);
+    conn.write_all(&out, send).await?;
+    if ex.is_head() || no_body {
+        return Ok(());
+    }
+    let mut body = Body {
+        conn,
+        file: &head.file,
+        body_offset: head.body_offset,
+        want: want.unwrap_or(0..u64::MAX),
+        chunked,
+        sendfile: shared.sendfile,
+        send,
+        sent: 0,
+    };
+    let mut reader = fill.reader(head.clone());
+    let result = loop {
+        if reader.position() >= body.want.end {
+            break Ok(()); // the requested range is complete
+        }
+        let avail = match reader.wait_available().await {
+            Ok(Some(r)) => r,
+            Ok(None) => break Ok(()),
+            Err(FillError::LeaderFailed) => match relay.as_mut() {
+                Some(rx) => break relay_rest(&mut body, reader.position(), rx).await,
+                None => {
+                    break Err(ExchangeError::Aborted(
+                        "cache fill leader failed mid-body".into(),
+                    ))
+                }
+            },
+            Err(e) => break Err(ExchangeError::Aborted(e.to_string())),
+        };
+        if let Err(e) = body.file_part(avail.clone()).await {
+            break Err(e);
+        }
+        reader.advance(avail.end - avail.start);
+    };
+    let sent = body.sent;
+    ex.body_bytes_sent = sent;
+    let stats = ctx.w.stats();
+    if from_origin {
+        stats.cache_bytes_origin.fetch_add(sent, Relaxed);
+    } else {
+        stats.cache_bytes_hit.fetch_add(sent, Relaxed);
+    }
+    result?;
+    if chunked {
+        conn.write_all(edge_http::LAST_CHUNK, send).await?;
+    }
+    Ok(())
+}
+
+/// Where one client's body goes, and which part of the object it wants.
+struct Body<'a> {
+    conn: &'a mut Conn,
+    file: &'a std::fs::File,
+    body_offset: u64,
+    want: Range<u64>,
+    chunked: bool,
+    sendfile: bool,
+    send: std::time::Duration,
+    sent: u64,
+}
+
+impl Body<'_> {
+    /// Sends the wanted part of body bytes `avail` from the file.
+    async fn file_part(&mut self, avail: Range<u64>) -> Result<(), ExchangeError> {
+        let (lo, hi) = (
+            avail.start.max(self.want.start),
+            avail.end.min(self.want.end),
+        );
+        if lo >= hi {
+            return Ok(());
+        }
+        let n = hi - lo;
+        self.chunk_header(n).await?;
+        let off = self.body_offset + lo;
+        match send_file_range(self.conn, self.file, off, n, self.sendfile, self.send).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(ExchangeError::Aborted(format!("reading cache fill: {e}")))
+            }
+            Err(e) => return Err(ExchangeError::Client(e)),
+        }
+        self.chunk_end().await?;
+        self.sent += n;
+        Ok(())
+    }
+
+    /// Sends the wanted part of relayed bytes that start at body offset `at`.
+    async fn memory_part(&mut self, at: u64, data: &[u8]) -> Result<(), ExchangeError> {
+        let end = at + data.len() as u64;
+        let (lo, hi) = (at.max(self.want.start), end.min(self.want.end));
+        if lo >= hi {
+            return Ok(());
+        }
+        let part = &data[(lo - at) as usize..(hi - at) as usize];
+        self.chunk_header(part.len() as u64).await?;
+        self.conn.write_all(part, self.send).await?;
+        self.chunk_end().await?;
+        self.sent += part.len() as u64;
+        Ok(())
+    }
+
+    async fn chunk_header(&mut self, n: u64) -> std::io::Result<()> {
+        if self.chunked {
+            let mut ch = Vec::with_capacity(16);
+            edge_http::write_chunk_header(&mut ch, n as usize);
+            self.conn.write_all(&ch, self.send).await?;
+        }
+        Ok(())
+    }
+
+    async fn chunk_end(&mut self) -> std::io::Result<()> {
+        if self.chunked {
+            self.conn.write_all(b"\r\n", self.send).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The leader's client after a disk write error: the file's bytes up to the failure
+/// (still readable through the open handle), then the relayed rest of the origin's
+/// body. Without a clean end (the origin failed too) the connection is cut.
+async fn relay_rest(
+    body: &mut Body<'_>,
+    pos: u64,
+    rx: &mut mpsc::Receiver<Relay>,
+) -> Result<(), ExchangeError> {
+    let cut = || ExchangeError::Aborted("origin failed mid-body".into());
+    let Some(Relay::From(mut at)) = rx.recv().await else {
+        return Err(cut());
+    };
+    if at > pos {
+        body.file_part(pos..at).await?;
+    }
+    at = at.max(pos);
+    loop {
+        if at >= body.want.end {
+            return Ok(());
+        }
+        match rx.recv().await {
+            Some(Relay::Data(b)) => {
+                body.memory_part(at, &b).await?;
+                at += b.len() as u64;
+            }
+            Some(Relay::End) => return Ok(()),
+            Some(Relay::From(_)) | None => return Err(cut()),
+        }
+    }
+}
