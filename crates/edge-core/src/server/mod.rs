@@ -89,7 +89,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 listen: addr,
                 ..Default::default()
             };
-            Some(edgeorigin::start(opts).map_err(|e| err(&format!("demo origin on {addr}"), e))?)
+            Some(edgeorigin::start(opts).map_err(|e| err("demo origin", e))?)
         }
         None => None,
     };
