@@ -13,7 +13,7 @@ REPS=${2:-3}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 CONNS=${CONNS:-50}
-BIN=target/release
+BIN=${BIN:-target/release}
 command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "needs nginx and wrk (apt-get install -y nginx wrk)" >&2; exit 2; }
 [ -x $BIN/edgecache ] && [ -x $BIN/edgeorigin ] || { echo "needs a release build: cargo build --release" >&2; exit 2; }
 
