@@ -14,17 +14,14 @@
 //! - any other full response replaces the object like a miss (`EXPIRED`).
 
 use super::fill::{self, open_writer, publish, pump};
-use super::{fill_head, hit, CacheStatus, Ctx};
+use super::{fill_head, hit, CacheStatus, Ctx, OwnedCtx};
 use crate::config::UseStale;
 use crate::handlers::proxy::{fetch_with, UpstreamError};
 use crate::server::conn::Conn;
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::state::Shared;
-use crate::server::worker::Worker;
 use edge_cache::policy::{self, StaleReason};
 use edge_cache::{FillHandle, HitEntry, Lookup, ObjectMeta};
 use edge_http::{HeaderMap, Method, RequestHead};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -246,49 +243,33 @@ fn spawn_background(
     peer: std::net::IpAddr,
     handle: Option<FillHandle>,
 ) {
+    let Some(owned) = OwnedCtx::new(ctx, req.path()) else {
+        return; // dropping the handle lets the next request refresh in the foreground
+    };
     let job = Background {
-        w: ctx.w.clone(),
-        shared: ctx.shared.clone(),
-        path: req.path().to_owned(),
+        owned,
         req: req.clone(),
         peer,
-        key: ctx.key.clone(),
-        cache: ctx.cache.clone(),
     };
     tokio::task::spawn_local(async move { job.run(handle).await });
 }
 
 /// What a background refresh needs, owned (it outlives the request).
 struct Background {
-    w: Rc<Worker>,
-    shared: Arc<Shared>,
-    path: String,
+    owned: OwnedCtx,
     req: RequestHead,
     peer: std::net::IpAddr,
-    key: String,
-    cache: Arc<edge_cache::Cache>,
 }
 
 impl Background {
     async fn run(self, handle: Option<FillHandle>) {
-        // The route as of this request's config generation.
-        let Some(route) = self.shared.router.find(&self.path).cloned() else {
+        let Some(ctx) = self.owned.ctx() else {
             return;
         };
-        let crate::server::route::Handler::Proxy(p) = &route.handler else {
-            return;
-        };
-        let ctx = Ctx {
-            w: &self.w,
-            shared: &self.shared,
-            route: &route,
-            p,
-            key: self.key.clone(),
-            cache: &self.cache,
-        };
-        let entry = match self
+        let p = ctx.p;
+        let entry = match ctx
             .cache
-            .lookup(&self.key, &self.req.headers, SystemTime::now())
+            .lookup(&ctx.key, &self.req.headers, SystemTime::now())
         {
             Lookup::Fresh(_) => return, // someone refreshed it meanwhile
             Lookup::Stale(e) => Some(e),
@@ -309,7 +290,7 @@ impl Background {
                     "upstream \"{}\": {} during background update of {}",
                     p.upstream.name,
                     crate::handlers::proxy::describe(&e),
-                    self.key
+                    ctx.key
                 );
                 return;
             }
@@ -329,7 +310,7 @@ impl Background {
                 "upstream \"{}\" answered {} during background update of {}",
                 p.upstream.name,
                 up.head.status,
-                self.key
+                ctx.key
             );
             return;
         }
