@@ -220,3 +220,33 @@ fn access_log_lines_and_sigusr1_reopen() {
     }
     assert!(reopened, "SIGUSR1 did not reopen the access log");
 }
+
+#[test]
+fn every_accept_strategy_serves_and_stops_cleanly() {
+    for accept in ["reuseport", "shared", "blocking", "mutex", "exclusive"] {
+        let listen = edge_testkit::free_addr();
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "workers = 2\naccept = \"{accept}\"\n[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{accept}\" }}\n"
+            ),
+        )
+        .unwrap();
+        let cfg_s = cfg.to_string_lossy().into_owned();
+        let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
+        p.wait_port(listen, START);
+        for _ in 0..20 {
+            let r = get(listen, "/", &["Connection: close"]);
+            assert_eq!(r.body, accept.as_bytes(), "accept = {accept}");
+        }
+        p.signal("TERM");
+        assert_eq!(
+            p.wait_exit(Duration::from_secs(10)),
+            Some(0),
+            "accept = {accept}: {}",
+            p.stderr()
+        );
+    }
+}

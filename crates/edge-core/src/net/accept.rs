@@ -8,10 +8,18 @@
 //! - `blocking`: one blocking socket, one accept thread per worker blocked in accept().
 //!   The kernel wakes blocked acceptors in FIFO order, so the load is balanced; the thread
 //!   hands each connection to its worker through a bounded channel.
+//! - `exclusive`: one non-blocking socket; each worker's accept thread waits in its own
+//!   epoll instance where the socket is registered with EPOLLEXCLUSIVE, so one waiter is
+//!   woken per connection, and it drains accept4() until EAGAIN. Wake-ups favour the
+//!   most recent waiter (LIFO-like): the thread that just handed a connection over is
+//!   back in epoll_wait first, which is exactly the imbalance background.md describes.
+//! - `mutex`: nginx's accept_mutex: one blocking socket, and only the accept thread that
+//!   holds a process-wide mutex waits in accept(); the others wait for the mutex.
 //!
-//! `exclusive` (EPOLLEXCLUSIVE) and `mutex` (nginx's accept_mutex) need an epoll loop of
-//! their own below the runtime; they are refused at startup with a clear message until
-//! the accept-strategy experiment lands.
+//! tokio cannot register a socket with EPOLLEXCLUSIVE and has no accept mutex, so the
+//! last three strategies accept on small threads below the runtime; the worker receives
+//! ready connections from a bounded channel. A full channel blocks its accept thread,
+//! which stops taking connections for a busy worker.
 
 use super::listener::{bind_listener, ListenSpec};
 use crate::config::AcceptKind;
@@ -38,11 +46,9 @@ pub fn strategy_for(kind: AcceptKind) -> Result<Box<dyn AcceptStrategy>, String>
     match kind {
         AcceptKind::Reuseport => Ok(Box::new(Reuseport)),
         AcceptKind::Shared => Ok(Box::new(Shared)),
-        AcceptKind::Blocking => Ok(Box::new(Blocking)),
-        AcceptKind::Exclusive | AcceptKind::Mutex => Err(format!(
-            "accept = \"{}\" is not available in this build; use \"reuseport\", \"shared\" or \"blocking\"",
-            kind.as_str()
-        )),
+        AcceptKind::Blocking => Ok(Box::new(Threaded(ThreadMode::Blocking))),
+        AcceptKind::Mutex => Ok(Box::new(Threaded(ThreadMode::Mutex))),
+        AcceptKind::Exclusive => Ok(Box::new(Threaded(ThreadMode::Exclusive))),
     }
 }
 
@@ -87,45 +93,250 @@ impl AcceptStrategy for Shared {
 }
 
 /// Connections queued between an accept thread and its worker before accept() pauses.
-const BLOCKING_HANDOFF_QUEUE: usize = 1024;
+const HANDOFF_QUEUE: usize = 1024;
 
-struct Blocking;
-impl AcceptStrategy for Blocking {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ThreadMode {
+    Blocking,
+    Mutex,
+    Exclusive,
+}
+
+/// The strategies that accept on threads below the runtime.
+struct Threaded(ThreadMode);
+
+impl AcceptStrategy for Threaded {
     fn name(&self) -> &'static str {
-        "blocking"
+        match self.0 {
+            ThreadMode::Blocking => "blocking",
+            ThreadMode::Mutex => "mutex",
+            ThreadMode::Exclusive => "exclusive",
+        }
     }
+
     fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
+        let mode = self.0;
+        let nonblocking = mode == ThreadMode::Exclusive;
         let socks: Vec<TcpListener> = listens
             .iter()
-            .map(|l| bind_listener(*l, false, false))
+            .map(|l| bind_listener(*l, false, nonblocking))
             .collect::<Result<_, _>>()?;
+        let accept_mutex = std::sync::Arc::new(std::sync::Mutex::new(()));
         let mut out = Vec::with_capacity(workers);
         for w in 0..workers {
-            let (tx, rx) = tokio::sync::mpsc::channel(BLOCKING_HANDOFF_QUEUE);
-            for s in &socks {
-                let sock = s.try_clone()?;
-                let tx = tx.clone();
-                std::thread::Builder::new()
-                    .name(format!("accept-{w}"))
-                    .spawn(move || loop {
-                        match sock.accept() {
-                            Ok((stream, _)) => {
-                                // A full queue blocks this thread, which stops it accepting:
-                                // the kernel then wakes the next waiting acceptor instead.
-                                if tx.blocking_send(stream).is_err() {
-                                    return; // worker gone: shutting down
-                                }
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(e) => {
-                                tracing::error!("accept() failed: {e}");
-                                std::thread::sleep(std::time::Duration::from_millis(100));
-                            }
-                        }
-                    })?;
+            let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_QUEUE);
+            match mode {
+                ThreadMode::Exclusive => {
+                    let socks = socks
+                        .iter()
+                        .map(TcpListener::try_clone)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let ep = Epoll::exclusive_on(&socks)?;
+                    spawn_acceptor(w, move || exclusive_loop(&ep, &socks, &tx))?;
+                }
+                ThreadMode::Blocking | ThreadMode::Mutex => {
+                    for s in &socks {
+                        let sock = s.try_clone()?;
+                        let tx = tx.clone();
+                        let m = (mode == ThreadMode::Mutex).then(|| accept_mutex.clone());
+                        spawn_acceptor(w, move || blocking_loop(&sock, &tx, m.as_deref()))?;
+                    }
+                }
             }
             out.push(WorkerAcceptor::Channel(rx));
         }
         Ok(out)
+    }
+}
+
+type Handoff = tokio::sync::mpsc::Sender<std::net::TcpStream>;
+
+fn spawn_acceptor(w: usize, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("accept-{w}"))
+        .spawn(f)
+        .map(|_| ())
+}
+
+/// Logs an accept() failure and backs off (EMFILE and friends would otherwise spin).
+fn accept_failed(e: &io::Error) {
+    tracing::error!("accept() failed: {e}");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+}
+
+/// `blocking` and `mutex`: wait in accept(), holding the accept mutex if there is one.
+fn blocking_loop(sock: &TcpListener, tx: &Handoff, mutex: Option<&std::sync::Mutex<()>>) {
+    loop {
+        let accepted = {
+            let _held = mutex.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+            sock.accept()
+        };
+        match accepted {
+            // A full queue blocks this thread, which stops it accepting: the kernel (or
+            // the mutex) then hands the next connection to another acceptor.
+            Ok((stream, _)) => {
+                if tx.blocking_send(stream).is_err() {
+                    return; // worker gone: shutting down
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => accept_failed(&e),
+        }
+    }
+}
+
+/// `exclusive`: epoll_wait (EPOLLEXCLUSIVE), then accept until EAGAIN.
+fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff) {
+    loop {
+        let ready = match ep.wait() {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                accept_failed(&e);
+                continue;
+            }
+        };
+        for idx in ready {
+            loop {
+                match socks[idx].accept() {
+                    Ok((stream, _)) => {
+                        if stream.set_nonblocking(false).is_err() {
+                            continue;
+                        }
+                        if tx.blocking_send(stream).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        accept_failed(&e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A private epoll instance with listening sockets registered EPOLLEXCLUSIVE.
+struct Epoll {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Epoll {
+    fn exclusive_on(socks: &[TcpListener]) -> io::Result<Epoll> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: epoll_create1 has no pointer arguments; a non-negative result is a new
+        // fd that nothing else owns, so OwnedFd may take it.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::new(
+                io::Error::last_os_error().kind(),
+                format!("epoll_create1() failed: {}", io::Error::last_os_error()),
+            ));
+        }
+        // SAFETY: see above.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        for (i, s) in socks.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+                u64: i as u64,
+            };
+            // SAFETY: both fds are open (we own `fd`, `s` is borrowed); `ev` is a valid
+            // epoll_event the kernel only reads.
+            if unsafe {
+                libc::epoll_ctl(fd.as_raw_fd(), libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev)
+            } < 0
+            {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("epoll_ctl(EPOLLEXCLUSIVE) failed: {e}"),
+                ));
+            }
+        }
+        Ok(Epoll { fd })
+    }
+
+    /// Indexes of the sockets that are ready.
+    fn wait(&self) -> io::Result<Vec<usize>> {
+        use std::os::fd::AsRawFd;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        // SAFETY: `events` is a writable array of 8 epoll_event and we pass its length.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                -1,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(events[..n as usize]
+            .iter()
+            .map(|e| e.u64 as usize)
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Every strategy hands out working connections (the kernel side of each, without a
+    /// runtime: the channel receivers are drained directly).
+    #[test]
+    fn every_strategy_accepts() {
+        for kind in [
+            AcceptKind::Reuseport,
+            AcceptKind::Shared,
+            AcceptKind::Blocking,
+            AcceptKind::Mutex,
+            AcceptKind::Exclusive,
+        ] {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = probe.local_addr().unwrap();
+            drop(probe);
+            let s = strategy_for(kind).unwrap();
+            assert_eq!(s.name(), kind.as_str());
+            let mut acceptors = s.prepare(&[ListenSpec { addr, backlog: 64 }], 2).unwrap();
+            for _ in 0..4 {
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                c.write_all(b"x").unwrap();
+                let mut got = None;
+                for _ in 0..200 {
+                    for a in acceptors.iter_mut() {
+                        match a {
+                            WorkerAcceptor::Sockets(socks) => {
+                                for l in socks.iter() {
+                                    if let Ok((s, _)) = l.accept() {
+                                        got = Some(s);
+                                    }
+                                }
+                            }
+                            WorkerAcceptor::Channel(rx) => {
+                                if let Ok(s) = rx.try_recv() {
+                                    got = Some(s);
+                                }
+                            }
+                        }
+                    }
+                    if got.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                let mut s =
+                    got.unwrap_or_else(|| panic!("{}: no connection accepted", kind.as_str()));
+                s.set_nonblocking(false).unwrap();
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).unwrap();
+                assert_eq!(&b, b"x");
+            }
+        }
     }
 }
