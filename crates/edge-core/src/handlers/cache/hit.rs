@@ -222,7 +222,9 @@ async fn send_body(
         conn.write_all(&head, send).await?;
         return Ok(n);
     }
-    conn.write_all(&head, send).await?;
+    // The body follows at once: let the head share its first segment (nginx's
+    // `tcp_nopush`) instead of leaving as a tiny packet that wakes the client alone.
+    write_all_more(conn, &head, send).await?;
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
     match send_file_range(conn, &entry.file, off, n, ctx.shared.sendfile, send).await {
@@ -230,6 +232,38 @@ async fn send_body(
         Err(e) if is_file_error(&e) => Err(abort(e)),
         Err(e) => Err(ExchangeError::Client(e)),
     }
+}
+
+/// `write_all` with `MSG_MORE`: the kernel holds the last partial segment for the data
+/// the caller sends next (here, by sendfile, which pushes when it ends). Each send must
+/// make progress within `limit`, like [`Conn::write_all`].
+async fn write_all_more(
+    conn: &mut Conn,
+    mut buf: &[u8],
+    limit: std::time::Duration,
+) -> io::Result<()> {
+    use tokio::io::Interest;
+    while !buf.is_empty() {
+        let io = &conn.io;
+        let step = async {
+            loop {
+                io.writable().await?;
+                match io.try_io(Interest::WRITABLE, || {
+                    socket2::SockRef::from(io).send_with_flags(buf, libc::MSG_MORE)
+                }) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(limit, step).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => buf = &buf[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(crate::server::conn::timed_out("send")),
+        }
+    }
+    Ok(())
 }
 
 fn is_file_error(e: &io::Error) -> bool {
