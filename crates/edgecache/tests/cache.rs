@@ -939,3 +939,28 @@ fn without_cache_lock_each_miss_fetches_and_ranges_still_apply() {
     let h = s.get("/obj/100k/50", &[]);
     assert_eq!((h.status, status(&h), h.body.len()), (200, "HIT", 102400));
 }
+
+#[test]
+fn an_http10_follower_of_a_chunked_fill_gets_a_close_delimited_body() {
+    let s = setup("", "");
+    let path = "/obj/256k/51?chunked=1&slow_bps=1000000";
+    let full = get(s.origin_addr, "/obj/256k/51", &[]).body;
+    let addr = s.addr;
+    let leader = std::thread::spawn(move || get(addr, path, &[]));
+    std::thread::sleep(Duration::from_millis(100));
+    let mut c = Client::connect(s.addr);
+    c.send(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes());
+    let raw = c.read_to_close();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    assert!(head.contains("x-cache-status: hit"), "{head}");
+    assert!(
+        !head.contains("transfer-encoding"),
+        "no chunked framing for 1.0: {head}"
+    );
+    assert!(head.contains("connection: close"), "{head}");
+    assert_eq!(&raw[end..], &full[..], "the body ends at the close");
+    let l = leader.join().unwrap();
+    assert_eq!(l.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(l.body, full);
+}

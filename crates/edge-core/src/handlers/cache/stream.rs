@@ -225,16 +225,18 @@ struct Body<'a> {
     sent: u64,
 }
 
+/// The part of body bytes `have` that the client wants (`want`), if any.
+fn clip(have: Range<u64>, want: &Range<u64>) -> Option<Range<u64>> {
+    let (lo, hi) = (have.start.max(want.start), have.end.min(want.end));
+    (lo < hi).then_some(lo..hi)
+}
+
 impl Body<'_> {
     /// Sends the wanted part of body bytes `avail` from the file.
     async fn file_part(&mut self, avail: Range<u64>) -> Result<(), ExchangeError> {
-        let (lo, hi) = (
-            avail.start.max(self.want.start),
-            avail.end.min(self.want.end),
-        );
-        if lo >= hi {
+        let Some(Range { start: lo, end: hi }) = clip(avail, &self.want) else {
             return Ok(());
-        }
+        };
         let n = hi - lo;
         self.chunk_header(n).await?;
         let off = self.body_offset + lo;
@@ -253,10 +255,9 @@ impl Body<'_> {
     /// Sends the wanted part of relayed bytes that start at body offset `at`.
     async fn memory_part(&mut self, at: u64, data: &[u8]) -> Result<(), ExchangeError> {
         let end = at + data.len() as u64;
-        let (lo, hi) = (at.max(self.want.start), end.min(self.want.end));
-        if lo >= hi {
+        let Some(Range { start: lo, end: hi }) = clip(at..end, &self.want) else {
             return Ok(());
-        }
+        };
         let part = &data[(lo - at) as usize..(hi - at) as usize];
         self.chunk_header(part.len() as u64).await?;
         self.conn.write_all(part, self.send).await?;
@@ -310,5 +311,23 @@ async fn relay_rest(
             Some(Relay::End) => return Ok(()),
             Some(Relay::From(_)) | None => return Err(cut()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_keeps_only_the_wanted_bytes() {
+        let all = 0..u64::MAX;
+        assert_eq!(clip(0..10, &all), Some(0..10));
+        assert_eq!(clip(0..10, &(5..7)), Some(5..7));
+        assert_eq!(clip(0..10, &(8..20)), Some(8..10));
+        assert_eq!(clip(10..20, &(5..15)), Some(10..15));
+        assert_eq!(clip(0..10, &(10..20)), None, "ends where the range starts");
+        assert_eq!(clip(20..30, &(10..20)), None, "past the range");
+        assert_eq!(clip(5..5, &all), None, "nothing arrived");
+        assert_eq!(clip(0..10, &(0..0)), None, "a 416 wants nothing");
     }
 }
