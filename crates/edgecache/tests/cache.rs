@@ -964,3 +964,29 @@ fn an_http10_follower_of_a_chunked_fill_gets_a_close_delimited_body() {
     assert_eq!(l.header("transfer-encoding"), Some("chunked"));
     assert_eq!(l.body, full);
 }
+
+#[test]
+fn the_access_log_records_the_cache_status() {
+    let (_o, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "access_log = {{ path = \"logs/access.log\", buffer = \"64k\", flush = \"100ms\" }}\n{}",
+        cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL)
+    );
+    let (p, addr, _) = edgecache(&cfg);
+    assert_eq!(status(&get(addr, "/obj/1k/52", &[])), "MISS");
+    assert_eq!(status(&get(addr, "/obj/1k/52", &[])), "HIT");
+    let log = p.dir().join("logs/access.log");
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        lines = text.lines().map(str::to_owned).collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].ends_with(" MISS"), "{}", lines[0]);
+    assert!(lines[1].ends_with(" HIT"), "{}", lines[1]);
+}
