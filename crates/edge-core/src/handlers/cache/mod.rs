@@ -7,8 +7,10 @@
 //! to one file per outcome:
 //! - [`hit`]: a fresh object (and stale ones served as STALE/UPDATING): 304, Range,
 //!   HEAD, header block sent verbatim, body by sendfile/pread;
-//! - [`fill`]: a miss: one leader fetches and writes the object while collapsed
-//!   followers stream the same temp file as it grows;
+//! - [`fill`]: a miss: one leader fetches and writes the object (the origin-to-disk
+//!   copy runs in its own task at the origin's pace);
+//! - [`stream`]: every client of a fill in progress (the followers, and the leader's
+//!   own client) streams the same temp file as it grows;
 //! - [`revalidate`]: an expired object: conditional request, 304 → REVALIDATED, errors
 //!   and 5xx → STALE when allowed, background refresh → UPDATING;
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`.
