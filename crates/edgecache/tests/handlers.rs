@@ -140,11 +140,14 @@ fn admin_status_and_metrics_count_requests() {
         assert_eq!(get(addr, &format!("/x{i}"), &[]).status, 200);
     }
     let _ = get(addr, "/files/missing", &[]);
-    // Counters are updated after the response is written (the log phase): poll briefly.
+    // Counters are updated after the response is written (the log phase), by whichever
+    // of the two workers served it: poll until every request is counted.
     let mut text = String::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         text = String::from_utf8_lossy(&get(admin, "/metrics", &[]).body).into_owned();
-        if text.contains("edgecache_requests_total{class=\"4xx\"} 1") {
+        if text.contains("edgecache_requests_total{class=\"4xx\"} 1")
+            && text.contains("edgecache_requests_total{class=\"2xx\"} 5")
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
