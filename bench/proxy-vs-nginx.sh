@@ -43,7 +43,7 @@ keepalive = 64
 prefix = "/"
 proxy = "origin"
 CONF
-taskset -c "$SERVER_CPU" $BIN/edgecache -c "$work/edgecache.toml" & pids+=($!)
+taskset -c "$SERVER_CPU" $BIN/edgecache -c "$work/edgecache.toml" & pids+=($!); EPID=$!
 wait_port $EPORT
 
 mkdir -p "$work/nginx/logs"
@@ -69,7 +69,7 @@ http {
   }
 }
 CONF
-taskset -c "$SERVER_CPU" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" -e "$work/nginx/logs/error.log" & pids+=($!)
+taskset -c "$SERVER_CPU" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" -e "$work/nginx/logs/error.log" & pids+=($!); NPID=$!
 wait_port $NPORT
 
 # wrk prints e.g. "Requests/sec:  12345.67" and "99%   1.23ms"
@@ -79,17 +79,23 @@ run_wrk() { # port path
 rps() { awk '/Requests\/sec/ {print $2}'; }
 p99_ms() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us$/,"",v); v=v/1000 } else if (v ~ /ms$/) { sub(/ms$/,"",v) } else if (v ~ /s$/) { sub(/s$/,"",v); v=v*1000 }; print v }'; }
 cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+TICK=$(getconf CLK_TCK)
+# One measured run: prints "req/s p99_ms cpu_us_per_req" for the server with this pid/port.
+measure() { # pid port path
+  local t0 out t1 r
+  t0=$(cpu_ticks "$1"); out=$(run_wrk "$2" "$3"); t1=$(cpu_ticks "$1")
+  r=$(echo "$out" | rps)
+  echo "$r $(echo "$out" | p99_ms) $(python3 -c "print(f'{($t1-$t0)*1e6/$TICK/($r*$DUR):.1f}')")"
+}
 
-echo "| object | run | edgecache req/s | nginx req/s | ratio req/s | edgecache p99 ms | nginx p99 ms |"
-echo "|---|---|---|---|---|---|---|"
+echo "| object | run | edgecache req/s | nginx req/s | req/s ratio | edgecache p99 ms | nginx p99 ms | edgecache CPU µs/req | nginx CPU µs/req | CPU/req ratio |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for path in /obj/1k/1 /obj/100k/1; do
   # warm both
   run_wrk $EPORT $path >/dev/null; run_wrk $NPORT $path >/dev/null
   for r in $(seq "$REPS"); do
-    e=$(run_wrk $EPORT $path); n=$(run_wrk $NPORT $path)
-    er=$(echo "$e" | rps); nr=$(echo "$n" | rps)
-    ep=$(echo "$e" | p99_ms); np=$(echo "$n" | p99_ms)
-    ratio=$(python3 -c "print(f'{$er/$nr:.2f}')")
-    echo "| ${path} | $r | $er | $nr | $ratio | $ep | $np |"
+    read -r er ep ec < <(measure $EPID $EPORT $path)
+    read -r nr np nc < <(measure $NPID $NPORT $path)
+    echo "| ${path} | $r | $er | $nr | $(python3 -c "print(f'{$er/$nr:.2f}')") | $ep | $np | $ec | $nc | $(python3 -c "print(f'{$ec/$nc:.2f}')") |"
   done
 done

@@ -223,3 +223,58 @@ fn upstream_reset_mid_body_cuts_the_client_connection() {
         "the client must not receive a complete-looking response"
     );
 }
+
+/// An origin that answers as if keeping the connection alive, then closes it while idle:
+/// every pooled reuse meets a dead connection, and must be retried on a fresh one.
+fn origin_closing_idle_connections() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c2 = conns.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                std::thread::sleep(Duration::from_millis(50));
+                // dropped: closed while the proxy holds it as idle
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[test]
+fn a_pooled_connection_closed_by_the_origin_is_retried_on_a_fresh_one() {
+    let (up, conns) = origin_closing_idle_connections();
+    let (_e, addr, _) = edgecache(&proxy_config(up, "", ""));
+    let mut c = Client::connect(addr);
+    for i in 0..5 {
+        let r = c.get(&format!("/k{i}"), &[]);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"ok"[..]),
+            "request {i}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Each request after the first found its pooled connection dead and used a new one.
+    assert!(conns.load(std::sync::atomic::Ordering::SeqCst) >= 5);
+    // A POST (not idempotent) is never replayed: its pooled connection is probed before
+    // use, so the dead one is skipped and the POST goes out once, on a new connection.
+    let r = c.request("POST", "/p", &["Content-Length: 0"]);
+    assert_eq!(r.status, 200);
+}

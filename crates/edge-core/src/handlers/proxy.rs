@@ -208,10 +208,21 @@ pub async fn fetch_with(
     let gid = group_id(group);
     let mut attempts = 0;
     let max_attempts = group.servers.len() + 1;
+    // A request that cannot be replayed (a streamed body, or a method that is not
+    // idempotent) has its pooled connection probed first (one non-blocking recv). Others
+    // skip the probe: a reused connection that turns out dead is retried once on a fresh
+    // one (below), so the common case (GET) pays no extra syscall.
+    let probe = client.as_ref().is_some_and(|(_, ex)| ex.body.is_some()) || !idempotent(method);
+    let mut fresh_only = false;
     loop {
         attempts += 1;
         let server = group.pick();
-        let (mut up, reused) = match w.pool.take(gid, server, group.keepalive_timeout) {
+        let pooled = if fresh_only {
+            None
+        } else {
+            w.pool.take(gid, server, group.keepalive_timeout, probe)
+        };
+        let (mut up, reused) = match pooled {
             Some(c) => (c, true),
             None => match connect(group, server).await {
                 Ok(c) => (c, false),
@@ -242,8 +253,13 @@ pub async fn fetch_with(
                     group_id: gid,
                 });
             }
-            Err(UpstreamError::Closed) if reused && !body_pending && attempts < max_attempts => {
-                continue
+            // The origin closed an idle connection as we reused it (the keep-alive race):
+            // retry an idempotent request once, on a new connection.
+            Err(UpstreamError::Closed)
+                if reused && !body_pending && idempotent(method) && attempts < max_attempts =>
+            {
+                fresh_only = true;
+                continue;
             }
             Err(e @ (UpstreamError::ClientBody(_) | UpstreamError::Client(_))) => return Err(e),
             Err(e) => {
@@ -257,6 +273,14 @@ pub async fn fetch_with(
             }
         }
     }
+}
+
+/// Methods that may be sent twice (RFC 9110 9.2.2): the only ones retried.
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        m,
+        Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+    )
 }
 
 impl UpstreamGroup {

@@ -1,9 +1,11 @@
 //! The per-worker keep-alive pool: idle upstream connections by (group, server), at most
 //! `keepalive` per group, each dropped after the group's `keepalive_timeout` idle.
 //!
-//! A pooled connection may have been closed by the origin while idle. Before reuse we
-//! peek at it without blocking: readable data or EOF on an idle HTTP connection means it
-//! is unusable, so it is dropped and the next one (or a new connection) is used.
+//! A pooled connection may have been closed by the origin while idle. When the caller
+//! cannot replay its request (a streamed body), `take` peeks at the connection without
+//! blocking: readable data or EOF on an idle HTTP connection means it is unusable, so it
+//! is dropped and the next one (or a new connection) is used. Other callers skip the
+//! probe and retry on a fresh connection if the reused one fails before any response.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -33,6 +35,7 @@ impl UpstreamPool {
         group_id: usize,
         server: usize,
         max_idle: std::time::Duration,
+        probe: bool,
     ) -> Option<PooledConn> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(&(group_id, server))?;
@@ -40,8 +43,11 @@ impl UpstreamPool {
             if since.elapsed() >= max_idle {
                 continue;
             }
-            let mut probe = [0u8; 1];
-            match conn.stream.try_read(&mut probe) {
+            if !probe {
+                return Some(conn);
+            }
+            let mut byte = [0u8; 1];
+            match conn.stream.try_read(&mut byte) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
                 _ => continue, // EOF, stray bytes or error: unusable
             }
