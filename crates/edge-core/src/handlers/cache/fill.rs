@@ -80,15 +80,20 @@ impl Store {
 
 /// A miss (or a refetch after expiry, `st = Expired`): fetch the whole object from the
 /// origin and answer the client, storing it when `store` and the response allow.
-pub async fn fetch_and_fill(
+/// GETs the object from the origin (the request built by `fill_head`, plus `extra`
+/// header lines such as validators), returning the response and the request and
+/// response times that RFC 9111's age calculation needs.
+pub async fn fetch_origin(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
-    handle: Option<FillHandle>,
-    st: CacheStatus,
-    store: bool,
-) -> Result<(), ExchangeError> {
-    let head = fill_head(ctx, &ex.req, conn.peer.ip(), b"");
+    extra: &[u8],
+) -> (
+    Result<UpstreamResponse, UpstreamError>,
+    SystemTime,
+    SystemTime,
+) {
+    let head = fill_head(ctx, &ex.req, conn.peer.ip(), extra);
     let t0 = SystemTime::now();
     let up = fetch_with(
         ctx.w,
@@ -98,7 +103,18 @@ pub async fn fetch_and_fill(
         &Method::Get,
     )
     .await;
-    let t1 = SystemTime::now();
+    (up, t0, SystemTime::now())
+}
+
+pub async fn fetch_and_fill(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    handle: Option<FillHandle>,
+    st: CacheStatus,
+    store: bool,
+) -> Result<(), ExchangeError> {
+    let (up, t0, t1) = fetch_origin(ctx, conn, ex, b"").await;
     match up {
         Ok(up) => respond(ctx, conn, ex, up, handle, st, store, t0, t1).await,
         Err(e) => {

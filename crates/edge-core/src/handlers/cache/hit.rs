@@ -83,12 +83,7 @@ pub async fn serve(
         RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
             let r = ranges[0].clone();
             let mut out = head_buf(&meta, 64);
-            ex.begin_head(&mut out, 206);
-            out.extend_from_slice(&meta.header_block);
-            let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
-            edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
-            let n = r.end - r.start;
-            edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
+            write_partial_head(ex, &mut out, &meta, &r, len);
             finish_head(ctx, ex, age, &mut out);
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
@@ -132,6 +127,25 @@ pub async fn serve(
     ex.body_bytes_sent = sent;
     ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
     Ok(())
+}
+
+/// The head of a single-range 206: the stored headers, Content-Range and Content-Length.
+pub fn write_partial_head(
+    ex: &mut Exchange,
+    out: &mut Vec<u8>,
+    meta: &ObjectMeta,
+    r: &std::ops::Range<u64>,
+    len: u64,
+) {
+    ex.begin_head(out, 206);
+    out.extend_from_slice(&meta.header_block);
+    let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
+    edge_http::write_header(out, "Content-Range", cr.as_bytes());
+    edge_http::write_header(
+        out,
+        "Content-Length",
+        (r.end - r.start).to_string().as_bytes(),
+    );
 }
 
 /// A head buffer with room for the stored block, our headers and an inline body.

@@ -175,17 +175,7 @@ async fn foreground(
 ) -> Result<(), ExchangeError> {
     let extra = validators(ctx, &entry.meta);
     let conditional = !extra.is_empty();
-    let head = fill_head(ctx, &ex.req, conn.peer.ip(), &extra);
-    let t0 = SystemTime::now();
-    let up = fetch_with(
-        ctx.w,
-        Some((conn, ex)),
-        &ctx.p.upstream,
-        &head,
-        &Method::Get,
-    )
-    .await;
-    let t1 = SystemTime::now();
+    let (up, t0, t1) = fill::fetch_origin(ctx, conn, ex, &extra).await;
     let mut up = match up {
         Ok(up) => up,
         Err(e) => {

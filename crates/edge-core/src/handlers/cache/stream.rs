@@ -138,12 +138,7 @@ pub async fn stream_fill(
     }
     let mut chunked = false;
     if let (Some(r), Some(len)) = (&want, known_len(meta)) {
-        ex.begin_head(&mut out, 206);
-        out.extend_from_slice(&meta.header_block);
-        let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
-        edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
-        let n = r.end - r.start;
-        edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes());
+        super::hit::write_partial_head(ex, &mut out, meta, r, len);
     } else {
         ex.begin_head(&mut out, meta.status);
         out.extend_from_slice(&meta.header_block);
