@@ -5,11 +5,13 @@
 //! - [`net`]: listening sockets and accept strategies.
 //! - [`server`]: workers (thread per core, current_thread runtime), the HTTP/1.1 session,
 //!   routing, lifecycle and signals.
-//! - [`handlers`]: proxy, static, return, empty_gif.
+//! - [`handlers`]: proxy (with the cache), static, return, empty_gif.
+//! - [`aio`]: the file I/O seam every file read goes through.
 //! - [`upstream`]: server groups and per-worker keep-alive pools.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
+pub mod aio;
 pub mod config;
 pub mod handlers;
 pub mod log;

@@ -10,7 +10,6 @@ use super::range::{if_range_ok, not_modified, parse_range, Multipart, RangeSpec}
 use super::simple::{error_page, finish_without_body, respond};
 use crate::server::conn::Conn;
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::file_body::send_file_range;
 use crate::server::route::Route;
 use crate::server::state::Shared;
 use std::path::{Path, PathBuf};
@@ -101,6 +100,7 @@ pub fn etag_for(mtime: SystemTime, size: u64) -> String {
 }
 
 pub async fn handle(
+    w: &crate::server::worker::Worker,
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Shared,
@@ -209,9 +209,10 @@ pub async fn handle(
             ex.end_head(&mut head);
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only && size > 0 {
-                ex.body_bytes_sent =
-                    send_file_range(conn, &file, 0, size, shared.sendfile, shared.timeouts.send)
-                        .await?;
+                ex.body_bytes_sent = w
+                    .file_io
+                    .send_range(conn, &file, 0, size, shared.sendfile, shared.timeouts.send)
+                    .await?;
             }
             Ok(())
         }
@@ -233,15 +234,17 @@ pub async fn handle(
             ex.end_head(&mut head);
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only {
-                ex.body_bytes_sent = send_file_range(
-                    conn,
-                    &file,
-                    a,
-                    b - a + 1,
-                    shared.sendfile,
-                    shared.timeouts.send,
-                )
-                .await?;
+                ex.body_bytes_sent = w
+                    .file_io
+                    .send_range(
+                        conn,
+                        &file,
+                        a,
+                        b - a + 1,
+                        shared.sendfile,
+                        shared.timeouts.send,
+                    )
+                    .await?;
             }
             Ok(())
         }
@@ -265,15 +268,16 @@ pub async fn handle(
             for ((a, b), part_head) in ranges.iter().zip(&mp.part_heads) {
                 conn.write_all(part_head.as_bytes(), shared.timeouts.send)
                     .await?;
-                send_file_range(
-                    conn,
-                    &file,
-                    *a,
-                    b - a + 1,
-                    shared.sendfile,
-                    shared.timeouts.send,
-                )
-                .await?;
+                w.file_io
+                    .send_range(
+                        conn,
+                        &file,
+                        *a,
+                        b - a + 1,
+                        shared.sendfile,
+                        shared.timeouts.send,
+                    )
+                    .await?;
             }
             conn.write_all(mp.tail.as_bytes(), shared.timeouts.send)
                 .await?;

@@ -10,7 +10,6 @@
 pub mod caches;
 pub mod conn;
 pub mod exchange;
-pub mod file_body;
 pub mod route;
 pub mod session;
 pub mod state;
@@ -138,6 +137,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
             max_connections: cfg.worker_connections,
+            file_io: crate::aio::FileBackend::from_config(&cfg.aio),
         };
         threads.push(worker::spawn(spec).map_err(|e| err("pthread_create()", e))?);
     }

@@ -155,7 +155,7 @@ async fn dispatch(
     match &route.handler {
         Handler::Proxy(p) => handlers::proxy::handle(w, conn, ex, shared, &route, p).await,
         Handler::Static { root, index } => {
-            handlers::static_files::handle(conn, ex, shared, &route, root, index).await
+            handlers::static_files::handle(w, conn, ex, shared, &route, root, index).await
         }
         Handler::Return(r) => handlers::simple::handle_return(conn, ex, shared, &route, r).await,
         Handler::EmptyGif => handlers::simple::handle_empty_gif(conn, ex, shared, &route).await,

@@ -27,6 +27,8 @@ pub struct Worker {
     pub access_log: RefCell<AccessLogBuf>,
     pub shutdown: watch::Receiver<bool>,
     pub max_connections: usize,
+    /// The file I/O backend (`aio.mode`), chosen once.
+    pub file_io: crate::aio::FileBackend,
     conn_closed: Notify,
 }
 
@@ -50,6 +52,7 @@ pub struct WorkerSpec {
     pub access_log: AccessLogBuf,
     pub shutdown: watch::Receiver<bool>,
     pub max_connections: usize,
+    pub file_io: crate::aio::FileBackend,
 }
 
 /// Starts the worker thread.
@@ -89,6 +92,7 @@ async fn run(spec: WorkerSpec) {
         access_log: RefCell::new(spec.access_log),
         shutdown: spec.shutdown,
         max_connections: spec.max_connections,
+        file_io: spec.file_io,
         conn_closed: Notify::new(),
     });
     tokio::task::spawn_local(crate::log::access::flusher(worker.clone()));

@@ -14,9 +14,7 @@ use super::{mark, CacheStatus, Ctx};
 use crate::handlers::simple::bodiless;
 use crate::server::conn::Conn;
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::file_body::send_file_range;
 use edge_cache::hit::{evaluate_range, multipart_layout, not_modified, RangeOutcome};
-use edge_cache::storage::read_full_at;
 use edge_cache::{policy, HitEntry, ObjectMeta};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -217,22 +215,18 @@ async fn send_body(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     entry: &HitEntry,
-    mut head: Vec<u8>,
+    head: Vec<u8>,
     range: std::ops::Range<u64>,
 ) -> Result<u64, ExchangeError> {
     let send = ctx.shared.timeouts.send;
     let n = range.end - range.start;
     let off = entry.body_offset + range.start;
+    let io = &ctx.w.file_io;
     if n <= INLINE_BODY {
-        let start = head.len();
-        head.resize(start + n as usize, 0);
-        let got = read_full_at(&entry.file, &mut head[start..], off).map_err(abort)?;
-        if got as u64 != n {
-            return Err(abort(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "cached object shorter than its index entry",
-            )));
-        }
+        let (read, head) = io
+            .read_exact_append(&entry.file, off, n as usize, head)
+            .await;
+        read.map_err(abort)?;
         conn.write_all(&head, send).await?;
         return Ok(n);
     }
@@ -241,7 +235,10 @@ async fn send_body(
     write_all_more(conn, &head, send).await?;
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
-    match send_file_range(conn, &entry.file, off, n, ctx.shared.sendfile, send).await {
+    match io
+        .send_range(conn, &entry.file, off, n, ctx.shared.sendfile, send)
+        .await
+    {
         Ok(k) => Ok(k),
         Err(e) if is_file_error(&e) => Err(abort(e)),
         Err(e) => Err(ExchangeError::Client(e)),

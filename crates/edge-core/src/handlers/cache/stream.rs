@@ -15,7 +15,6 @@ use super::{hit, mark, CacheStatus, Ctx};
 use crate::handlers::simple::bodiless;
 use crate::server::conn::Conn;
 use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::file_body::send_file_range;
 use bytes::Bytes;
 use edge_cache::hit::{evaluate_range, RangeOutcome};
 use edge_cache::inflight::{known_len, FillError};
@@ -166,6 +165,7 @@ pub async fn stream_fill(
         body_offset: head.body_offset,
         want: want.unwrap_or(0..u64::MAX),
         chunked,
+        io: &ctx.w.file_io,
         sendfile: shared.sendfile,
         send,
         sent: 0,
@@ -215,6 +215,7 @@ struct Body<'a> {
     body_offset: u64,
     want: Range<u64>,
     chunked: bool,
+    io: &'a crate::aio::FileBackend,
     sendfile: bool,
     send: std::time::Duration,
     sent: u64,
@@ -235,7 +236,11 @@ impl Body<'_> {
         let n = hi - lo;
         self.chunk_header(n).await?;
         let off = self.body_offset + lo;
-        match send_file_range(self.conn, self.file, off, n, self.sendfile, self.send).await {
+        match self
+            .io
+            .send_range(self.conn, self.file, off, n, self.sendfile, self.send)
+            .await
+        {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(ExchangeError::Aborted(format!("reading cache fill: {e}")))
