@@ -250,3 +250,68 @@ fn every_accept_strategy_serves_and_stops_cleanly() {
         );
     }
 }
+
+#[test]
+fn reloads_under_load_fail_no_request() {
+    let listen = edge_testkit::free_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    let write = |body: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "workers = 2\n[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"
+            ),
+        )
+        .unwrap()
+    };
+    write("a");
+    let cfg_s = cfg.to_string_lossy().into_owned();
+    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
+    p.wait_port(listen, START);
+    let json = dir.path().join("load.json");
+    let mut load = Command::new(bin("edgeload"))
+        .args(["-t", "1", "-c", "8", "-d", "3s", "--json"])
+        .arg(&json)
+        .arg(format!("http://{listen}/"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..10 {
+        write(if i % 2 == 0 { "b" } else { "a" });
+        p.signal("HUP");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(load.wait().unwrap().success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let requests = v["requests"].as_u64().unwrap();
+    assert!(requests > 100, "load ran: {v}");
+    for (kind, n) in v["errors"].as_object().unwrap() {
+        assert_eq!(n.as_u64(), Some(0), "{kind} errors during reloads: {v}");
+    }
+    let statuses = v["status"].as_object().unwrap();
+    assert_eq!(
+        statuses.keys().collect::<Vec<_>>(),
+        vec!["200"],
+        "only 200s: {v}"
+    );
+    // The reloads were applied, not ignored: a last one is visible at once.
+    write("final");
+    p.signal("HUP");
+    let mut applied = false;
+    for _ in 0..100 {
+        if get(listen, "/", &[]).body == b"final" {
+            applied = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        applied,
+        "the last reload did not take effect; stderr: {}",
+        p.stderr()
+    );
+    p.signal("TERM");
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+}
