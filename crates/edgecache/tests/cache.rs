@@ -990,3 +990,45 @@ fn the_access_log_records_the_cache_status() {
     assert!(lines[0].ends_with(" MISS"), "{}", lines[0]);
     assert!(lines[1].ends_with(" HIT"), "{}", lines[1]);
 }
+
+#[test]
+fn origin_stale_while_revalidate_serves_updating_and_refreshes_once() {
+    // No use_stale in the config: the origin's stale-while-revalidate is permission
+    // enough (RFC 5861). The key template ignores the query, so the refresh below can
+    // ask the origin for a longer max-age on the same object.
+    let s = setup("", "cache_key = \"$scheme://$host$uri\"");
+    let a = s.get("/obj/2k/41?max_age=1&swr=30", &[]);
+    assert_eq!(status(&a), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    let before = s.origin_count();
+    let b = s.get("/obj/2k/41?max_age=60&swr=30", &[]);
+    assert_eq!(
+        (b.status, status(&b)),
+        (200, "UPDATING"),
+        "stale at once, refreshed behind"
+    );
+    assert_eq!(b.body, a.body);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = s.get("/obj/2k/41", &[]);
+        if status(&c) == "HIT" {
+            assert_eq!(c.body, a.body);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refreshed: {}", status(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(s.origin_count() - before, 1, "one background refresh");
+}
+
+#[test]
+fn origin_stale_if_error_serves_stale_without_use_stale() {
+    let s = setup("", "cache_key = \"$scheme://$host$uri\"");
+    let a = s.get("/obj/2k/42?max_age=1&sie=60", &[]);
+    assert_eq!(status(&a), "MISS");
+    std::thread::sleep(Duration::from_millis(1600));
+    // The refetch gets a 500: the object's stale-if-error window allows serving it stale.
+    let b = s.get("/obj/2k/42?max_age=1&sie=60&status=500", &[]);
+    assert_eq!((b.status, status(&b)), (200, "STALE"));
+    assert_eq!(b.body, a.body);
+}

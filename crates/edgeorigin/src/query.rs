@@ -26,6 +26,10 @@ pub struct Inject {
     pub reset: bool,
     /// Override `--max-age` in `Cache-Control`.
     pub max_age: Option<u64>,
+    /// `stale-while-revalidate=N` added to `Cache-Control` (RFC 5861).
+    pub swr: Option<u64>,
+    /// `stale-if-error=N` added to `Cache-Control` (RFC 5861).
+    pub sie: Option<u64>,
     /// `Cache-Control: no-store`.
     pub no_store: bool,
     /// `Cache-Control: private`.
@@ -54,6 +58,8 @@ impl Default for Inject {
             status: None,
             reset: false,
             max_age: None,
+            swr: None,
+            sie: None,
             no_store: false,
             private: false,
             vary: None,
@@ -110,6 +116,8 @@ impl Inject {
                 }
                 "reset" => inj.reset = flag()?,
                 "max_age" => inj.max_age = Some(num()?),
+                "swr" => inj.swr = Some(num()?),
+                "sie" => inj.sie = Some(num()?),
                 "no_store" => inj.no_store = flag()?,
                 "private" => inj.private = flag()?,
                 "set_cookie" => inj.set_cookie = flag()?,

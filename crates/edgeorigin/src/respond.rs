@@ -434,7 +434,14 @@ fn cache_control(max_age: u64, inject: &Inject, no_store_by_default: bool) -> St
     } else if inject.private {
         "private".into()
     } else {
-        format!("max-age={}", inject.max_age.unwrap_or(max_age))
+        let mut cc = format!("max-age={}", inject.max_age.unwrap_or(max_age));
+        if let Some(n) = inject.swr {
+            cc.push_str(&format!(", stale-while-revalidate={n}"));
+        }
+        if let Some(n) = inject.sie {
+            cc.push_str(&format!(", stale-if-error={n}"));
+        }
+        cc
     }
 }
 
@@ -594,6 +601,23 @@ pub fn reason(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_control_carries_rfc5861_extensions() {
+        let inj = Inject::parse("max_age=5&swr=30&sie=60").unwrap();
+        assert_eq!(
+            cache_control(3600, &inj, false),
+            "max-age=5, stale-while-revalidate=30, stale-if-error=60"
+        );
+        let inj = Inject::parse("swr=7").unwrap();
+        assert_eq!(
+            cache_control(10, &inj, false),
+            "max-age=10, stale-while-revalidate=7"
+        );
+        assert!(Inject::parse("swr=x").is_err());
+        let inj = Inject::parse("no_store=1&swr=7").unwrap();
+        assert_eq!(cache_control(10, &inj, false), "no-store", "no-store wins");
+    }
     use crate::pick::Rng;
     use crate::request::{self, Parsed, MAX_HEADERS};
 
