@@ -146,3 +146,42 @@ fn a_head_trickled_byte_by_byte_is_served_and_an_endless_line_gets_414() {
     assert_eq!(r.status, 414);
     assert!(c.is_closed());
 }
+
+#[test]
+fn keepalive_timeout_zero_closes_after_each_response() {
+    let (up, _) = recording_upstream();
+    let (_p, addr, _) = edgecache(&proxy_config(up, "keepalive_timeout = \"0\"", ""));
+    let mut c = Client::connect(addr);
+    assert_eq!(c.get("/1", &[]).header("connection"), Some("close"));
+    assert!(c.is_closed());
+}
+
+#[test]
+fn worker_connections_limit_pauses_accepting_and_resumes() {
+    let (up, _) = recording_upstream();
+    let (_p, addr, _) = edgecache(&proxy_config(up, "worker_connections = 2", ""));
+    let mut a = Client::connect(addr);
+    let mut b = Client::connect(addr);
+    assert_eq!(a.get("/a", &[]).status, 200);
+    assert_eq!(b.get("/b", &[]).status, 200);
+    // A third connection completes its TCP handshake (the kernel's backlog) but is not
+    // accepted while two are open: its request gets no answer.
+    let mut c = Client::connect(addr);
+    c.send(b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.set_read_timeout(std::time::Duration::from_millis(500));
+    let mut probe = [0u8; 1];
+    let r = std::io::Read::read(&mut c.stream, &mut probe);
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+        "the third connection was served past worker_connections: {r:?}"
+    );
+    // One closes: the waiting connection is accepted and answered.
+    drop(a);
+    c.set_read_timeout(std::time::Duration::from_secs(10));
+    assert_eq!(c.read_response(false).status, 200);
+    assert_eq!(
+        b.get("/b2", &[]).status,
+        200,
+        "the open connections kept working"
+    );
+}
