@@ -138,41 +138,18 @@ fn embedded_default_serves_the_demo_origin() {
 
 #[test]
 fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
-    let listen = edge_testkit::free_addr();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("c.toml");
-    let write = |body: &str| {
-        std::fs::write(
-            &cfg,
-            format!("[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"),
-        )
-        .unwrap()
-    };
-    write("one");
-    let cfg_s = cfg.to_string_lossy().into_owned();
-    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
-    p.wait_port(listen, START);
-    assert_eq!(get(listen, "/", &[]).body, b"one");
-    write("two");
-    p.signal("HUP");
-    let mut ok = false;
-    for _ in 0..100 {
-        if get(listen, "/", &[]).body == b"two" {
-            ok = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(ok, "reload did not take effect");
-    std::fs::write(&cfg, "this is not toml [").unwrap();
-    p.signal("HUP");
+    let s = ReturnServer::start("", "one");
+    assert_eq!(get(s.listen, "/", &[]).body, b"one");
+    assert!(s.reload_to("two"), "reload did not take effect");
+    std::fs::write(&s.cfg, "this is not toml [").unwrap();
+    s.p.signal("HUP");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        get(listen, "/", &[]).body,
+        get(s.listen, "/", &[]).body,
         b"two",
         "a bad reload keeps the running config"
     );
-    assert!(p.stderr().contains("reload failed"), "{}", p.stderr());
+    assert!(s.p.stderr().contains("reload failed"), "{}", s.p.stderr());
 }
 
 #[test]
@@ -224,63 +201,36 @@ fn access_log_lines_and_sigusr1_reopen() {
 #[test]
 fn every_accept_strategy_serves_and_stops_cleanly() {
     for accept in ["reuseport", "shared", "blocking", "mutex", "exclusive"] {
-        let listen = edge_testkit::free_addr();
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("c.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "workers = 2\naccept = \"{accept}\"\n[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{accept}\" }}\n"
-            ),
-        )
-        .unwrap();
-        let cfg_s = cfg.to_string_lossy().into_owned();
-        let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
-        p.wait_port(listen, START);
+        let mut s = ReturnServer::start(&format!("workers = 2\naccept = \"{accept}\""), accept);
         for _ in 0..20 {
-            let r = get(listen, "/", &["Connection: close"]);
+            let r = get(s.listen, "/", &["Connection: close"]);
             assert_eq!(r.body, accept.as_bytes(), "accept = {accept}");
         }
-        p.signal("TERM");
+        s.p.signal("TERM");
         assert_eq!(
-            p.wait_exit(Duration::from_secs(10)),
+            s.p.wait_exit(Duration::from_secs(10)),
             Some(0),
             "accept = {accept}: {}",
-            p.stderr()
+            s.p.stderr()
         );
     }
 }
 
 #[test]
 fn reloads_under_load_fail_no_request() {
-    let listen = edge_testkit::free_addr();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("c.toml");
-    let write = |body: &str| {
-        std::fs::write(
-            &cfg,
-            format!(
-                "workers = 2\n[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"
-            ),
-        )
-        .unwrap()
-    };
-    write("a");
-    let cfg_s = cfg.to_string_lossy().into_owned();
-    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
-    p.wait_port(listen, START);
-    let json = dir.path().join("load.json");
+    let mut s = ReturnServer::start("workers = 2", "a");
+    let json = s.cfg.with_file_name("load.json");
     let mut load = Command::new(bin("edgeload"))
         .args(["-t", "1", "-c", "8", "-d", "3s", "--json"])
         .arg(&json)
-        .arg(format!("http://{listen}/"))
+        .arg(format!("http://{}/", s.listen))
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     for i in 0..10 {
-        write(if i % 2 == 0 { "b" } else { "a" });
-        p.signal("HUP");
+        s.write(if i % 2 == 0 { "b" } else { "a" });
+        s.p.signal("HUP");
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(load.wait().unwrap().success());
@@ -297,21 +247,69 @@ fn reloads_under_load_fail_no_request() {
         "only 200s: {v}"
     );
     // The reloads were applied, not ignored: a last one is visible at once.
-    write("final");
-    p.signal("HUP");
-    let mut applied = false;
-    for _ in 0..100 {
-        if get(listen, "/", &[]).body == b"final" {
-            applied = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        applied,
+        s.reload_to("final"),
         "the last reload did not take effect; stderr: {}",
-        p.stderr()
+        s.p.stderr()
     );
-    p.signal("TERM");
-    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    s.p.signal("TERM");
+    assert_eq!(s.p.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// edgecache whose only location returns a body, from a config file the test rewrites
+/// and reloads. `top` holds extra top-level keys (workers, accept...).
+struct ReturnServer {
+    p: Proc,
+    listen: std::net::SocketAddr,
+    cfg: std::path::PathBuf,
+    top: String,
+    _dir: tempfile::TempDir,
+}
+
+impl ReturnServer {
+    fn start(top: &str, body: &str) -> ReturnServer {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.toml");
+        let listen = edge_testkit::free_addr();
+        write_return_config(&cfg, top, listen, body);
+        let cfg_s = cfg.to_string_lossy().into_owned();
+        let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg_s]);
+        p.wait_port(listen, START);
+        ReturnServer {
+            p,
+            listen,
+            cfg,
+            top: top.to_string(),
+            _dir: dir,
+        }
+    }
+
+    fn write(&self, body: &str) {
+        write_return_config(&self.cfg, &self.top, self.listen, body);
+    }
+
+    /// Rewrites the body, sends SIGHUP, and waits (up to 2 s) until `/` answers it.
+    fn reload_to(&self, body: &str) -> bool {
+        self.write(body);
+        self.p.signal("HUP");
+        for _ in 0..100 {
+            if get(self.listen, "/", &[]).body == body.as_bytes() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+fn write_return_config(
+    path: &std::path::Path,
+    top: &str,
+    listen: std::net::SocketAddr,
+    body: &str,
+) {
+    let text = format!(
+        "{top}\n[[listen]]\naddr = \"{listen}\"\n[[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"
+    );
+    std::fs::write(path, text).unwrap();
 }
