@@ -177,22 +177,29 @@ fn panel_origin(i: usize, cols: usize) -> (f64, f64) {
     )
 }
 
+/// Places panel `i` of a grid with `cols` columns and writes its title. Returns the
+/// plot area: x from `x0` to `x1`, y from `y0` (bottom) to `y1` (top).
+fn panel_frame(c: &mut Canvas, i: usize, cols: usize, title: &str) -> (f64, f64, f64, f64) {
+    let (ox, oy) = panel_origin(i, cols);
+    let (x0, x1) = (ox + MARGIN_L, ox + PANEL_W - MARGIN_R);
+    let (y0, y1) = (oy + PANEL_H - MARGIN_B, oy + MARGIN_T);
+    c.text(
+        (x0 + x1) / 2.0,
+        oy + 16.0,
+        "middle",
+        r#"font-weight="bold""#,
+        title,
+    );
+    (x0, x1, y0, y1)
+}
+
 /// Bars (height = median, whisker = min..max) per series, one panel per group.
 pub fn bar_chart(title: &str, y_label: &str, series: &[String], panels: &[BarPanel]) -> String {
     let (cols, _, w, h) = layout(panels.len());
     let mut c = Canvas::new(w, h);
     header(&mut c, title, series, w);
     for (i, p) in panels.iter().enumerate() {
-        let (ox, oy) = panel_origin(i, cols);
-        let (x0, x1) = (ox + MARGIN_L, ox + PANEL_W - MARGIN_R);
-        let (y0, y1) = (oy + PANEL_H - MARGIN_B, oy + MARGIN_T);
-        c.text(
-            (x0 + x1) / 2.0,
-            oy + 16.0,
-            "middle",
-            r#"font-weight="bold""#,
-            &p.title,
-        );
+        let (x0, x1, y0, y1) = panel_frame(&mut c, i, cols, &p.title);
         let top = nice_ceil(p.values.iter().flatten().map(|s| s.max).fold(0.0, f64::max));
         let ys = |v: f64| y0 - (v / top).clamp(0.0, 1.0) * (y0 - y1);
         for t in 0..=4 {
@@ -205,7 +212,7 @@ pub fn bar_chart(title: &str, y_label: &str, series: &[String], panels: &[BarPan
         let _ = write!(
             c.out,
             r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            ox + 14.0,
+            x0 - MARGIN_L + 14.0,
             (y0 + y1) / 2.0,
             esc(y_label)
         );
@@ -268,16 +275,7 @@ pub fn log_line_chart(
     let mut c = Canvas::new(w, h);
     header(&mut c, title, series, w);
     for (i, p) in panels.iter().enumerate() {
-        let (ox, oy) = panel_origin(i, cols);
-        let (x0, x1) = (ox + MARGIN_L, ox + PANEL_W - MARGIN_R);
-        let (y0, y1) = (oy + PANEL_H - MARGIN_B, oy + MARGIN_T);
-        c.text(
-            (x0 + x1) / 2.0,
-            oy + 16.0,
-            "middle",
-            r#"font-weight="bold""#,
-            &p.title,
-        );
+        let (x0, x1, y0, y1) = panel_frame(&mut c, i, cols, &p.title);
         let vals: Vec<f64> = p
             .lines
             .iter()
@@ -309,7 +307,7 @@ pub fn log_line_chart(
         let _ = write!(
             c.out,
             r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            ox + 14.0,
+            x0 - MARGIN_L + 14.0,
             (y0 + y1) / 2.0,
             esc(y_label)
         );
