@@ -193,6 +193,19 @@ fn panel_frame(c: &mut Canvas, i: usize, cols: usize, title: &str) -> (f64, f64,
     (x0, x1, y0, y1)
 }
 
+/// The x and y axes of a panel's plot area and its rotated y-axis label.
+fn panel_axes(c: &mut Canvas, (x0, x1, y0, y1): (f64, f64, f64, f64), y_label: &str) {
+    c.line(x0, y0, x1, y0, "#333", 1.0);
+    c.line(x0, y0, x0, y1, "#333", 1.0);
+    let _ = write!(
+        c.out,
+        r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        x0 - MARGIN_L + 14.0,
+        (y0 + y1) / 2.0,
+        esc(y_label)
+    );
+}
+
 /// Bars (height = median, whisker = min..max) per series, one panel per group.
 pub fn bar_chart(title: &str, y_label: &str, series: &[String], panels: &[BarPanel]) -> String {
     let (cols, _, w, h) = layout(panels.len());
@@ -207,15 +220,7 @@ pub fn bar_chart(title: &str, y_label: &str, series: &[String], panels: &[BarPan
             c.line(x0, ys(v), x1, ys(v), "#e0e0e0", 1.0);
             c.text(x0 - 4.0, ys(v) + 4.0, "end", "", &short(v));
         }
-        c.line(x0, y0, x1, y0, "#333", 1.0);
-        c.line(x0, y0, x0, y1, "#333", 1.0);
-        let _ = write!(
-            c.out,
-            r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            x0 - MARGIN_L + 14.0,
-            (y0 + y1) / 2.0,
-            esc(y_label)
-        );
+        panel_axes(&mut c, (x0, x1, y0, y1), y_label);
         let n = series.len().max(1) as f64;
         let slot = (x1 - x0) / n;
         for (j, v) in p.values.iter().enumerate() {
@@ -302,15 +307,7 @@ pub fn log_line_chart(
             c.line(x0, ys(v), x1, ys(v), "#e0e0e0", 1.0);
             c.text(x0 - 4.0, ys(v) + 4.0, "end", "", &short(v));
         }
-        c.line(x0, y0, x1, y0, "#333", 1.0);
-        c.line(x0, y0, x0, y1, "#333", 1.0);
-        let _ = write!(
-            c.out,
-            r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            x0 - MARGIN_L + 14.0,
-            (y0 + y1) / 2.0,
-            esc(y_label)
-        );
+        panel_axes(&mut c, (x0, x1, y0, y1), y_label);
         let nx = x_labels.len().max(2) as f64 - 1.0;
         let xs = |k: usize| x0 + 8.0 + (x1 - x0 - 16.0) * k as f64 / nx;
         for (k, l) in x_labels.iter().enumerate() {
