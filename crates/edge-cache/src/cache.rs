@@ -378,9 +378,10 @@ impl Cache {
     }
 
     /// After a 304: store `new_meta` (from [`crate::policy::refresh_meta`]) for the
-    /// object, rewriting only the header (in place when it fits before the body,
-    /// otherwise into a new file with the body copied by the kernel). Clears a soft
-    /// purge.
+    /// object, rewriting only the header in place when it fits before the body;
+    /// otherwise the whole object is written to a new file (the body read and written
+    /// through a 64 KiB user-space buffer, on the calling thread) and renamed over the
+    /// old one. Clears a soft purge.
     pub fn refresh(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<()> {
         new_meta.key = entry.meta.key.clone();
         new_meta.vary = entry.meta.vary.clone();

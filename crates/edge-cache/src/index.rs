@@ -1,7 +1,9 @@
 //! The in-memory index: sharded, shared by every worker, with an LRU list per shard.
 //!
-//! How it fits: a hit is one lookup here (two short, uncontended mutex holds: the
-//! primary-key shard for `Vary` names, then the object's shard) and returns the parsed
+//! How it fits: a hit is one lookup here (two short mutex holds: the primary-key shard
+//! for `Vary` names, then the object's shard; shards spread keys over 64 locks, but
+//! every worker that hits the same hot key takes the same shard's lock, and the LRU
+//! move on each hit is a write to that shard) and returns the parsed
 //! [`ObjectMeta`] kept in memory, so a hit never reads or parses headers from disk. The
 //! manager asks the index for victims ([`Index::evict_lru`], [`Index::expire_inactive`])
 //! and deletes their files; the index itself never touches the disk ("eviction only

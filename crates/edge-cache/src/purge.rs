@@ -254,6 +254,152 @@ impl crate::Cache {
     }
 }
 
+// ---- Purge requests (the data port's PURGE and the admin `POST /purge`) ----
+
+/// Longest `url=`/`prefix=`/`tag=` value accepted in a purge request.
+pub const MAX_PURGE_ARG: usize = 8 * 1024;
+
+/// `{"purged": N}` plus a newline.
+pub fn purged_json(n: usize) -> String {
+    format!("{{\"purged\": {n}}}\n")
+}
+
+/// A purge request that cannot be carried out; the message is for a 400 answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadPurge(pub String);
+
+impl std::fmt::Display for BadPurge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for BadPurge {
+    fn from(s: String) -> Self {
+        BadPurge(s)
+    }
+}
+
+impl From<&str> for BadPurge {
+    fn from(s: &str) -> Self {
+        BadPurge(s.to_owned())
+    }
+}
+
+/// Parses purge parameters (`url=`, `prefix=`, `tag=`, `host=`, `soft=`) from a query
+/// string and/or an `application/x-www-form-urlencoded` body. A `url=` that is a path
+/// (`/a/b`) is completed with `host=` or, failing that, `default_host` (the admin
+/// request's `Host`). Returns the target and whether the purge is soft.
+pub fn parse_request(
+    query: Option<&str>,
+    body: &[u8],
+    default_host: Option<&str>,
+) -> Result<(PurgeTarget, bool), BadPurge> {
+    let body = std::str::from_utf8(body).map_err(|_| BadPurge::from("form body is not UTF-8"))?;
+    let mut url = None;
+    let mut prefix = None;
+    let mut tag = None;
+    let mut host = None;
+    let mut soft = false;
+    for pair in query.unwrap_or("").split('&').chain(body.trim().split('&')) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = form_decode(v).ok_or_else(|| format!("{k}: invalid percent-encoding"))?;
+        if v.len() > MAX_PURGE_ARG {
+            return Err(BadPurge(format!("{k}: longer than {MAX_PURGE_ARG} bytes")));
+        }
+        match k {
+            "url" => url = Some(v),
+            "prefix" => prefix = Some(v),
+            "tag" => tag = Some(v),
+            "host" => host = Some(v),
+            "soft" => soft = matches!(v.as_str(), "1" | "true" | "yes" | "on"),
+            _ => return Err(BadPurge(format!("unknown parameter {k:?}"))),
+        }
+    }
+    let target = match (url, prefix, tag) {
+        (Some(u), None, None) => {
+            PurgeTarget::Key(normalise_url(&u, host.as_deref().or(default_host))?)
+        }
+        (None, Some(p), None) if !p.is_empty() => PurgeTarget::Prefix(lower_host(&p)),
+        (None, None, Some(t)) if !t.is_empty() => PurgeTarget::Tag(t),
+        (None, None, None) => return Err("one of url=, prefix=, tag= is required".into()),
+        _ => return Err("exactly one non-empty url=, prefix= or tag= is allowed".into()),
+    };
+    Ok((target, soft))
+}
+
+/// Lower-cases the host of an `http://host/...` key (keys are built that way).
+fn lower_host(u: &str) -> String {
+    for scheme in ["http://", "https://"] {
+        if let Some(rest) = u.strip_prefix(scheme) {
+            let end = rest.find('/').unwrap_or(rest.len());
+            return format!(
+                "http://{}{}",
+                rest[..end].to_ascii_lowercase(),
+                &rest[end..]
+            );
+        }
+    }
+    u.to_string()
+}
+
+fn normalise_url(u: &str, host: Option<&str>) -> Result<String, BadPurge> {
+    if u.starts_with("http://") || u.starts_with("https://") {
+        return Ok(lower_host(u));
+    }
+    if u.starts_with('/') {
+        let host = host.ok_or("url= is a path: give host= too")?;
+        return Ok(format!("http://{}{u}", host.to_ascii_lowercase()));
+    }
+    Ok(u.to_string()) // a custom cache_key template's key, as is
+}
+
+/// `application/x-www-form-urlencoded` value decoding (`+` is a space).
+fn form_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Applies a purge to every cache in `caches`; returns the objects affected.
+pub fn purge_all<'a>(
+    caches: impl IntoIterator<Item = &'a std::sync::Arc<crate::Cache>>,
+    target: &PurgeTarget,
+    soft: bool,
+) -> usize {
+    caches.into_iter().map(|c| c.purge(target, soft)).sum()
+}
+
+impl crate::Cache {
+    /// Applies one purge target (see [`crate::Cache::purge_key`] and friends).
+    pub fn purge(&self, target: &PurgeTarget, soft: bool) -> usize {
+        match target {
+            PurgeTarget::Key(k) => self.purge_key(k, soft),
+            PurgeTarget::Prefix(p) => self.purge_prefix(p, soft),
+            PurgeTarget::Tag(t) => self.purge_tag(t, soft),
+        }
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -340,5 +486,49 @@ mod tests {
         m.response_time = now + Duration::from_secs(1);
         assert_eq!(rules.verdict(&m), RuleVerdict::Keep);
         rules.clear();
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+
+    #[test]
+    fn admin_parameters() {
+        let p = |q: Option<&str>, b: &str| parse_request(q, b.as_bytes(), Some("Admin:9090"));
+        assert_eq!(
+            p(None, "url=http%3A%2F%2FEx.com%2Fa%3Fb%3D1").unwrap(),
+            (PurgeTarget::Key("http://ex.com/a?b=1".into()), false)
+        );
+        assert_eq!(
+            p(Some("url=/a/b&host=h"), "").unwrap(),
+            (PurgeTarget::Key("http://h/a/b".into()), false)
+        );
+        assert_eq!(
+            p(Some("url=/a"), "").unwrap().0,
+            PurgeTarget::Key("http://admin:9090/a".into())
+        );
+        assert_eq!(
+            p(None, "prefix=http://H/img/&soft=1\n").unwrap(),
+            (PurgeTarget::Prefix("http://h/img/".into()), true)
+        );
+        assert_eq!(
+            p(Some("tag=a+b"), "").unwrap().0,
+            PurgeTarget::Tag("a b".into())
+        );
+        assert!(p(None, "").is_err());
+        assert!(p(None, "url=x&tag=y").is_err());
+        assert!(p(None, "tag=").is_err());
+        assert!(p(None, "bogus=1").is_err());
+        assert!(p(None, "tag=%zz").is_err());
+        assert!(p(None, "tag=%4").is_err());
+        assert!(parse_request(Some("url=/a"), b"", None).is_err());
+        let long = format!("tag={}", "x".repeat(MAX_PURGE_ARG + 1));
+        assert!(p(None, &long).is_err());
+    }
+
+    #[test]
+    fn purge_json() {
+        assert_eq!(purged_json(3), "{\"purged\": 3}\n");
     }
 }

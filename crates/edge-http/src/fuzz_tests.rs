@@ -145,3 +145,74 @@ fn body_decoder_never_panics_and_stays_in_bounds() {
         }
     }
 }
+
+/// Bytes that matter to `Range`, `If-Range` and entity-tag lists.
+const RANGE_ALPHABET: &[u8] = b"bytesBYTES=-,, \t0123456789\"W/*";
+
+fn range_value(rng: &mut Rng) -> Vec<u8> {
+    let mut v = match rng.below(3) {
+        0 => b"bytes=".to_vec(),
+        1 => Vec::new(),
+        _ => b"BYTES = ".to_vec(),
+    };
+    for _ in 0..rng.below(48) {
+        v.push(match rng.below(16) {
+            0 => rng.next_u64() as u8,
+            _ => RANGE_ALPHABET[rng.below(RANGE_ALPHABET.len())],
+        });
+    }
+    v
+}
+
+fn any_size(rng: &mut Rng) -> u64 {
+    match rng.below(4) {
+        0 => rng.below(4) as u64,
+        1 => rng.below(100) as u64,
+        2 => u64::MAX - rng.below(3) as u64,
+        _ => rng.next_u64(),
+    }
+}
+
+#[test]
+fn range_parser_never_panics_and_stays_in_bounds() {
+    use crate::{
+        evaluate_preconditions, evaluate_range, parse_range, HeaderMap, MultipartLayout,
+        RangeOutcome, Recipient, Validators, MAX_RANGES,
+    };
+    let mut rng = Rng::new(4);
+    for _ in 0..ITERATIONS {
+        let value = range_value(&mut rng);
+        let size = any_size(&mut rng);
+        let outcome = parse_range(&value, size);
+        if let RangeOutcome::Partial(set) = outcome {
+            assert!(!set.is_empty() && set.len() <= MAX_RANGES);
+            for r in set.iter() {
+                assert!(r.first() <= r.last() && r.last() < size, "{r:?} of {size}");
+            }
+            assert!(set.total_len() <= size);
+            let m = MultipartLayout::new(&set, size, Some(b"a/b"), "x");
+            let sum = m
+                .parts()
+                .map(|p| (p.head.len() as u64).saturating_add(p.range.len()))
+                .fold(m.tail().len() as u64, u64::saturating_add);
+            assert_eq!(m.content_length(), sum);
+        }
+        // The same bytes as validators and conditionals: total, and Range only on GET.
+        let mut h = HeaderMap::new();
+        h.append("Range", value.clone());
+        h.append("If-Range", range_value(&mut rng));
+        h.append("If-None-Match", range_value(&mut rng));
+        h.append("If-Match", range_value(&mut rng));
+        let etag = range_value(&mut rng);
+        let v = Validators {
+            etag: Some(&etag),
+            last_modified: None,
+        };
+        let _ = evaluate_preconditions(&Method::Get, &h, &v, Recipient::OriginServer);
+        let got = evaluate_range(&Method::Get, &h, &v, size);
+        if let RangeOutcome::Partial(set) = got {
+            assert_eq!(got, outcome);
+            assert!(set.iter().all(|r| r.last() < size));
+        }
+    }
+}

@@ -8,12 +8,18 @@
 //! a file or a clock other than [`http_date_now`], so every rule is tested on byte
 //! slices.
 //!
+//! Range and conditional requests (RFC 9110 13 and 14) are decided here too, for every
+//! handler that serves a representation: [`evaluate_preconditions`] (304 / 412),
+//! [`evaluate_range`] and [`parse_range`] (200 / 206 / 416), and [`MultipartLayout`] for
+//! several ranges.
+//!
 //! Request-line and header *syntax* is parsed by `httparse`. Framing (Content-Length,
 //! chunked, close-delimited), limits and request-smuggling defences are ours; they
 //! follow RFC 9112 (HTTP/1.1 message syntax) and RFC 9110 (HTTP semantics). See the
 //! crate README for the table of what is rejected with which status.
 
 mod body;
+mod conditional;
 mod date;
 mod encode;
 mod error;
@@ -22,6 +28,7 @@ mod head;
 mod headers;
 mod limits;
 mod method;
+mod range;
 mod request;
 mod response;
 mod target;
@@ -32,6 +39,10 @@ mod fuzz_tests;
 mod testutil;
 
 pub use body::{BodyDecoder, Decoded, MAX_CHUNK_LINE, MAX_TRAILER_BYTES};
+pub use conditional::{
+    evaluate_preconditions, evaluate_range, if_range_matches, Precondition, Recipient,
+    RequestFields, Validators,
+};
 pub use date::{fmt_http_date, http_date_now, parse_http_date};
 pub use encode::{
     error_response, is_hop_by_hop, reason_phrase, strip_hop_by_hop, write_chunk_header,
@@ -44,6 +55,10 @@ pub use limits::{
     DEFAULT_MAX_REQUEST_LINE,
 };
 pub use method::{Method, Version};
+pub use range::{
+    parse_range, Boundary, ByteRange, MultipartLayout, MultipartPart, RangeIgnored, RangeOutcome,
+    RangeSet, BOUNDARY_LEN, MAX_RANGES,
+};
 pub use request::{parse_request, RequestHead};
 pub use response::{parse_response, ResponseHead};
 

@@ -43,17 +43,6 @@ pub struct Request<'h, 'b> {
     pub head_len: usize,
 }
 
-impl Request<'_, '_> {
-    /// First value of header `name` (case-insensitive), as text; `None` when absent or
-    /// not UTF-8.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-    }
-}
-
 /// Why a request cannot be served; each maps to a status and a close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Invalid {
@@ -224,7 +213,8 @@ mod tests {
                 assert_eq!(r.method, Method::Get);
                 assert_eq!(r.path, "/obj/4k/1");
                 assert_eq!(r.query, "delay_ms=5");
-                assert_eq!(r.header("range"), Some("bytes=0-1"));
+                let range = edge_http::RequestFields::field(r.headers, "RANGE", 0);
+                assert_eq!(range, Some(&b"bytes=0-1"[..]));
                 assert!(r.keep_alive);
                 assert_eq!(r.head_len, 64);
             },

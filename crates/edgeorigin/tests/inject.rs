@@ -167,8 +167,13 @@ fn set_cookie_tag_etag_and_lm_parameters() {
     let r = c.get("/obj/1k/1?etag=0&lm=0", &[]);
     assert!(r.header("etag").is_none() && r.header("last-modified").is_none());
     assert_eq!(r.body.len(), 1024);
-    // Without validators, conditionals cannot match.
-    assert_eq!(c.get("/obj/1k/1?etag=0", &["If-None-Match: *"]).status, 200);
+    // Without validators, conditionals cannot match, except `*`, which matches any
+    // current representation (RFC 9110 13.1.2).
+    assert_eq!(
+        c.get("/obj/1k/1?etag=0", &["If-None-Match: \"x\""]).status,
+        200
+    );
+    assert_eq!(c.get("/obj/1k/1?etag=0", &["If-None-Match: *"]).status, 304);
     assert_eq!(
         c.get(
             "/obj/1k/1?lm=0",

@@ -5,7 +5,7 @@
 //! delays a scrape, and it never touches the data path.
 
 use crate::metrics::{prom, prom_header, Metrics};
-use crate::server::state::Shared;
+use crate::state::Shared;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -26,8 +26,11 @@ pub struct AdminCtx {
 
 /// Binds (now, so errors stop startup) and serves on a background thread.
 pub fn start(addr: SocketAddr, ctx: AdminCtx) -> std::io::Result<()> {
-    let listener =
-        crate::net::bind_listener(crate::net::ListenSpec { addr, backlog: 128 }, false, true)?;
+    let listener = crate::net::bind_listener(
+        crate::net::ListenSpec { addr, backlog: 128 },
+        crate::net::PortSharing::Exclusive,
+        crate::net::Blocking::NonBlocking,
+    )?;
     let ctx = Arc::new(ctx);
     std::thread::Builder::new()
         .name("admin".into())
@@ -171,10 +174,10 @@ fn purge(
     body: &[u8],
     shared: &Shared,
 ) -> (u16, &'static str, Vec<u8>) {
-    use crate::handlers::cache::purge::{parse_admin, purge_all, purged_json};
-    match parse_admin(req.query(), body, req.headers.get_str("host")) {
+    use edge_cache::purge::{parse_request, purge_all, purged_json};
+    match parse_request(req.query(), body, req.headers.get_str("host")) {
         Ok((target, soft)) => {
-            let n = purge_all(&shared.caches, &target, soft);
+            let n = purge_all(shared.caches.values(), &target, soft);
             tracing::info!("admin purge {target:?} (soft: {soft}): {n} objects");
             let status = if n > 0 { 200 } else { 404 };
             (status, "application/json", purged_json(n).into_bytes())

@@ -19,18 +19,37 @@ fn err<T>(span: Option<Range<usize>>, key: &str, message: impl Into<String>) -> 
     })
 }
 
+/// A value that does not parse (an address, an `allow` prefix, `levels`): the config
+/// layer's error for its value parsers, which the layers above also call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadValue(pub String);
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadValue {}
+
+impl From<BadValue> for String {
+    fn from(b: BadValue) -> String {
+        b.0
+    }
+}
+
 /// Parses `ip:port`, or resolves `host:port` (only at config time, never at runtime).
-pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+pub fn parse_addr(s: &str) -> Result<SocketAddr, BadValue> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
     match s.to_socket_addrs() {
         Ok(mut it) => it
             .next()
-            .ok_or_else(|| format!("{s:?} resolves to no address")),
-        Err(_) => Err(format!(
+            .ok_or_else(|| BadValue(format!("{s:?} resolves to no address"))),
+        Err(_) => Err(BadValue(format!(
             "invalid address {s:?}: expected IP:PORT such as \"127.0.0.1:8080\""
-        )),
+        ))),
     }
 }
 
@@ -42,7 +61,7 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    pub fn parse(s: &str) -> Result<Cidr, String> {
+    pub fn parse(s: &str) -> Result<Cidr, BadValue> {
         let (ip, len) = match s.split_once('/') {
             Some((ip, len)) => (ip, Some(len)),
             None => (s, None),
@@ -50,7 +69,7 @@ impl Cidr {
         let addr: std::net::IpAddr = ip
             .trim()
             .parse()
-            .map_err(|_| format!("invalid address {s:?}"))?;
+            .map_err(|_| BadValue(format!("invalid address {s:?}")))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match len {
             None => max,
@@ -59,7 +78,7 @@ impl Cidr {
                 .parse::<u8>()
                 .ok()
                 .filter(|&p| p <= max)
-                .ok_or_else(|| format!("invalid prefix length in {s:?}"))?,
+                .ok_or_else(|| BadValue(format!("invalid prefix length in {s:?}")))?,
         };
         Ok(Cidr { addr, prefix })
     }
@@ -93,19 +112,21 @@ impl Cidr {
 }
 
 /// Parses `levels = "1:2"`: up to three levels of one or two hex characters.
-pub fn parse_levels(s: &str) -> Result<Vec<u8>, String> {
+pub fn parse_levels(s: &str) -> Result<Vec<u8>, BadValue> {
     let parts: Vec<&str> = s.split(':').collect();
     if parts.is_empty() || parts.len() > 3 {
-        return Err(format!(
+        return Err(BadValue(format!(
             "invalid levels {s:?}: expected 1 to 3 levels like \"1:2\""
-        ));
+        )));
     }
     parts
         .iter()
         .map(|p| match *p {
             "1" => Ok(1),
             "2" => Ok(2),
-            _ => Err(format!("invalid levels {s:?}: each level is 1 or 2")),
+            _ => Err(BadValue(format!(
+                "invalid levels {s:?}: each level is 1 or 2"
+            ))),
         })
         .collect()
 }

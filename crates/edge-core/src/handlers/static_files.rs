@@ -6,12 +6,13 @@
 //! name a file outside the root. Symlinks inside the root are followed (as nginx's
 //! default `disable_symlinks off`).
 
-use super::range::{if_range_ok, not_modified, parse_range, Multipart, RangeSpec};
-use super::simple::{error_page, finish_without_body, respond};
-use crate::server::conn::Conn;
-use crate::server::exchange::{Exchange, ExchangeError};
-use crate::server::route::Route;
-use crate::server::state::Shared;
+use crate::http::conn::Conn;
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::respond::{error_page, finish_without_body, respond};
+use crate::http::send::send_file_range;
+use crate::state::route::Route;
+use crate::state::Shared;
+use edge_http::{Boundary, MultipartLayout, Precondition, RangeOutcome, Recipient, Validators};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -100,7 +101,7 @@ pub fn etag_for(mtime: SystemTime, size: u64) -> String {
 }
 
 pub async fn handle(
-    w: &crate::server::worker::Worker,
+    w: &crate::handlers::services::Services,
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Shared,
@@ -114,42 +115,60 @@ pub async fn handle(
     ) {
         let mut extra = b"Allow: GET, HEAD\r\n".to_vec();
         extra.extend_from_slice(&route.add_headers);
-        return respond(conn, ex, shared, 405, "text/html", &error_page(405), &extra).await;
+        return respond(
+            conn,
+            ex,
+            &shared.timeouts,
+            405,
+            "text/html",
+            &error_page(405),
+            &extra,
+        )
+        .await;
     }
     let Some(mut path) = resolve(root, ex.req.path()) else {
-        return finish_without_body(conn, ex, shared, 400).await;
+        return finish_without_body(conn, ex, &shared.timeouts, 400).await;
     };
     let mut meta = match std::fs::metadata(&path) {
         Ok(m) => m,
-        Err(e) => return finish_without_body(conn, ex, shared, io_status(&e)).await,
+        Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
     };
     if meta.is_dir() {
         if !ex.req.path().ends_with('/') {
             let loc = format!("{}/", ex.req.path());
             let mut extra = format!("Location: {loc}\r\n").into_bytes();
             extra.extend_from_slice(&route.add_headers);
-            return respond(conn, ex, shared, 301, "text/html", &error_page(301), &extra).await;
+            return respond(
+                conn,
+                ex,
+                &shared.timeouts,
+                301,
+                "text/html",
+                &error_page(301),
+                &extra,
+            )
+            .await;
         }
         path.push(index);
         meta = match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => m,
-            Ok(_) => return finish_without_body(conn, ex, shared, 403).await,
-            Err(e) => return finish_without_body(conn, ex, shared, io_status(&e)).await,
+            Ok(_) => return finish_without_body(conn, ex, &shared.timeouts, 403).await,
+            Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
         };
     }
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
-        Err(e) => return finish_without_body(conn, ex, shared, io_status(&e)).await,
+        Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
     };
     if let Err(code) = ex
         .discard_body(conn, shared.timeouts.client_body, shared.timeouts.send)
         .await
     {
         ex.keep_alive = false;
-        return super::simple::write_response(
+        return crate::http::respond::write_response(
             conn,
             ex,
-            shared,
+            &shared.timeouts,
             code,
             "text/html",
             &error_page(code),
@@ -175,24 +194,52 @@ pub async fn handle(
     }
     validators.extend_from_slice(&route.add_headers);
 
-    if not_modified(&ex.req.headers, etag.as_deref(), mtime) {
-        return super::simple::write_response(conn, ex, shared, 304, ctype, b"", &validators).await;
+    let v = Validators::new(etag.as_deref(), mtime);
+    let pre = edge_http::evaluate_preconditions(
+        &ex.req.method,
+        &ex.req.headers,
+        &v,
+        Recipient::OriginServer,
+    );
+    match pre {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            return crate::http::respond::write_response(
+                conn,
+                ex,
+                &shared.timeouts,
+                304,
+                ctype,
+                b"",
+                &validators,
+            )
+            .await;
+        }
+        Precondition::Failed => {
+            return crate::http::respond::write_response(
+                conn,
+                ex,
+                &shared.timeouts,
+                412,
+                "text/html",
+                &error_page(412),
+                &validators,
+            )
+            .await;
+        }
     }
 
-    let range = match ex.req.headers.get_str("range") {
-        Some(r) if if_range_ok(&ex.req.headers, etag.as_deref(), mtime) => parse_range(r, size),
-        _ => RangeSpec::Full,
-    };
+    let range = edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &v, size);
     let mut head = Vec::with_capacity(512);
     let head_only = ex.is_head();
     match range {
-        RangeSpec::Unsatisfiable => {
+        RangeOutcome::Unsatisfiable => {
             let mut extra = format!("Content-Range: bytes */{size}\r\n").into_bytes();
             extra.extend_from_slice(&validators);
-            super::simple::write_response(
+            crate::http::respond::write_response(
                 conn,
                 ex,
-                shared,
+                &shared.timeouts,
                 416,
                 "text/html",
                 &error_page(416),
@@ -200,7 +247,7 @@ pub async fn handle(
             )
             .await
         }
-        RangeSpec::Full => {
+        RangeOutcome::Full(_) => {
             ex.begin_head(&mut head, 200);
             edge_http::write_header(&mut head, "Content-Type", ctype.as_bytes());
             edge_http::write_header(&mut head, "Content-Length", size.to_string().as_bytes());
@@ -209,15 +256,21 @@ pub async fn handle(
             ex.end_head(&mut head);
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only && size > 0 {
-                ex.body_bytes_sent = w
-                    .file_io
-                    .send_range(conn, &file, 0, size, shared.sendfile, shared.timeouts.send)
-                    .await?;
+                ex.body_bytes_sent = send_file_range(
+                    conn,
+                    &w.file_io,
+                    &file,
+                    0,
+                    size,
+                    shared.send_mode,
+                    shared.timeouts.send,
+                )
+                .await?;
             }
             Ok(())
         }
-        RangeSpec::Partial(ranges) if ranges.len() == 1 => {
-            let (a, b) = ranges[0];
+        RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
+            let (a, b) = (ranges[0].first(), ranges[0].last());
             ex.begin_head(&mut head, 206);
             edge_http::write_header(&mut head, "Content-Type", ctype.as_bytes());
             edge_http::write_header(
@@ -234,30 +287,29 @@ pub async fn handle(
             ex.end_head(&mut head);
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only {
-                ex.body_bytes_sent = w
-                    .file_io
-                    .send_range(
-                        conn,
-                        &file,
-                        a,
-                        b - a + 1,
-                        shared.sendfile,
-                        shared.timeouts.send,
-                    )
-                    .await?;
+                ex.body_bytes_sent = send_file_range(
+                    conn,
+                    &w.file_io,
+                    &file,
+                    a,
+                    b - a + 1,
+                    shared.send_mode,
+                    shared.timeouts.send,
+                )
+                .await?;
             }
             Ok(())
         }
-        RangeSpec::Partial(ranges) => {
+        RangeOutcome::Partial(ranges) => {
             let seed = ex.started.elapsed().as_nanos() as u64 ^ size;
-            let mp = Multipart::new(&ranges, size, ctype, seed);
+            let boundary = Boundary::from_seed(seed);
+            let mp = MultipartLayout::new(&ranges, size, Some(ctype.as_bytes()), boundary.as_str());
             ex.begin_head(&mut head, 206);
-            let ct = format!("multipart/byteranges; boundary={}", mp.boundary);
-            edge_http::write_header(&mut head, "Content-Type", ct.as_bytes());
+            edge_http::write_header(&mut head, "Content-Type", mp.content_type());
             edge_http::write_header(
                 &mut head,
                 "Content-Length",
-                mp.content_length.to_string().as_bytes(),
+                mp.content_length().to_string().as_bytes(),
             );
             head.extend_from_slice(&validators);
             ex.end_head(&mut head);
@@ -265,23 +317,21 @@ pub async fn handle(
             if head_only {
                 return Ok(());
             }
-            for ((a, b), part_head) in ranges.iter().zip(&mp.part_heads) {
-                conn.write_all(part_head.as_bytes(), shared.timeouts.send)
-                    .await?;
-                w.file_io
-                    .send_range(
-                        conn,
-                        &file,
-                        *a,
-                        b - a + 1,
-                        shared.sendfile,
-                        shared.timeouts.send,
-                    )
-                    .await?;
-            }
-            conn.write_all(mp.tail.as_bytes(), shared.timeouts.send)
+            for part in mp.parts() {
+                conn.write_all(part.head, shared.timeouts.send).await?;
+                send_file_range(
+                    conn,
+                    &w.file_io,
+                    &file,
+                    part.range.first(),
+                    part.range.len(),
+                    shared.send_mode,
+                    shared.timeouts.send,
+                )
                 .await?;
-            ex.body_bytes_sent = mp.content_length;
+            }
+            conn.write_all(mp.tail(), shared.timeouts.send).await?;
+            ex.body_bytes_sent = mp.content_length();
             Ok(())
         }
     }

@@ -8,8 +8,8 @@
 //! buffer passes `buffer` bytes or every `flush` interval, as nginx's `access_log ...
 //! buffer= flush=`.
 
-use crate::server::exchange::Exchange;
-use crate::server::worker::Worker;
+use edge_http::RequestHead;
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -63,6 +63,18 @@ impl AccessLogFile {
     }
 }
 
+/// What one access-log line says about a request.
+pub struct Entry<'a> {
+    pub peer: &'a SocketAddr,
+    pub req: &'a RequestHead,
+    pub status: u16,
+    pub body_bytes_sent: u64,
+    /// Time from the request head to the end of the response.
+    pub request_time: Duration,
+    /// `X-Cache-Status` (None: the location does not cache).
+    pub cache_status: Option<&'a str>,
+}
+
 /// A worker's buffer in front of the shared file.
 pub struct AccessLogBuf {
     target: Option<Arc<AccessLogFile>>,
@@ -92,7 +104,7 @@ impl AccessLogBuf {
         self.target.is_some()
     }
 
-    pub fn log(&mut self, peer: &SocketAddr, ex: &Exchange) {
+    pub fn log(&mut self, e: &Entry<'_>) {
         if self.target.is_none() {
             return;
         }
@@ -104,25 +116,25 @@ impl AccessLogBuf {
         if self.time.0 != sec {
             self.time = (sec, super::time::time_local(now));
         }
-        let req = &ex.req;
+        let req = e.req;
         let b = &mut self.buf;
-        let _ = write!(b, "{} - - [{}] \"", peer.ip(), self.time.1);
+        let _ = write!(b, "{} - - [{}] \"", e.peer.ip(), self.time.1);
         escape_into(b, req.method.as_str().as_bytes());
         b.push(b' ');
         escape_into(b, req.target.as_bytes());
         b.push(b' ');
         b.extend_from_slice(req.version.as_str().as_bytes());
-        let _ = write!(b, "\" {} {} \"", ex.status, ex.body_bytes_sent);
+        let _ = write!(b, "\" {} {} \"", e.status, e.body_bytes_sent);
         escape_into(b, req.headers.get("referer").unwrap_or(b"-"));
         b.extend_from_slice(b"\" \"");
         escape_into(b, req.headers.get("user-agent").unwrap_or(b"-"));
-        let rt = ex.started.elapsed();
+        let rt = e.request_time;
         let _ = writeln!(
             b,
             "\" {}.{:03} {}",
             rt.as_secs(),
             rt.subsec_millis(),
-            ex.cache_status.unwrap_or("-")
+            e.cache_status.unwrap_or("-")
         );
         if self.buf.len() >= self.cap {
             self.flush();
@@ -152,18 +164,14 @@ fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// Flushes the worker's buffer every `flush` interval.
-pub async fn flusher(w: Rc<Worker>) {
-    if !w.access_log.borrow().enabled() {
+pub async fn flusher(log: Rc<RefCell<AccessLogBuf>>) {
+    if !log.borrow().enabled() {
         return;
     }
-    let every = w
-        .access_log
-        .borrow()
-        .flush_every
-        .max(Duration::from_millis(10));
+    let every = log.borrow().flush_every.max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(every).await;
-        w.access_log.borrow_mut().flush();
+        log.borrow_mut().flush();
     }
 }
 

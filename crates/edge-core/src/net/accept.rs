@@ -21,7 +21,8 @@
 //! ready connections from a bounded channel. A full channel blocks its accept thread,
 //! which stops taking connections for a busy worker.
 
-use super::listener::{bind_listener, ListenSpec};
+use super::listener::{bind_listener, Blocking, ListenSpec, PortSharing};
+use super::sys::Epoll;
 use crate::config::AcceptKind;
 use std::io;
 use std::net::TcpListener;
@@ -41,14 +42,14 @@ pub trait AcceptStrategy: Send + Sync {
     fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>>;
 }
 
-/// The strategy for `accept = ...`, or an error for one this build refuses.
-pub fn strategy_for(kind: AcceptKind) -> Result<Box<dyn AcceptStrategy>, String> {
+/// The strategy for `accept = ...` (every kind is built on Linux).
+pub fn strategy_for(kind: AcceptKind) -> Box<dyn AcceptStrategy> {
     match kind {
-        AcceptKind::Reuseport => Ok(Box::new(Reuseport)),
-        AcceptKind::Shared => Ok(Box::new(Shared)),
-        AcceptKind::Blocking => Ok(Box::new(Threaded(ThreadMode::Blocking))),
-        AcceptKind::Mutex => Ok(Box::new(Threaded(ThreadMode::Mutex))),
-        AcceptKind::Exclusive => Ok(Box::new(Threaded(ThreadMode::Exclusive))),
+        AcceptKind::Reuseport => Box::new(Reuseport),
+        AcceptKind::Shared => Box::new(Shared),
+        AcceptKind::Blocking => Box::new(Threaded(ThreadMode::Blocking)),
+        AcceptKind::Mutex => Box::new(Threaded(ThreadMode::Mutex)),
+        AcceptKind::Exclusive => Box::new(Threaded(ThreadMode::Exclusive)),
     }
 }
 
@@ -62,7 +63,11 @@ impl AcceptStrategy for Reuseport {
         for _ in 0..workers {
             let mut socks = Vec::with_capacity(listens.len());
             for l in listens {
-                socks.push(bind_listener(*l, true, true)?);
+                socks.push(bind_listener(
+                    *l,
+                    PortSharing::ReusePort,
+                    Blocking::NonBlocking,
+                )?);
             }
             out.push(WorkerAcceptor::Sockets(socks));
         }
@@ -78,7 +83,7 @@ impl AcceptStrategy for Shared {
     fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
         let socks: Vec<TcpListener> = listens
             .iter()
-            .map(|l| bind_listener(*l, false, true))
+            .map(|l| bind_listener(*l, PortSharing::Exclusive, Blocking::NonBlocking))
             .collect::<Result<_, _>>()?;
         (0..workers)
             .map(|_| {
@@ -116,10 +121,14 @@ impl AcceptStrategy for Threaded {
 
     fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
         let mode = self.0;
-        let nonblocking = mode == ThreadMode::Exclusive;
+        let blocking = if mode == ThreadMode::Exclusive {
+            Blocking::NonBlocking
+        } else {
+            Blocking::Blocking
+        };
         let socks: Vec<TcpListener> = listens
             .iter()
-            .map(|l| bind_listener(*l, false, nonblocking))
+            .map(|l| bind_listener(*l, PortSharing::Exclusive, blocking))
             .collect::<Result<_, _>>()?;
         let accept_mutex = std::sync::Arc::new(std::sync::Mutex::new(()));
         let mut out = Vec::with_capacity(workers);
@@ -131,7 +140,7 @@ impl AcceptStrategy for Threaded {
                         .iter()
                         .map(TcpListener::try_clone)
                         .collect::<Result<Vec<_>, _>>()?;
-                    let ep = Epoll::exclusive_on(&socks)?;
+                    let ep = exclusive_on(&socks)?;
                     spawn_acceptor(w, move || exclusive_loop(&ep, &socks, &tx))?;
                 }
                 ThreadMode::Blocking | ThreadMode::Mutex => {
@@ -197,8 +206,11 @@ fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff) {
             }
         };
         for idx in ready {
+            let Some(sock) = socks.get(idx as usize) else {
+                continue;
+            };
             loop {
-                match socks[idx].accept() {
+                match sock.accept() {
                     Ok((stream, _)) => {
                         if stream.set_nonblocking(false).is_err() {
                             continue;
@@ -219,67 +231,15 @@ fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff) {
     }
 }
 
-/// A private epoll instance with listening sockets registered EPOLLEXCLUSIVE.
-struct Epoll {
-    fd: std::os::fd::OwnedFd,
-}
-
-impl Epoll {
-    fn exclusive_on(socks: &[TcpListener]) -> io::Result<Epoll> {
-        use std::os::fd::{AsRawFd, FromRawFd};
-        // SAFETY: epoll_create1 has no pointer arguments; a non-negative result is a new
-        // fd that nothing else owns, so OwnedFd may take it.
-        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::new(
-                io::Error::last_os_error().kind(),
-                format!("epoll_create1() failed: {}", io::Error::last_os_error()),
-            ));
-        }
-        // SAFETY: see above.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        for (i, s) in socks.iter().enumerate() {
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-                u64: i as u64,
-            };
-            // SAFETY: both fds are open (we own `fd`, `s` is borrowed); `ev` is a valid
-            // epoll_event the kernel only reads.
-            if unsafe {
-                libc::epoll_ctl(fd.as_raw_fd(), libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev)
-            } < 0
-            {
-                let e = io::Error::last_os_error();
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("epoll_ctl(EPOLLEXCLUSIVE) failed: {e}"),
-                ));
-            }
-        }
-        Ok(Epoll { fd })
+/// A private epoll instance with every listening socket registered EPOLLEXCLUSIVE,
+/// tagged with its index.
+fn exclusive_on(socks: &[TcpListener]) -> io::Result<Epoll> {
+    use std::os::fd::AsRawFd;
+    let ep = Epoll::new()?;
+    for (i, s) in socks.iter().enumerate() {
+        ep.add_exclusive(s.as_raw_fd(), i as u64)?;
     }
-
-    /// Indexes of the sockets that are ready.
-    fn wait(&self) -> io::Result<Vec<usize>> {
-        use std::os::fd::AsRawFd;
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        // SAFETY: `events` is a writable array of 8 epoll_event and we pass its length.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.fd.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                -1,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(events[..n as usize]
-            .iter()
-            .map(|e| e.u64 as usize)
-            .collect())
-    }
+    Ok(ep)
 }
 
 #[cfg(test)]
@@ -301,7 +261,7 @@ mod tests {
             let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = probe.local_addr().unwrap();
             drop(probe);
-            let s = strategy_for(kind).unwrap();
+            let s = strategy_for(kind);
             assert_eq!(s.name(), kind.as_str());
             let mut acceptors = s.prepare(&[ListenSpec { addr, backlog: 64 }], 2).unwrap();
             for _ in 0..4 {

@@ -12,13 +12,29 @@ pub struct ListenSpec {
     pub backlog: i32,
 }
 
-/// Binds a TCP listening socket. `reuseport` sets SO_REUSEPORT so several sockets (one per
-/// worker) can share the address; the kernel then hashes each new connection to one of
-/// them. `nonblocking` is false only for the blocking-accept strategy.
+/// Whether several sockets may share the address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSharing {
+    /// One socket for the address.
+    Exclusive,
+    /// SO_REUSEPORT: one socket per worker; the kernel hashes each new connection to one.
+    ReusePort,
+}
+
+/// Whether `accept(2)` on the socket blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    /// O_NONBLOCK: polled in a reactor or an epoll set (every strategy but `blocking`).
+    NonBlocking,
+    /// Accept threads sleep in accept(2) (the `blocking` and `mutex` strategies).
+    Blocking,
+}
+
+/// Binds a TCP listening socket with the options nginx sets.
 pub fn bind_listener(
     spec: ListenSpec,
-    reuseport: bool,
-    nonblocking: bool,
+    sharing: PortSharing,
+    blocking: Blocking,
 ) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(
         Domain::for_address(spec.addr),
@@ -28,14 +44,14 @@ pub fn bind_listener(
     .map_err(|e| with_context(e, "socket()", spec.addr))?;
     sock.set_reuse_address(true)
         .map_err(|e| with_context(e, "setsockopt(SO_REUSEADDR)", spec.addr))?;
-    if reuseport {
+    if sharing == PortSharing::ReusePort {
         sock.set_reuse_port(true)
             .map_err(|e| with_context(e, "setsockopt(SO_REUSEPORT)", spec.addr))?;
     }
     if spec.addr.is_ipv6() {
         let _ = sock.set_only_v6(true);
     }
-    sock.set_nonblocking(nonblocking)
+    sock.set_nonblocking(blocking == Blocking::NonBlocking)
         .map_err(|e| with_context(e, "fcntl(O_NONBLOCK)", spec.addr))?;
     sock.bind(&spec.addr.into())
         .map_err(|e| with_context(e, "bind()", spec.addr))?;
@@ -60,12 +76,17 @@ mod tests {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 backlog: 16,
             },
-            true,
-            true,
+            PortSharing::ReusePort,
+            Blocking::NonBlocking,
         )
         .unwrap();
         let addr = a.local_addr().unwrap();
-        let b = bind_listener(ListenSpec { addr, backlog: 16 }, true, true).unwrap();
+        let b = bind_listener(
+            ListenSpec { addr, backlog: 16 },
+            PortSharing::ReusePort,
+            Blocking::NonBlocking,
+        )
+        .unwrap();
         assert_eq!(b.local_addr().unwrap(), addr);
     }
 
@@ -76,12 +97,17 @@ mod tests {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 backlog: 16,
             },
-            false,
-            true,
+            PortSharing::Exclusive,
+            Blocking::NonBlocking,
         )
         .unwrap();
         let addr = a.local_addr().unwrap();
-        let e = bind_listener(ListenSpec { addr, backlog: 16 }, false, true).unwrap_err();
+        let e = bind_listener(
+            ListenSpec { addr, backlog: 16 },
+            PortSharing::Exclusive,
+            Blocking::NonBlocking,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("bind()"), "{e}");
         assert!(e.to_string().contains(&addr.to_string()), "{e}");
     }

@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod listener;
+pub mod sys;
 
 pub use accept::{strategy_for, AcceptStrategy, WorkerAcceptor};
-pub use listener::{bind_listener, ListenSpec};
+pub use listener::{bind_listener, Blocking, ListenSpec, PortSharing};

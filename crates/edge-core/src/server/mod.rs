@@ -7,20 +7,15 @@
 //! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
 //! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
 
-pub mod caches;
-pub mod conn;
-pub mod exchange;
-pub mod route;
-pub mod session;
-pub mod state;
 pub mod worker;
 
+use crate::config::validate::BadValue;
 use crate::config::{self, AccessLog, Config, Workers};
 use crate::log::access::{AccessLogBuf, AccessLogFile};
 use crate::metrics::Metrics;
 use crate::net::{strategy_for, ListenSpec};
+use crate::state::{caches, Shared, StateError};
 use arc_swap::ArcSwap;
-use state::Shared;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,27 +23,55 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// A startup or runtime failure (exit code 1).
 #[derive(Debug)]
-pub struct RunError(pub String);
+pub enum RunError {
+    /// A system call or resource failed; `context` names it (nginx style).
+    Io {
+        context: &'static str,
+        source: std::io::Error,
+    },
+    /// The config compiles to no runnable state (a cache that cannot open, ...).
+    State(StateError),
+    /// A value that does not parse (validation normally catches it first).
+    BadValue(BadValue),
+}
 
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            RunError::Io { context, source } => write!(f, "{context}: {source}"),
+            RunError::State(e) => write!(f, "{e}"),
+            RunError::BadValue(e) => write!(f, "{e}"),
+        }
     }
 }
 
-fn err(context: &str, e: impl std::fmt::Display) -> RunError {
-    RunError(format!("{context}: {e}"))
+impl std::error::Error for RunError {}
+
+impl From<StateError> for RunError {
+    fn from(e: StateError) -> Self {
+        RunError::State(e)
+    }
+}
+
+impl From<BadValue> for RunError {
+    fn from(e: BadValue) -> Self {
+        RunError::BadValue(e)
+    }
+}
+
+fn err(context: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
+    move |source| RunError::Io { context, source }
 }
 
 /// Runs the server until a stop signal. `config_path` is re-read on SIGHUP (None: the
 /// embedded default, which cannot change).
 pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
-    let log = crate::log::error::init(&cfg.error_log).map_err(|e| err("error_log", e))?;
+    let log = crate::log::error::init(&cfg.error_log).map_err(err("error_log"))?;
     let workers = match cfg.workers {
         Workers::Auto => crate::affinity::num_cpus(),
         Workers::Count(n) => n,
     };
-    let strategy = strategy_for(cfg.accept).map_err(RunError)?;
+    let strategy = strategy_for(cfg.accept);
     let listens: Vec<ListenSpec> = cfg
         .listen
         .iter()
@@ -58,7 +81,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                     addr,
                     backlog: l.backlog,
                 })
-                .map_err(RunError)
+                .map_err(RunError::from)
         })
         .collect::<Result<_, _>>()?;
 
@@ -66,7 +89,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let signal_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| err("runtime", e))?;
+        .map_err(err("runtime"))?;
     let mut sigs = signal_rt
         .block_on(async {
             Ok::<_, std::io::Error>((
@@ -76,26 +99,22 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 signal(SignalKind::user_defined1())?,
             ))
         })
-        .map_err(|e| err("signals", e))?;
+        .map_err(err("signals"))?;
 
-    let acceptors = strategy
-        .prepare(&listens, workers)
-        .map_err(|e| err("listen", e))?;
+    let acceptors = strategy.prepare(&listens, workers).map_err(err("listen"))?;
     let demo_origin = match &cfg.demo_origin {
         Some(a) => {
-            let addr = config::validate::parse_addr(a.get_ref()).map_err(RunError)?;
+            let addr = config::validate::parse_addr(a.get_ref())?;
             let opts = edgeorigin::Options {
                 listen: addr,
                 ..Default::default()
             };
-            Some(edgeorigin::start(opts).map_err(|e| err("demo origin", e))?)
+            Some(edgeorigin::start(opts).map_err(err("demo origin"))?)
         }
         None => None,
     };
-    let caches = caches::open_caches(&cfg, None).map_err(RunError)?;
-    let shared = Arc::new(ArcSwap::from_pointee(
-        Shared::build(&cfg, 1, None, caches).map_err(RunError)?,
-    ));
+    let caches = caches::open_caches(&cfg, None)?;
+    let shared = Arc::new(ArcSwap::from_pointee(Shared::build(&cfg, 1, None, caches)?));
     let metrics = Arc::new(Metrics::new(workers));
     let (access_file, log_buffer, log_flush) = match &cfg.access_log {
         AccessLog::Off => (None, 0, Duration::from_secs(1)),
@@ -104,13 +123,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             buffer,
             flush,
         } => (
-            Some(AccessLogFile::open(path).map_err(|e| err("access_log", e))?),
+            Some(AccessLogFile::open(path).map_err(err("access_log"))?),
             *buffer as usize,
             *flush,
         ),
     };
     if let Some(a) = &cfg.admin {
-        let addr = config::validate::parse_addr(a.listen.get_ref()).map_err(RunError)?;
+        let addr = config::validate::parse_addr(a.listen.get_ref())?;
         crate::admin::start(
             addr,
             crate::admin::AdminCtx {
@@ -119,7 +138,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 accept: strategy.name(),
             },
         )
-        .map_err(|e| err("admin listen", e))?;
+        .map_err(err("admin listen"))?;
     }
     if !cfg.location.iter().all(|l| l.compress.is_empty()) {
         tracing::warn!("compress is set but response compression is not in this build yet; responses are sent as the origin sends them");
@@ -139,7 +158,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             max_connections: cfg.worker_connections,
             file_io: crate::aio::FileBackend::from_config(&cfg.aio),
         };
-        threads.push(worker::spawn(spec).map_err(|e| err("pthread_create()", e))?);
+        threads.push(worker::spawn(spec).map_err(err("pthread_create()"))?);
     }
     tracing::info!(
         "edgecache {} started: {workers} worker(s), accept={}, listening on {}",

@@ -5,14 +5,17 @@
 //! Accepting stops when `worker_connections` connections are open (the socket stays in
 //! the kernel's backlog, nothing is refused by us) and resumes when one closes.
 
-use super::session;
-use super::state::Shared;
-use crate::log::access::AccessLogBuf;
-use crate::metrics::Metrics;
+use crate::handlers::services::Services;
+use crate::http::session::{self, Service, SessionParams};
+use crate::http::{Conn, Exchange, ExchangeError};
+use crate::log::access::{AccessLogBuf, Entry};
+use crate::metrics::{Metrics, WorkerStats};
 use crate::net::WorkerAcceptor;
+use crate::state::Shared;
 use crate::upstream::UpstreamPool;
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -22,23 +25,57 @@ use tokio::sync::{watch, Notify};
 pub struct Worker {
     pub id: usize,
     pub shared: Arc<ArcSwap<Shared>>,
-    pub metrics: Arc<Metrics>,
-    pub pool: UpstreamPool,
-    pub access_log: RefCell<AccessLogBuf>,
+    /// What the handlers may use (counters, upstream pool, file I/O backend).
+    pub svc: Rc<Services>,
+    pub access_log: Rc<RefCell<AccessLogBuf>>,
     pub shutdown: watch::Receiver<bool>,
     pub max_connections: usize,
-    /// The file I/O backend (`aio.mode`), chosen once.
-    pub file_io: crate::aio::FileBackend,
     conn_closed: Notify,
 }
 
-impl Worker {
-    pub fn stats(&self) -> &crate::metrics::WorkerStats {
-        &self.metrics.workers[self.id]
+/// The session loop's view of a worker: the config snapshot, the counters, the
+/// shutdown signal, the router and the access log.
+impl Service for Worker {
+    type Config = Arc<Shared>;
+
+    fn config(&self) -> Arc<Shared> {
+        self.shared.load_full()
     }
 
-    pub fn draining(&self) -> bool {
-        *self.shutdown.borrow()
+    fn params(cfg: &Arc<Shared>) -> SessionParams<'_> {
+        SessionParams {
+            limits: &cfg.limits,
+            timeouts: &cfg.timeouts,
+            keepalive_requests: cfg.keepalive_requests,
+        }
+    }
+
+    fn stats(&self) -> &WorkerStats {
+        self.svc.stats()
+    }
+
+    fn shutdown(&self) -> &watch::Receiver<bool> {
+        &self.shutdown
+    }
+
+    async fn call(
+        &self,
+        cfg: &Arc<Shared>,
+        conn: &mut Conn,
+        ex: &mut Exchange,
+    ) -> Result<(), ExchangeError> {
+        crate::handlers::dispatch(&self.svc, conn, ex, cfg).await
+    }
+
+    fn log(&self, peer: &SocketAddr, ex: &Exchange) {
+        self.access_log.borrow_mut().log(&Entry {
+            peer,
+            req: &ex.req,
+            status: ex.status,
+            body_bytes_sent: ex.body_bytes_sent,
+            request_time: ex.started.elapsed(),
+            cache_status: ex.cache_status,
+        });
     }
 }
 
@@ -87,15 +124,18 @@ async fn run(spec: WorkerSpec) {
     let worker = Rc::new(Worker {
         id: spec.id,
         shared: spec.shared,
-        metrics: spec.metrics,
-        pool: UpstreamPool::default(),
-        access_log: RefCell::new(spec.access_log),
+        svc: Rc::new(Services {
+            id: spec.id,
+            metrics: spec.metrics,
+            pool: UpstreamPool::default(),
+            file_io: spec.file_io,
+        }),
+        access_log: Rc::new(RefCell::new(spec.access_log)),
         shutdown: spec.shutdown,
         max_connections: spec.max_connections,
-        file_io: spec.file_io,
         conn_closed: Notify::new(),
     });
-    tokio::task::spawn_local(crate::log::access::flusher(worker.clone()));
+    tokio::task::spawn_local(crate::log::access::flusher(worker.access_log.clone()));
     match spec.acceptor {
         WorkerAcceptor::Sockets(socks) => {
             let mut tasks = Vec::new();
@@ -115,14 +155,14 @@ async fn run(spec: WorkerSpec) {
     }
     // Not accepting any more: let open connections finish (the main thread bounds this
     // with shutdown_timeout), then flush the log.
-    while worker.stats().active.load(Relaxed) > 0 {
+    while worker.svc.stats().active.load(Relaxed) > 0 {
         worker.conn_closed.notified().await;
     }
     worker.access_log.borrow_mut().flush();
 }
 
 async fn wait_for_capacity(w: &Worker) {
-    while w.stats().active.load(Relaxed) as usize >= w.max_connections {
+    while w.svc.stats().active.load(Relaxed) as usize >= w.max_connections {
         w.conn_closed.notified().await;
     }
 }
@@ -180,13 +220,13 @@ fn start_session(w: &Rc<Worker>, stream: tokio::net::TcpStream, peer: std::net::
     // Responses are written whole (head and body in as few writes as possible), so Nagle
     // only adds delay; background.md notes nginx's 40 ms tcp_nopush stall on loopback.
     let _ = stream.set_nodelay(true);
-    let stats = w.stats();
+    let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
     let w = w.clone();
     tokio::task::spawn_local(async move {
-        session::serve(&w, stream, peer).await;
-        w.stats().active.fetch_sub(1, Relaxed);
+        session::serve(&*w, stream, peer).await;
+        w.svc.stats().active.fetch_sub(1, Relaxed);
         w.conn_closed.notify_waiters();
     });
 }

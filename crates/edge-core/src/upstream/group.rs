@@ -3,6 +3,7 @@
 //! `fail_timeout`; when every server is out, the least recently failed one is tried
 //! anyway (a dead group still gets a fast 502, not a hang).
 
+use crate::config::validate::BadValue;
 use crate::config::Upstream;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -30,7 +31,7 @@ pub struct UpstreamGroup {
 }
 
 impl UpstreamGroup {
-    pub fn from_config(u: &Upstream) -> Result<UpstreamGroup, String> {
+    pub fn from_config(u: &Upstream) -> Result<UpstreamGroup, BadValue> {
         let servers = u
             .servers
             .get_ref()

@@ -16,16 +16,16 @@
 //! without a collapse lock (`cache_lock = false`), are relayed to the client directly
 //! by [`pump`], paced by the client.
 
+use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::stream::{stream_fill, Leader, Relay, RELAY_DEPTH};
-use super::{fill_head, mark, CacheStatus, Ctx, OwnedCtx};
-use crate::handlers::proxy::{self, client_head, fetch_with, UpstreamError, UpstreamResponse};
-use crate::handlers::simple::{error_page, respond as respond_page};
-use crate::server::conn::{timed_out, Conn};
-use crate::server::exchange::{Exchange, ExchangeError};
+use crate::http::conn::{timed_out, Conn};
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::respond::{error_page, respond as respond_page};
+use crate::upstream::relay::{self as proxy, client_head};
+use crate::upstream::{fetch_with, UpstreamError, UpstreamResponse};
 use bytes::Bytes;
-use edge_cache::hit::{evaluate_range, RangeOutcome};
 use edge_cache::{policy, FillHandle, FillState, ObjectWriter};
-use edge_http::{BodyDecoder, BodyKind, Method};
+use edge_http::{BodyDecoder, BodyKind, Method, RangeOutcome};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -96,7 +96,7 @@ pub async fn fetch_origin(
     let head = fill_head(ctx, &ex.req, conn.peer.ip(), extra);
     let t0 = SystemTime::now();
     let up = fetch_with(
-        ctx.w,
+        ctx.w.upstream(),
         Some((conn, ex)),
         &ctx.p.upstream,
         &head,
@@ -112,7 +112,7 @@ pub async fn fetch_and_fill(
     ex: &mut Exchange,
     handle: Option<FillHandle>,
     st: CacheStatus,
-    store: bool,
+    store: MayStore,
 ) -> Result<(), ExchangeError> {
     let (up, t0, t1) = fetch_origin(ctx, conn, ex, b"").await;
     match up {
@@ -140,7 +140,7 @@ pub async fn upstream_failed(
         tracing::error!(
             "upstream \"{}\": {} while proxying \"{} {}\" for {}",
             ctx.p.upstream.name,
-            proxy::describe(&e),
+            e,
             ex.req.method.as_str(),
             ex.req.target,
             conn.peer
@@ -151,8 +151,17 @@ pub async fn upstream_failed(
         ex.body = None;
     }
     let page = error_page(status);
-    let extra = proxy::error_headers(ex, ctx.route);
-    respond_page(conn, ex, ctx.shared, status, "text/html", &page, &extra).await
+    let extra = proxy::error_headers(ex, &ctx.route.add_headers);
+    respond_page(
+        conn,
+        ex,
+        &ctx.shared.timeouts,
+        status,
+        "text/html",
+        &page,
+        &extra,
+    )
+    .await
 }
 
 /// The origin answered a fill: decide whether to store it, publish the head to the
@@ -165,11 +174,11 @@ pub async fn respond(
     up: UpstreamResponse,
     handle: Option<FillHandle>,
     st: CacheStatus,
-    store: bool,
+    store: MayStore,
     t0: SystemTime,
     t1: SystemTime,
 ) -> Result<(), ExchangeError> {
-    let writer = if store {
+    let writer = if store == MayStore::Yes {
         open_writer(ctx, &ex.req.headers, &up, t0, t1)
     } else {
         None
@@ -300,7 +309,7 @@ pub async fn pump(
                 range_head(ctx, ex, &up, &r, &mut out);
                 want = r.unwrap_or(0..0);
             }
-            None => chunked = client_head(&mut out, ex, &up.head, ctx.route),
+            None => chunked = client_head(&mut out, ex, &up.head, &ctx.route.add_headers),
         }
         to_client = !ex.is_head();
     }
@@ -425,7 +434,7 @@ pub async fn pump(
     }
     flush(&mut client, &mut out, send, &mut client_error).await;
     let done = dec.is_done();
-    up.release(ctx.w, group, done);
+    up.release(&ctx.w.pool, group, done);
     match client_error {
         Some(e) => Err(ExchangeError::Client(e)),
         None => Ok(()),
@@ -448,8 +457,9 @@ fn leader_range(
     if up.head.status != 200 || !ex.req.headers.contains("range") {
         return None;
     }
-    match evaluate_range(store.writer.meta(), &ex.req.headers, len) {
-        RangeOutcome::Partial(r) if r.len() == 1 => Some(Some(r[0].clone())),
+    let v = edge_cache::hit::validators(store.writer.meta());
+    match edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &v, len) {
+        RangeOutcome::Partial(r) if r.len() == 1 => Some(Some(r[0].as_range())),
         RangeOutcome::Unsatisfiable => Some(None),
         _ => None,
     }

@@ -10,12 +10,14 @@
 //! larger ones follow the head by `sendfile` (or `pread` in chunks when sendfile is off),
 //! so the body is never copied more than once.
 
-use super::{mark, CacheStatus, Ctx};
-use crate::handlers::simple::bodiless;
-use crate::server::conn::Conn;
-use crate::server::exchange::{Exchange, ExchangeError};
-use edge_cache::hit::{evaluate_range, multipart_layout, not_modified, RangeOutcome};
+use super::ctx::{mark, CacheStatus, Ctx};
+use crate::http::conn::Conn;
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::respond::bodiless;
+use crate::http::send::send_file_range;
+use edge_cache::hit::{content_type, not_modified, validators};
 use edge_cache::{policy, HitEntry, ObjectMeta};
+use edge_http::{Boundary, MultipartLayout, RangeIgnored, RangeOutcome};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
@@ -50,7 +52,7 @@ pub async fn serve(
     }
     let meta = entry.meta.clone();
     let age = policy::age(&meta, SystemTime::now()).as_secs();
-    if not_modified(&meta, &ex.req.headers) {
+    if not_modified(&meta, &ex.req.method, &ex.req.headers) {
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
         write_not_modified(ctx, ex, &meta, age, &mut out);
         conn.write_all(&out, shared.timeouts.send).await?;
@@ -58,12 +60,12 @@ pub async fn serve(
     }
     let len = entry.body_len;
     let outcome = if meta.status == 200 {
-        evaluate_range(&meta, &ex.req.headers, len)
+        edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &validators(&meta), len)
     } else {
-        RangeOutcome::Full
+        RangeOutcome::Full(RangeIgnored::NotOk)
     };
     let sent = match outcome {
-        RangeOutcome::Full => {
+        RangeOutcome::Full(_) => {
             let mut out = head_buf(&meta, 0);
             ex.begin_head(&mut out, meta.status);
             out.extend_from_slice(&meta.header_block);
@@ -79,7 +81,7 @@ pub async fn serve(
             }
         }
         RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
-            let r = ranges[0].clone();
+            let r = ranges[0].as_range();
             let mut out = head_buf(&meta, 64);
             write_partial_head(ex, &mut out, &meta, &r, len);
             finish_head(ctx, ex, age, &mut out);
@@ -91,13 +93,13 @@ pub async fn serve(
             }
         }
         RangeOutcome::Partial(ranges) => {
-            let boundary = format!("{:016x}", entry.hash as u64);
-            let (parts, tail, total) = multipart_layout(&meta, &ranges, len, &boundary);
+            let boundary = Boundary::from_seed(entry.hash as u64);
+            let layout = MultipartLayout::new(&ranges, len, content_type(&meta), boundary.as_str());
             let mut out = head_buf(&meta, 128);
             ex.begin_head(&mut out, 206);
             copy_block_without(&meta.header_block, REPLACED_ON_PARTS, &mut out);
-            let ct = format!("multipart/byteranges; boundary={boundary}");
-            edge_http::write_header(&mut out, "Content-Type", ct.as_bytes());
+            let total = layout.content_length();
+            edge_http::write_header(&mut out, "Content-Type", layout.content_type());
             edge_http::write_header(&mut out, "Content-Length", total.to_string().as_bytes());
             finish_head(ctx, ex, age, &mut out);
             if ex.is_head() {
@@ -105,14 +107,14 @@ pub async fn serve(
                 0
             } else {
                 let mut sent = 0;
-                for part in parts {
-                    out.extend_from_slice(&part.head);
+                for part in layout.parts() {
+                    out.extend_from_slice(part.head);
                     sent += part.head.len() as u64;
-                    sent +=
-                        send_body(ctx, conn, &entry, std::mem::take(&mut out), part.range).await?;
+                    let body = part.range.as_range();
+                    sent += send_body(ctx, conn, &entry, std::mem::take(&mut out), body).await?;
                 }
-                conn.write_all(&tail, shared.timeouts.send).await?;
-                sent + tail.len() as u64
+                conn.write_all(layout.tail(), shared.timeouts.send).await?;
+                sent + layout.tail().len() as u64
             }
         }
         RangeOutcome::Unsatisfiable => {
@@ -232,49 +234,14 @@ async fn send_body(
     }
     // The body follows at once: let the head share its first segment (nginx's
     // `tcp_nopush`) instead of leaving as a tiny packet that wakes the client alone.
-    write_all_more(conn, &head, send).await?;
+    conn.write_all_more(&head, send).await?;
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
-    match io
-        .send_range(conn, &entry.file, off, n, ctx.shared.sendfile, send)
-        .await
-    {
+    match send_file_range(conn, io, &entry.file, off, n, ctx.shared.send_mode, send).await {
         Ok(k) => Ok(k),
         Err(e) if is_file_error(&e) => Err(abort(e)),
         Err(e) => Err(ExchangeError::Client(e)),
     }
-}
-
-/// `write_all` with `MSG_MORE`: the kernel holds the last partial segment for the data
-/// the caller sends next (here, by sendfile, which pushes when it ends). Each send must
-/// make progress within `limit`, like [`Conn::write_all`].
-async fn write_all_more(
-    conn: &mut Conn,
-    mut buf: &[u8],
-    limit: std::time::Duration,
-) -> io::Result<()> {
-    use tokio::io::Interest;
-    while !buf.is_empty() {
-        let io = &conn.io;
-        let step = async {
-            loop {
-                io.writable().await?;
-                match io.try_io(Interest::WRITABLE, || {
-                    socket2::SockRef::from(io).send_with_flags(buf, libc::MSG_MORE)
-                }) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    other => return other,
-                }
-            }
-        };
-        match tokio::time::timeout(limit, step).await {
-            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => buf = &buf[n..],
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(crate::server::conn::timed_out("send")),
-        }
-    }
-    Ok(())
 }
 
 fn is_file_error(e: &io::Error) -> bool {

@@ -13,12 +13,13 @@
 //!   `stale-if-error`) → the stale object (`STALE`), with a log line;
 //! - any other full response replaces the object like a miss (`EXPIRED`).
 
+use super::ctx::{fill_head, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::fill::{self, open_writer, publish, pump};
-use super::{fill_head, hit, CacheStatus, Ctx, OwnedCtx};
+use super::hit;
 use crate::config::UseStale;
-use crate::handlers::proxy::{fetch_with, UpstreamError};
-use crate::server::conn::Conn;
-use crate::server::exchange::{Exchange, ExchangeError};
+use crate::http::conn::Conn;
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::upstream::{fetch_with, UpstreamError};
 use edge_cache::policy::{self, StaleReason};
 use edge_cache::{FillHandle, HitEntry, Lookup, ObjectMeta};
 use edge_http::{HeaderMap, Method, RequestHead};
@@ -140,14 +141,15 @@ fn apply_304(
 }
 
 /// A stale lookup. `handle` is the collapse lock when this request leads the refresh;
-/// `store` is false under `no_cache`/`cache_min_uses` (a full response is not stored).
+/// `store` is `MayStore::No` under `no_cache`/`cache_min_uses` (a full response is not
+/// stored).
 pub async fn revalidate(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
     handle: Option<FillHandle>,
     entry: HitEntry,
-    store: bool,
+    store: MayStore,
 ) -> Result<(), ExchangeError> {
     let now = SystemTime::now();
     if let Some(h) = handle {
@@ -157,7 +159,7 @@ pub async fn revalidate(
         }
         return foreground(ctx, conn, ex, Some(h), entry, store).await;
     }
-    if background_allowed(ctx, &entry.meta, now) && store {
+    if background_allowed(ctx, &entry.meta, now) && store == MayStore::Yes {
         // No lock (cache_lock = false): still refresh only in the background.
         spawn_background(ctx, &ex.req, conn.peer.ip(), None);
         return hit::serve(ctx, conn, ex, entry, CacheStatus::Updating).await;
@@ -171,7 +173,7 @@ async fn foreground(
     ex: &mut Exchange,
     handle: Option<FillHandle>,
     mut entry: HitEntry,
-    store: bool,
+    store: MayStore,
 ) -> Result<(), ExchangeError> {
     let extra = validators(ctx, &entry.meta);
     let conditional = !extra.is_empty();
@@ -184,19 +186,19 @@ async fn foreground(
                 tracing::warn!(
                     "upstream \"{}\": {}; serving stale {}",
                     ctx.p.upstream.name,
-                    crate::handlers::proxy::describe(&e),
+                    e,
                     ctx.key
                 );
                 return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
             }
-            super::mark(ctx.w, ex, CacheStatus::Expired);
+            super::ctx::mark(ctx.w, ex, CacheStatus::Expired);
             return fill::upstream_failed(ctx, conn, ex, e).await;
         }
     };
     let status = up.head.status;
     if status == 304 && conditional {
         let resp = std::mem::take(&mut up.head.headers);
-        up.release(ctx.w, &ctx.p.upstream, true);
+        up.release(&ctx.w.pool, &ctx.p.upstream, true);
         apply_304(ctx, &mut entry, &ex.req.headers, &resp, t0, t1);
         drop(handle); // followers join again and find the refreshed object
         return hit::serve(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
@@ -271,7 +273,7 @@ impl Background {
             .unwrap_or_default();
         let head = fill_head(&ctx, &self.req, self.peer, &extra);
         let t0 = SystemTime::now();
-        let up = fetch_with(ctx.w, None, &p.upstream, &head, &Method::Get).await;
+        let up = fetch_with(ctx.w.upstream(), None, &p.upstream, &head, &Method::Get).await;
         let t1 = SystemTime::now();
         let up = match up {
             Ok(up) => up,
@@ -279,7 +281,7 @@ impl Background {
                 tracing::warn!(
                     "upstream \"{}\": {} during background update of {}",
                     p.upstream.name,
-                    crate::handlers::proxy::describe(&e),
+                    e,
                     ctx.key
                 );
                 return;
@@ -288,7 +290,7 @@ impl Background {
         if let (Some(mut e), 304) = (entry, up.head.status) {
             if !extra.is_empty() {
                 let resp = up.head.headers.clone();
-                up.release(ctx.w, &p.upstream, true);
+                up.release(&ctx.w.pool, &p.upstream, true);
                 apply_304(&ctx, &mut e, &self.req.headers, &resp, t0, t1);
                 drop(handle);
                 return;

@@ -11,14 +11,15 @@
 //! client continues from an in-memory relay (the fill task passes the rest of the
 //! origin's body through a bounded channel), while the followers' connections are cut.
 
-use super::{hit, mark, CacheStatus, Ctx};
-use crate::handlers::simple::bodiless;
-use crate::server::conn::Conn;
-use crate::server::exchange::{Exchange, ExchangeError};
+use super::ctx::{mark, CacheStatus, Ctx, MayStore};
+use super::hit;
+use crate::http::conn::Conn;
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::respond::bodiless;
 use bytes::Bytes;
-use edge_cache::hit::{evaluate_range, RangeOutcome};
 use edge_cache::inflight::{known_len, FillError};
 use edge_cache::{policy, Fill, FillHead, WaitHead};
+use edge_http::RangeOutcome;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -58,7 +59,7 @@ pub enum Followed {
     /// Fetch on our own: uncached after "not storable" or `cache_lock_timeout`
     /// (`store` false), or storing our own variant when the leader's response varies
     /// and this request wants another one (`store` true).
-    Alone { store: bool },
+    Alone { store: MayStore },
 }
 
 /// A collapsed follower: wait for the leader's head, then stream the object as it is
@@ -72,13 +73,19 @@ pub async fn follow(
     let head = match fill.wait_head().await {
         WaitHead::Head(h) => h,
         WaitHead::Retry => return Followed::Retry,
-        WaitHead::Uncacheable | WaitHead::TimedOut => return Followed::Alone { store: false },
+        WaitHead::Uncacheable | WaitHead::TimedOut => {
+            return Followed::Alone {
+                store: MayStore::No,
+            }
+        }
     };
     // The leader's response varies on request headers this request may not share.
     if !head.meta.vary.is_empty()
         && edge_cache::variant_key(&ctx.key, &head.meta.vary, &ex.req.headers) != head.meta.key
     {
-        return Followed::Alone { store: true };
+        return Followed::Alone {
+            store: MayStore::Yes,
+        };
     }
     mark(ctx.w, ex, CacheStatus::Hit);
     Followed::Done(stream_fill(ctx, conn, ex, fill, head, None).await)
@@ -113,7 +120,7 @@ pub async fn stream_fill(
     let meta = &head.meta;
     let age = policy::age(meta, SystemTime::now()).as_secs();
     let mut out = Vec::with_capacity(512 + meta.header_block.len() + extra.len());
-    if edge_cache::hit::not_modified(meta, &ex.req.headers) {
+    if edge_cache::hit::not_modified(meta, &ex.req.method, &ex.req.headers) {
         hit::write_not_modified(ctx, ex, meta, age, &mut out);
         conn.write_all(&out, send).await?;
         return Ok(());
@@ -125,8 +132,9 @@ pub async fn stream_fill(
     // answer to a Range request (RFC 9110 14.2).
     let mut want: Option<Range<u64>> = None;
     if let (Some(len), 200) = (known_len(meta), meta.status) {
-        match evaluate_range(meta, &ex.req.headers, len) {
-            RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].clone()),
+        let v = edge_cache::hit::validators(meta);
+        match edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &v, len) {
+            RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].as_range()),
             RangeOutcome::Unsatisfiable => {
                 hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
                 conn.write_all(&out, send).await?;
@@ -166,7 +174,7 @@ pub async fn stream_fill(
         want: want.unwrap_or(0..u64::MAX),
         chunked,
         io: &ctx.w.file_io,
-        sendfile: shared.sendfile,
+        send_mode: shared.send_mode,
         send,
         sent: 0,
     };
@@ -216,7 +224,7 @@ struct Body<'a> {
     want: Range<u64>,
     chunked: bool,
     io: &'a crate::aio::FileBackend,
-    sendfile: bool,
+    send_mode: crate::http::send::SendMode,
     send: std::time::Duration,
     sent: u64,
 }
@@ -236,11 +244,16 @@ impl Body<'_> {
         let n = hi - lo;
         self.chunk_header(n).await?;
         let off = self.body_offset + lo;
-        match self
-            .io
-            .send_range(self.conn, self.file, off, n, self.sendfile, self.send)
-            .await
-        {
+        let send = crate::http::send::send_file_range(
+            self.conn,
+            self.io,
+            self.file,
+            off,
+            n,
+            self.send_mode,
+            self.send,
+        );
+        match send.await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(ExchangeError::Aborted(format!("reading cache fill: {e}")))

@@ -1,24 +1,26 @@
 //! The compiled configuration that workers read on every request: routes with their
-//! handlers resolved, upstream groups, limits and timeouts. Built once from a validated
-//! [`Config`] and swapped whole on SIGHUP (an `ArcSwap`), so a reload never leaves a
-//! request half-old, half-new.
+//! handlers resolved ([`route`]), the open cache zones ([`caches`]), upstream groups,
+//! limits and timeouts. Built once from a validated [`Config`] and swapped whole on
+//! SIGHUP (an `ArcSwap`), so a reload never leaves a request half-old, half-new.
+//!
+//! This is data: it names no handler code. The handlers read it; the server builds it.
 
-use super::caches::Caches;
-use super::route::Router;
-use crate::config::{validate::Cidr, Config};
+pub mod caches;
+mod error;
+pub mod route;
+
+pub use error::StateError;
+
+use crate::config::validate::Cidr;
+use crate::config::Config;
+use crate::http::send::SendMode;
+use crate::http::Timeouts;
 use crate::upstream::UpstreamGroup;
+use caches::Caches;
 use edge_http::Limits;
+use route::Router;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    pub client_header: Duration,
-    pub client_body: Duration,
-    pub send: Duration,
-    pub keepalive: Duration,
-}
 
 pub struct Shared {
     pub router: Router,
@@ -29,7 +31,8 @@ pub struct Shared {
     pub timeouts: Timeouts,
     pub keepalive_requests: u64,
     pub admin_allow: Vec<Cidr>,
-    pub sendfile: bool,
+    /// `aio.sendfile`, decided once per config generation.
+    pub send_mode: SendMode,
     /// Config generation (1 at start, +1 per reload), shown in /status.
     pub generation: u64,
 }
@@ -42,7 +45,7 @@ impl Shared {
         generation: u64,
         previous: Option<&Shared>,
         caches: Caches,
-    ) -> Result<Shared, String> {
+    ) -> Result<Shared, StateError> {
         let mut upstreams = HashMap::new();
         for u in &cfg.upstream {
             let group = UpstreamGroup::from_config(u)?;
@@ -80,7 +83,7 @@ impl Shared {
             },
             keepalive_requests: cfg.keepalive_requests,
             admin_allow,
-            sendfile: cfg.aio.sendfile,
+            send_mode: SendMode::from_config(cfg.aio.sendfile),
             generation,
         })
     }

@@ -3,6 +3,7 @@
 //! does no name lookups.
 
 use super::caches::Caches;
+use super::error::StateError;
 use crate::config::{Config, Location};
 use crate::upstream::UpstreamGroup;
 use edge_cache::{Cache, PolicyConfig, StatusMatch};
@@ -79,13 +80,13 @@ impl Router {
         cfg: &Config,
         upstreams: &HashMap<String, Arc<UpstreamGroup>>,
         caches: &Caches,
-    ) -> Result<Router, String> {
+    ) -> Result<Router, StateError> {
         let mut r = Router::default();
         for loc in &cfg.location {
             let handler = if let Some(p) = &loc.proxy {
                 let upstream = upstreams
                     .get(p.get_ref())
-                    .ok_or_else(|| format!("no upstream {:?}", p.get_ref()))?
+                    .ok_or_else(|| StateError::UnknownUpstream(p.get_ref().clone()))?
                     .clone();
                 let caches = loc
                     .cache
@@ -95,7 +96,7 @@ impl Router {
                         caches
                             .get(n)
                             .cloned()
-                            .ok_or_else(|| format!("cache {n:?} is not open"))
+                            .ok_or_else(|| StateError::CacheNotOpen(n.clone()))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Handler::Proxy(ProxyRoute {
@@ -129,7 +130,7 @@ impl Router {
             let (pattern, exact) = match (&loc.exact, &loc.prefix) {
                 (Some(e), _) => (e.get_ref().clone(), true),
                 (None, Some(p)) => (p.get_ref().clone(), false),
-                (None, None) => return Err("location without prefix or exact".into()),
+                (None, None) => return Err(StateError::LocationWithoutMatch),
             };
             let route = Arc::new(Route {
                 pattern: pattern.clone(),

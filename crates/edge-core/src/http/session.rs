@@ -9,17 +9,51 @@
 
 use super::conn::Conn;
 use super::exchange::{Exchange, ExchangeError};
-use super::route::Handler;
-use super::state::Shared;
-use super::worker::Worker;
-use crate::handlers;
+use super::Timeouts;
+use crate::metrics::WorkerStats;
 use bytes::Buf;
+use edge_http::Limits;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+/// The limits a session applies, from the config snapshot of the moment.
+pub struct SessionParams<'a> {
+    pub limits: &'a Limits,
+    pub timeouts: &'a Timeouts,
+    pub keepalive_requests: u64,
+}
+
+/// What the session loop needs from the layer above it: the config snapshot to apply to
+/// the next request, the counters and shutdown signal of its worker, the request
+/// handler (the router), and the access log. The session never names the worker or
+/// the handlers: they implement this.
+#[allow(async_fn_in_trait)]
+pub trait Service {
+    /// A config snapshot, taken once per request so a reload never changes a request
+    /// half-way.
+    type Config;
+
+    fn config(&self) -> Self::Config;
+    fn params(cfg: &Self::Config) -> SessionParams<'_>;
+    fn stats(&self) -> &WorkerStats;
+    /// Flips to true when the worker starts draining.
+    fn shutdown(&self) -> &tokio::sync::watch::Receiver<bool>;
+    /// Answers one request (routing included).
+    async fn call(
+        &self,
+        cfg: &Self::Config,
+        conn: &mut Conn,
+        ex: &mut Exchange,
+    ) -> Result<(), ExchangeError>;
+    /// Called once per answered request, after the response.
+    fn log(&self, peer: &SocketAddr, ex: &Exchange);
+
+    fn draining(&self) -> bool {
+        *self.shutdown().borrow()
+    }
+}
 
 enum HeadOutcome {
     Request(Box<edge_http::RequestHead>, usize),
@@ -29,19 +63,21 @@ enum HeadOutcome {
     Error(u16),
 }
 
-pub async fn serve(w: &Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
+/// Serves one client connection until it closes.
+pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
     let mut conn = Conn::new(stream, peer);
     let mut served: u64 = 0;
     loop {
-        let shared = w.shared.load_full();
-        match read_head(w, &mut conn, &shared, served).await {
+        let cfg = w.config();
+        let params = S::params(&cfg);
+        match read_head(w, &mut conn, &params, served).await {
             HeadOutcome::Close => break,
             HeadOutcome::Error(status) => {
                 w.stats().bad_requests.fetch_add(1, Relaxed);
                 w.stats().count_status(status);
                 w.stats().requests.fetch_add(1, Relaxed);
                 let _ = conn
-                    .write_all(&edge_http::error_response(status), shared.timeouts.send)
+                    .write_all(&edge_http::error_response(status), params.timeouts.send)
                     .await;
                 tracing::info!("client {peer}: request rejected with {status}");
                 break;
@@ -50,19 +86,23 @@ pub async fn serve(w: &Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
                 conn.rbuf.advance(n);
                 served += 1;
                 let keep_alive = req.keep_alive
-                    && served < shared.keepalive_requests
-                    && !shared.timeouts.keepalive.is_zero()
+                    && served < params.keepalive_requests
+                    && !params.timeouts.keepalive.is_zero()
                     && !w.draining();
-                let mut ex =
-                    Exchange::new(*req, keep_alive, shared.limits.max_body, w.shutdown.clone());
-                let result = dispatch(w, &mut conn, &mut ex, &shared).await;
+                let mut ex = Exchange::new(
+                    *req,
+                    keep_alive,
+                    params.limits.max_body,
+                    w.shutdown().clone(),
+                );
+                let result = w.call(&cfg, &mut conn, &mut ex).await;
                 let stats = w.stats();
                 stats.requests.fetch_add(1, Relaxed);
                 if ex.status != 0 {
                     stats.count_status(ex.status);
                 }
                 stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
-                w.access_log.borrow_mut().log(&conn.peer, &ex);
+                w.log(&conn.peer, &ex);
                 match result {
                     Ok(()) if ex.keep_alive && ex.body.is_none() => continue,
                     Ok(()) => break,
@@ -72,7 +112,7 @@ pub async fn serve(w: &Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
                     }
                     Err(ExchangeError::Aborted(why)) => {
                         tracing::warn!("client {peer}: response aborted: {why}");
-                        abort(conn.io);
+                        crate::net::sys::close_with_reset(conn.io);
                         return;
                     }
                 }
@@ -82,22 +122,21 @@ pub async fn serve(w: &Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
     let _ = conn.io.shutdown().await;
 }
 
-/// Closes with RST so the client cannot mistake a cut response for a complete one.
-fn abort(io: TcpStream) {
-    let _ = socket2::SockRef::from(&io).set_linger(Some(std::time::Duration::ZERO));
-    drop(io);
-}
-
-async fn read_head(w: &Worker, conn: &mut Conn, shared: &Shared, served: u64) -> HeadOutcome {
+async fn read_head<S: Service>(
+    w: &S,
+    conn: &mut Conn,
+    params: &SessionParams<'_>,
+    served: u64,
+) -> HeadOutcome {
     // Between requests: wait for the first byte with keepalive_timeout, and leave at once
     // on shutdown. Once a byte is in, the whole head has client_header_timeout.
     if conn.rbuf.is_empty() {
         let idle = if served == 0 {
-            shared.timeouts.client_header
+            params.timeouts.client_header
         } else {
-            shared.timeouts.keepalive
+            params.timeouts.keepalive
         };
-        let mut shutdown = w.shutdown.clone();
+        let mut shutdown = w.shutdown().clone();
         if served > 0 && w.draining() {
             return HeadOutcome::Close;
         }
@@ -114,14 +153,14 @@ async fn read_head(w: &Worker, conn: &mut Conn, shared: &Shared, served: u64) ->
             Err(_) => return HeadOutcome::Close,
         }
     }
-    let deadline = tokio::time::Instant::now() + shared.timeouts.client_header;
+    let deadline = tokio::time::Instant::now() + params.timeouts.client_header;
     // parse_request starts from the beginning each time, so parse again only when the
     // new bytes hold a line end (a head cannot complete without one). A client trickling
     // a head one byte at a time then costs one parse per line, not one per byte.
     let mut reparse = true;
     loop {
         if reparse {
-            match edge_http::parse_request(&conn.rbuf, &shared.limits) {
+            match edge_http::parse_request(&conn.rbuf, params.limits) {
                 Ok(Some((head, n))) => return HeadOutcome::Request(Box::new(head), n),
                 Ok(None) => {}
                 Err(e) => return HeadOutcome::Error(e.status()),
@@ -135,29 +174,10 @@ async fn read_head(w: &Worker, conn: &mut Conn, shared: &Shared, served: u64) ->
                 w.stats().bytes_in.fetch_add(n as u64, Relaxed);
                 // Past the request-line limit the codec must see it to answer 414/431.
                 reparse = memchr::memchr(b'\n', &conn.rbuf[before..]).is_some()
-                    || conn.rbuf.len() > shared.limits.max_request_line;
+                    || conn.rbuf.len() > params.limits.max_request_line;
             }
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return HeadOutcome::Error(408),
             Err(_) => return HeadOutcome::Close,
         }
-    }
-}
-
-async fn dispatch(
-    w: &Rc<Worker>,
-    conn: &mut Conn,
-    ex: &mut Exchange,
-    shared: &Arc<Shared>,
-) -> Result<(), ExchangeError> {
-    let Some(route) = shared.router.find(ex.req.path()).cloned() else {
-        return handlers::simple::finish_without_body(conn, ex, shared, 404).await;
-    };
-    match &route.handler {
-        Handler::Proxy(p) => handlers::proxy::handle(w, conn, ex, shared, &route, p).await,
-        Handler::Static { root, index } => {
-            handlers::static_files::handle(w, conn, ex, shared, &route, root, index).await
-        }
-        Handler::Return(r) => handlers::simple::handle_return(conn, ex, shared, &route, r).await,
-        Handler::EmptyGif => handlers::simple::handle_empty_gif(conn, ex, shared, &route).await,
     }
 }

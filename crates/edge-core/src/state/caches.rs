@@ -3,6 +3,7 @@
 //! by name on reload, because each one owns a loader, a manager and an index that must
 //! not be rebuilt on every SIGHUP.
 
+use super::error::StateError;
 use crate::config::{validate::parse_levels, Config};
 use edge_cache::{Cache, CacheConfig};
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 pub type Caches = HashMap<String, Arc<Cache>>;
 
 /// Opens every zone of `cfg`, reusing the already open ones from `existing` by name.
-pub fn open_caches(cfg: &Config, existing: Option<&Caches>) -> Result<Caches, String> {
+pub fn open_caches(cfg: &Config, existing: Option<&Caches>) -> Result<Caches, StateError> {
     let mut out = HashMap::new();
     for z in &cfg.cache {
         let name = z.name.get_ref().clone();
@@ -47,8 +48,11 @@ pub fn open_caches(cfg: &Config, existing: Option<&Caches>) -> Result<Caches, St
             lock_timeout,
             ..CacheConfig::default()
         };
-        let cache = Cache::open(cc)
-            .map_err(|e| format!("cache \"{name}\" at {}: {e}", z.path.display()))?;
+        let cache = Cache::open(cc).map_err(|source| StateError::CacheOpen {
+            name: name.clone(),
+            path: z.path.clone(),
+            source,
+        })?;
         out.insert(name, cache);
     }
     Ok(out)

@@ -1,0 +1,135 @@
+//! Reading a config: the file or the embedded default, TOML parsing into the
+//! [`Config`](super::Config) types, semantic validation, and errors as
+//! `file:line: key: message`.
+
+use super::{validate, Config, ConfigError, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
+use std::path::Path;
+
+/// Where the config came from, for messages and for resolving relative paths.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<(Config, Source), ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: name.clone(),
+        line: 0,
+        key: "file".into(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let cfg = parse(&name, &text)?;
+    Ok((cfg, Source { name, text }))
+}
+
+/// The embedded default config.
+pub fn embedded_default() -> (Config, Source) {
+    let cfg =
+        parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG).expect("the embedded default config is valid");
+    (
+        cfg,
+        Source {
+            name: DEFAULT_CONFIG_NAME.into(),
+            text: DEFAULT_CONFIG.into(),
+        },
+    )
+}
+
+/// Parses and validates config text. `name` is used in error messages.
+pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
+    let cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
+    validate::validate(&cfg).map_err(|e| ConfigError {
+        file: name.into(),
+        line: match e.span {
+            Some(span) => line_of(text, span.start),
+            None => find_key_line(text, &e.key),
+        },
+        key: e.key,
+        message: e.message,
+    })?;
+    Ok(cfg)
+}
+
+/// Line of the first `key =` (last dotted part of `key`), or 1 when absent (a default).
+fn find_key_line(text: &str, key: &str) -> usize {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    text.lines()
+        .position(|l| line_key(l).as_deref() == Some(last))
+        .map(|i| i + 1)
+        .unwrap_or(1)
+}
+
+/// 1-based line number of a byte offset.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    let offset = offset.min(text.len());
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Turns a toml/serde error into `file:line: key: message`. The key is the dotted name
+/// of the table plus the `key =` on the error's line, which is what an operator looks for.
+fn from_toml_error(name: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let span = e.span().unwrap_or(0..0);
+    let line = if text.is_empty() {
+        1
+    } else {
+        line_of(text, span.start)
+    };
+    let mut message = e.message().trim().to_string();
+    let line_text = text.lines().nth(line.saturating_sub(1)).unwrap_or("");
+    let mut key = line_key(line_text).unwrap_or_default();
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some(end) = rest.find('`') {
+            key = rest[..end].to_string();
+            message = format!("unknown key; {}", message);
+        }
+    }
+    if let Some(table) = table_at(text, line) {
+        key = if key.is_empty() || key.starts_with('[') {
+            table
+        } else {
+            format!("{table}.{key}")
+        };
+    }
+    if key.is_empty() {
+        key = "config".into();
+    }
+    ConfigError {
+        file: name.into(),
+        line,
+        key,
+        message,
+    }
+}
+
+/// `name` in a `name = value` line.
+fn line_key(line: &str) -> Option<String> {
+    let l = line.trim();
+    if l.starts_with('[') {
+        return Some(l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    }
+    let eq = l.find('=')?;
+    Some(l[..eq].trim().trim_matches('"').to_string())
+}
+
+/// The `[table]`/`[[table]]` header in force at `line`.
+fn table_at(text: &str, line: usize) -> Option<String> {
+    text.lines()
+        .take(line)
+        .collect::<Vec<_>>()
+        .iter()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .map(|l| {
+            l.trim()
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string()
+        })
+}

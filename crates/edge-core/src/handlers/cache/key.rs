@@ -1,0 +1,188 @@
+//! The cache key (`cache_key` templates) and the `cache_bypass`/`no_cache` conditions.
+
+use crate::config::Condition;
+use edge_http::RequestHead;
+
+/// The primary cache key. Without a template: `http://{host}{path?query}` with the host
+/// lower-cased. A template may use nginx's names `$scheme`, `$host`, `$request_uri`
+/// (path and query), `$uri` (path) and `$args` (query); anything else is literal.
+pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
+    let host = req.host().unwrap_or("").to_ascii_lowercase();
+    let Some(t) = template else {
+        let pq = req.path_and_query();
+        let mut k = String::with_capacity(7 + host.len() + pq.len());
+        k.push_str("http://");
+        k.push_str(&host);
+        k.push_str(pq);
+        return k;
+    };
+    let mut out = String::with_capacity(t.len() + 64);
+    let mut rest = t;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let n = after
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .count();
+        let value = match &after[..n] {
+            "scheme" => Some("http"),
+            "host" => Some(host.as_str()),
+            "request_uri" => Some(req.path_and_query()),
+            "uri" => Some(req.path()),
+            "args" => Some(req.query().unwrap_or("")),
+            _ => None,
+        };
+        match value {
+            Some(v) => out.push_str(v),
+            None => {
+                out.push('$');
+                out.push_str(&after[..n]);
+            }
+        }
+        rest = &after[n..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Whether any `cache_bypass`/`no_cache` condition holds. Like nginx's variables, a
+/// header, cookie or query argument counts when present with a value that is neither
+/// empty nor `0`.
+pub fn conditions_match(conds: &[Condition], req: &RequestHead) -> bool {
+    conds.iter().any(|c| condition_holds(c, req))
+}
+
+fn truthy(v: &str) -> bool {
+    let v = v.trim();
+    !v.is_empty() && v != "0"
+}
+
+fn condition_holds(c: &Condition, req: &RequestHead) -> bool {
+    if let Some(h) = &c.header {
+        if req
+            .headers
+            .get_all(h)
+            .any(|v| truthy(&String::from_utf8_lossy(v)))
+        {
+            return true;
+        }
+    }
+    if let Some(name) = &c.cookie {
+        let found = req.headers.get_all("cookie").any(|v| {
+            String::from_utf8_lossy(v).split(';').any(|pair| {
+                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+                k.trim() == name && truthy(val)
+            })
+        });
+        if found {
+            return true;
+        }
+    }
+    if let Some(name) = &c.arg {
+        if let Some(q) = req.query() {
+            if q.split('&').any(|pair| {
+                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+                k == name && truthy(val)
+            }) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
+        let mut raw = format!("GET {target} HTTP/1.0\r\n"); // 1.0: Host optional
+        for (n, v) in headers {
+            raw.push_str(&format!("{n}: {v}\r\n"));
+        }
+        raw.push_str("\r\n");
+        edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn default_key_is_scheme_host_uri_with_lowercase_host() {
+        let r = req("/a/b?x=1", &[("Host", "Example.COM:8080")]);
+        assert_eq!(cache_key(None, &r), "http://example.com:8080/a/b?x=1");
+        let no_host = req("/p", &[]);
+        assert_eq!(cache_key(None, &no_host), "http:///p");
+    }
+
+    #[test]
+    fn key_templates_use_nginx_names() {
+        let r = req("/a/b?x=1&y=2", &[("Host", "h")]);
+        assert_eq!(cache_key(Some("$scheme://$host$uri"), &r), "http://h/a/b");
+        assert_eq!(cache_key(Some("$host$request_uri"), &r), "h/a/b?x=1&y=2");
+        assert_eq!(
+            cache_key(Some("$uri|$args|$nope|$"), &r),
+            "/a/b|x=1&y=2|$nope|$"
+        );
+        let bare = req("/a", &[("Host", "h")]);
+        assert_eq!(cache_key(Some("k:$args:"), &bare), "k::");
+    }
+
+    #[test]
+    fn conditions_need_a_nonempty_nonzero_value() {
+        let hdr = Condition {
+            header: Some("X-Bypass".into()),
+            cookie: None,
+            arg: None,
+        };
+        let cookie = Condition {
+            header: None,
+            cookie: Some("nocache".into()),
+            arg: None,
+        };
+        let arg = Condition {
+            header: None,
+            cookie: None,
+            arg: Some("fresh".into()),
+        };
+        let all = [hdr.clone(), cookie.clone(), arg.clone()];
+        assert!(!conditions_match(&all, &req("/", &[])));
+        assert!(conditions_match(
+            std::slice::from_ref(&hdr),
+            &req("/", &[("X-Bypass", "1")])
+        ));
+        assert!(!conditions_match(
+            std::slice::from_ref(&hdr),
+            &req("/", &[("X-Bypass", "0")])
+        ));
+        assert!(!conditions_match(
+            std::slice::from_ref(&hdr),
+            &req("/", &[("X-Bypass", "")])
+        ));
+        assert!(conditions_match(
+            std::slice::from_ref(&cookie),
+            &req("/", &[("Cookie", "a=b; nocache=yes")])
+        ));
+        assert!(!conditions_match(
+            std::slice::from_ref(&cookie),
+            &req("/", &[("Cookie", "xnocache=1; nocache=0")])
+        ));
+        assert!(!conditions_match(
+            &[cookie],
+            &req("/", &[("Cookie", "nocachex=1")])
+        ));
+        assert!(conditions_match(
+            std::slice::from_ref(&arg),
+            &req("/p?a=1&fresh=1", &[])
+        ));
+        assert!(!conditions_match(
+            std::slice::from_ref(&arg),
+            &req("/p?fresh=0", &[])
+        ));
+        assert!(!conditions_match(
+            std::slice::from_ref(&arg),
+            &req("/p?freshness=1", &[])
+        ));
+    }
+}

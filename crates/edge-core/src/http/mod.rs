@@ -1,0 +1,28 @@
+//! The HTTP/1.1 connection layer, below the handlers: a client [`conn::Conn`] (socket
+//! plus read buffer, per-operation timeouts), one request/response [`exchange::Exchange`],
+//! the [`session`] loop that reads heads and calls a [`session::Service`] for each, the
+//! small complete responses every handler sends ([`respond`]) and file bodies sent to the
+//! socket ([`send`]).
+//!
+//! Nothing here names a worker, a route or a handler: the layer above implements
+//! [`session::Service`] and passes what a call needs as arguments.
+
+pub mod conn;
+pub mod exchange;
+pub mod respond;
+pub mod send;
+pub mod session;
+
+pub use conn::Conn;
+pub use exchange::{Exchange, ExchangeError};
+
+use std::time::Duration;
+
+/// The client-side timeouts (nginx's names), applied per operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub client_header: Duration,
+    pub client_body: Duration,
+    pub send: Duration,
+    pub keepalive: Duration,
+}

@@ -1,0 +1,93 @@
+//! Complete small responses every handler sends: error pages (nginx's), and a status
+//! with a Content-Length body written in one write after the request body was consumed.
+
+use super::{Conn, Exchange, ExchangeError, Timeouts};
+
+/// A status with no body by definition (RFC 9110 6.4.1).
+pub fn bodiless(status: u16) -> bool {
+    status < 200 || status == 204 || status == 304
+}
+
+/// A small HTML error page, like nginx's.
+pub fn error_page(status: u16) -> Vec<u8> {
+    let reason = edge_http::reason_phrase(status);
+    format!(
+        "<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n<center><h1>{status} {reason}</h1></center>\r\n<hr><center>edgecache</center>\r\n</body>\r\n</html>\r\n"
+    )
+    .into_bytes()
+}
+
+/// Consumes the request body (if any), then sends a complete response. If the body
+/// cannot be consumed (too large: 413, broken: 400) that error is sent instead and the
+/// connection closes.
+pub async fn respond(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    t: &Timeouts,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    extra_headers: &[u8],
+) -> Result<(), ExchangeError> {
+    if let Err(code) = ex.discard_body(conn, t.client_body, t.send).await {
+        ex.keep_alive = false;
+        ex.body = None;
+        let page = error_page(code);
+        return write_response(conn, ex, t, code, "text/html", &page, b"").await;
+    }
+    write_response(conn, ex, t, status, content_type, body, extra_headers).await
+}
+
+/// Writes a complete response with a Content-Length body (none for HEAD or bodiless
+/// statuses) in one write.
+pub async fn write_response(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    t: &Timeouts,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    extra_headers: &[u8],
+) -> Result<(), ExchangeError> {
+    let mut out = Vec::with_capacity(256 + body.len());
+    ex.begin_head(&mut out, status);
+    let no_body = bodiless(status);
+    if !no_body {
+        edge_http::write_header(&mut out, "Content-Type", content_type.as_bytes());
+        edge_http::write_header(
+            &mut out,
+            "Content-Length",
+            body.len().to_string().as_bytes(),
+        );
+    }
+    out.extend_from_slice(extra_headers);
+    ex.end_head(&mut out);
+    if !no_body && !ex.is_head() {
+        out.extend_from_slice(body);
+        ex.body_bytes_sent = body.len() as u64;
+    }
+    conn.write_all(&out, t.send).await?;
+    Ok(())
+}
+
+/// An error page for `status`, after consuming the request body.
+pub async fn finish_without_body(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    t: &Timeouts,
+    status: u16,
+) -> Result<(), ExchangeError> {
+    let page = error_page(status);
+    respond(conn, ex, t, status, "text/html", &page, b"").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_pages_name_the_status() {
+        let p = String::from_utf8(error_page(404)).unwrap();
+        assert!(p.contains("404 Not Found"));
+    }
+}

@@ -1,0 +1,196 @@
+//! Every raw socket syscall of the server, in one place (nginx keeps its in
+//! `src/os/unix`): `sendfile(2)`, `send(2)` with `MSG_MORE`, `SO_LINGER` for a reset on
+//! close, and the epoll calls of the `exclusive` accept strategy. Each `unsafe` block
+//! says why it is sound, and each wrapper is tested below with real sockets.
+//!
+//! The async helpers take a tokio `TcpStream` and wait for writability in the worker's
+//! own reactor; a caller bounds each call's progress with its own timeout.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// One `sendfile(2)` of at most `len` bytes of `file_fd` from `*offset` to the socket,
+/// once the socket is writable. Advances `*offset`; `Ok(0)` means the file ended.
+pub async fn sendfile_once(
+    sock: &TcpStream,
+    file_fd: RawFd,
+    offset: &mut u64,
+    len: usize,
+) -> io::Result<usize> {
+    let out_fd = sock.as_raw_fd();
+    let mut off = *offset as libc::off_t;
+    let n = sock
+        .async_io(Interest::WRITABLE, || {
+            // SAFETY: `out_fd` is the socket we borrow and `file_fd` is an open file the
+            // caller borrows for the call; `off` is a valid off_t the kernel reads and
+            // advances; no buffer is passed.
+            let n = unsafe { libc::sendfile(out_fd, file_fd, &mut off, len) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })
+        .await?;
+    *offset = off as u64;
+    Ok(n)
+}
+
+/// One `send(2)` with `MSG_MORE`: the kernel holds the last partial segment for the
+/// bytes the caller sends next (a sendfile'd body), as nginx's `tcp_nopush` does.
+pub async fn send_more_once(sock: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        sock.writable().await?;
+        match sock.try_io(Interest::WRITABLE, || {
+            socket2::SockRef::from(sock).send_with_flags(buf, libc::MSG_MORE)
+        }) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Closes with RST (`SO_LINGER` 0), so a client cannot mistake a cut response for a
+/// complete one.
+pub fn close_with_reset(sock: TcpStream) {
+    let _ = socket2::SockRef::from(&sock).set_linger(Some(std::time::Duration::ZERO));
+    drop(sock);
+}
+
+/// A private epoll instance (the `exclusive` accept strategy's waiting room).
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 has no pointer arguments; a non-negative result is a new
+        // fd that nothing else owns, so OwnedFd may take it.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("epoll_create1() failed: {e}"),
+            ));
+        }
+        // SAFETY: see above: `raw` is a fresh fd owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Epoll { fd })
+    }
+
+    /// Registers `fd` for readability with `EPOLLEXCLUSIVE` (one waiter is woken per
+    /// event, not all), tagged with `token`.
+    pub fn add_exclusive(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+            u64: token,
+        };
+        // SAFETY: both fds are open (we own `self.fd`; the caller's `fd` is borrowed
+        // for the call); `ev` is a valid epoll_event the kernel only reads.
+        if unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("epoll_ctl(EPOLLEXCLUSIVE) failed: {e}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks until at least one registered fd is ready; returns their tokens.
+    pub fn wait(&self) -> io::Result<Vec<u64>> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        // SAFETY: `events` is a writable array of 8 epoll_event and we pass its length.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                -1,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(events[..n as usize].iter().map(|e| e.u64).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A connected pair: (server side as tokio stream, client side as std stream).
+    async fn pair() -> (TcpStream, std::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = std::net::TcpStream::connect(addr).unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (s, c)
+    }
+
+    #[test]
+    fn sendfile_sends_the_range_and_reports_eof() {
+        rt().block_on(async {
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(b"0123456789").unwrap();
+            let (s, mut c) = pair().await;
+            let mut off = 2;
+            let n = sendfile_once(&s, f.as_raw_fd(), &mut off, 5).await.unwrap();
+            assert_eq!((n, off), (5, 7));
+            let mut got = [0u8; 5];
+            c.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"23456");
+            let mut off = 10;
+            assert_eq!(
+                sendfile_once(&s, f.as_raw_fd(), &mut off, 5).await.unwrap(),
+                0
+            );
+        });
+    }
+
+    #[test]
+    fn send_more_delivers_bytes() {
+        rt().block_on(async {
+            let (s, mut c) = pair().await;
+            assert_eq!(send_more_once(&s, b"head").await.unwrap(), 4);
+            // MSG_MORE only delays; closing pushes what is held.
+            drop(s);
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).unwrap();
+            assert_eq!(got, b"head");
+        });
+    }
+
+    #[test]
+    fn close_with_reset_sends_rst() {
+        rt().block_on(async {
+            let (s, mut c) = pair().await;
+            close_with_reset(s);
+            let mut buf = [0u8; 1];
+            let e = c.read(&mut buf).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionReset);
+        });
+    }
+
+    #[test]
+    fn epoll_reports_the_ready_token() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = Epoll::new().unwrap();
+        ep.add_exclusive(l.as_raw_fd(), 7).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert_eq!(ep.wait().unwrap(), vec![7]);
+        assert!(ep.add_exclusive(-1, 0).is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! Relaying an upstream response to the client: the response head (hop-by-hop, Date,
+//! Server and framing headers replaced by ours) and the body, streamed with
+//! backpressure: we read from the upstream only as fast as the client takes bytes, so a
+//! slow client never makes us buffer a whole object. [`proxy_pass`] is the whole
+//! uncached proxy exchange, used by the proxy handler and by the cache's bypass.
+//!
+//! A failure after the head was sent can only be signalled by cutting the connection
+//! (RST), which the session does for `ExchangeError::Aborted`.
+
+use super::client::{fetch, Local, UpstreamError, UpstreamResponse, UP_BUF};
+use super::UpstreamGroup;
+use crate::http::conn::timed_out;
+use crate::http::respond::{error_page, respond};
+use crate::http::{Conn, Exchange, ExchangeError, Timeouts};
+use bytes::Buf;
+use edge_http::{BodyDecoder, BodyKind, HeaderMap, ResponseHead};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+
+/// Bytes gathered before a write to the client (head plus the first body bytes go out in
+/// one write for small objects).
+const FLUSH_AT: usize = 64 * 1024;
+
+/// Proxies one request without the cache (also the cache's bypass path): fetch, then
+/// relay; an error before the head is answered with a 502/504 page and one log line.
+/// `add_headers` are the location's pre-serialised `add_header` lines.
+pub async fn proxy_pass(
+    w: Local<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    t: &Timeouts,
+    add_headers: &[u8],
+    group: &Arc<UpstreamGroup>,
+) -> Result<(), ExchangeError> {
+    match fetch(w, conn, ex, group).await {
+        Ok(up) => relay_response(w, conn, ex, t.send, add_headers, group, up, &mut |_| {}).await,
+        Err(UpstreamError::Client(e)) => Err(ExchangeError::Client(e)),
+        Err(e) => {
+            let status = e.status();
+            if !matches!(e, UpstreamError::ClientBody(_)) {
+                tracing::error!(
+                    "upstream \"{}\": {} while proxying \"{} {}\" for {}",
+                    group.name,
+                    e,
+                    ex.req.method.as_str(),
+                    ex.req.target,
+                    conn.peer
+                );
+            }
+            if ex.body.is_some() {
+                ex.keep_alive = false; // the request body was not consumed
+                ex.body = None;
+            }
+            let extra = error_headers(ex, add_headers);
+            respond(
+                conn,
+                ex,
+                t,
+                status,
+                "text/html",
+                &error_page(status),
+                &extra,
+            )
+            .await
+        }
+    }
+}
+
+/// Extra headers of an error page for a proxied request: the location's `add_header`s
+/// and, on a cached location, `X-Cache-Status`.
+pub fn error_headers(ex: &Exchange, add_headers: &[u8]) -> Vec<u8> {
+    let mut extra = add_headers.to_vec();
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(&mut extra, "X-Cache-Status", cs.as_bytes());
+    }
+    extra
+}
+
+/// Writes the response head for the client from an upstream head: hop-by-hop, Date,
+/// Server and framing headers replaced by ours. Returns whether the body goes chunked.
+pub fn client_head(
+    out: &mut Vec<u8>,
+    ex: &mut Exchange,
+    head: &ResponseHead,
+    add_headers: &[u8],
+) -> bool {
+    ex.begin_head(out, head.status);
+    write_forwarded_headers(out, &head.headers);
+    let mut chunked = false;
+    match head.body {
+        BodyKind::Empty => {
+            if let Some(cl) = head.headers.get("content-length") {
+                edge_http::write_header(out, "Content-Length", cl);
+            }
+        }
+        BodyKind::Length(n) => {
+            edge_http::write_header(out, "Content-Length", n.to_string().as_bytes())
+        }
+        BodyKind::Chunked | BodyKind::CloseDelimited => {
+            if ex.chunked_ok() && !ex.is_head() {
+                edge_http::write_header(out, "Transfer-Encoding", b"chunked");
+                chunked = true;
+            } else {
+                ex.keep_alive = false; // HTTP/1.0 client: the body ends when we close
+            }
+        }
+    }
+    out.extend_from_slice(add_headers);
+    if let Some(cs) = ex.cache_status {
+        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
+    }
+    ex.end_head(out);
+    chunked
+}
+
+/// Copies end-to-end headers from an upstream response.
+pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &HeaderMap) {
+    let named: Vec<String> = headers
+        .tokens("connection")
+        .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
+        .collect();
+    for (name, value) in headers.iter() {
+        if edge_http::is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case("date")
+            || name.eq_ignore_ascii_case("server")
+            || name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("x-cache-status")
+            || named.iter().any(|n| name.eq_ignore_ascii_case(n))
+        {
+            continue;
+        }
+        edge_http::write_header(out, name, value);
+    }
+}
+
+/// Sends the upstream response to the client, streaming the body; `tee` sees every body
+/// byte (the cache writer hooks in here). Returns the connection to the pool when the
+/// body ended cleanly and the upstream allows reuse.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay_response(
+    w: Local<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    send: std::time::Duration,
+    add_headers: &[u8],
+    group: &UpstreamGroup,
+    mut up: UpstreamResponse,
+    tee: &mut dyn FnMut(&[u8]),
+) -> Result<(), ExchangeError> {
+    let mut out = Vec::with_capacity(FLUSH_AT + 1024);
+    let chunked = client_head(&mut out, ex, &up.head, add_headers);
+    let head_len = out.len();
+    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
+    let mut sent: u64 = 0;
+    let to_client = !ex.is_head();
+    loop {
+        while !up.buf.is_empty() && !dec.is_done() {
+            let d = dec
+                .decode(&up.buf)
+                .map_err(|e| ExchangeError::Aborted(format!("upstream body: {e}")))?;
+            if !d.data.is_empty() {
+                tee(d.data);
+                if to_client {
+                    if chunked {
+                        edge_http::write_chunk_header(&mut out, d.data.len());
+                        out.extend_from_slice(d.data);
+                        out.extend_from_slice(b"\r\n");
+                    } else {
+                        out.extend_from_slice(d.data);
+                    }
+                    sent += d.data.len() as u64;
+                }
+            }
+            let n = d.consumed;
+            up.buf.advance(n);
+            if out.len() >= FLUSH_AT {
+                conn.write_all(&out, send).await?;
+                out.clear();
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        if dec.is_done() || up.head.body == BodyKind::Empty {
+            break;
+        }
+        // Flush what we have before waiting on the origin, so the client (and collapsed
+        // followers) see bytes as they arrive.
+        if !out.is_empty() {
+            conn.write_all(&out, send).await?;
+            out.clear();
+        }
+        if up.buf.capacity() - up.buf.len() < 4096 {
+            up.buf.reserve(UP_BUF);
+        }
+        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
+            Ok(Ok(0)) => {
+                if dec.on_eof().is_err() {
+                    ex.body_bytes_sent = sent;
+                    return Err(ExchangeError::Aborted(
+                        "upstream closed before the body ended".into(),
+                    ));
+                }
+                break;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                ex.body_bytes_sent = sent;
+                return Err(ExchangeError::Aborted(format!("upstream read failed: {e}")));
+            }
+            Err(_) => {
+                ex.body_bytes_sent = sent;
+                w.stats.upstream_timeouts.fetch_add(1, Relaxed);
+                return Err(ExchangeError::Aborted(
+                    timed_out("upstream body read").to_string(),
+                ));
+            }
+        }
+    }
+    if chunked {
+        out.extend_from_slice(edge_http::LAST_CHUNK);
+    }
+    if !out.is_empty() || head_len > 0 {
+        conn.write_all(&out, send).await?;
+    }
+    ex.body_bytes_sent = sent;
+    let reusable = up.head.keep_alive
+        && dec.is_done()
+        && up.buf.is_empty()
+        && up.head.body != BodyKind::CloseDelimited;
+    if reusable && group.keepalive > 0 {
+        w.pool.put(up.group_id, up.conn, group.keepalive);
+    }
+    Ok(())
+}
