@@ -1,0 +1,193 @@
+//! The `auto` backend: inline when it cannot block, the thread pool otherwise.
+//!
+//! How it fits: a cache hit is usually in the page cache, and handing it to a pool
+//! thread then costs two context switches and halves the small-hit rate (nginx `aio
+//! threads`, see docs/background.md). So a read first tries `preadv2(RWF_NOWAIT)` on
+//! the loop: it copies what is cached and returns EAGAIN instead of waiting for the
+//! disk. A warm read therefore costs exactly one syscall, as with `aio = off`. Only on
+//! EAGAIN (or a filesystem without NOWAIT support, EOPNOTSUPP) does the read, or its
+//! uncached remainder, go to the pool.
+//!
+//! Why the pool and not io_uring: io_uring already tries a buffered read without
+//! blocking before punting it to its own workers, so `io_uring` mode has this property
+//! by itself (at the cost of a ring round trip on warm reads); `auto` is the variant
+//! for kernels and sandboxes without io_uring, and keeps warm reads free of any
+//! hand-off at all.
+//!
+//! Other operations:
+//! - `open` tries `openat2(RESOLVE_CACHED)` inline: it succeeds when every path
+//!   component is in the dentry cache (a hot cache file) and returns EAGAIN when the
+//!   lookup would touch the disk, which then goes to the pool. Opens that create or
+//!   truncate always go to the pool (the kernel refuses them under RESOLVE_CACHED). The
+//!   server adds an fd cache on top (as nginx's `open_file_cache`), so most hits do not
+//!   open at all. RESOLVE_CACHED covers the path walk only: opening a FIFO or a device
+//!   inline could still block, which is fine for cache and static files (regular
+//!   files) and is why other kinds of file should use `threads` or `off`.
+//! - `stat` of an open file is inline: statx on an fd reads the in-memory inode.
+//! - everything else (stat by path, write, fsync, rename, unlink, close) goes to the
+//!   pool: those can wait on the disk or the journal and have no non-blocking form.
+//! - O_DIRECT reads go to the pool: RWF_NOWAIT does not make a direct read avoid
+//!   waiting for the device.
+
+use crate::inflight::Keep;
+use crate::pool::PoolEngine;
+use crate::sys::{self, SysOp, MAX_RW};
+use std::cell::Cell;
+use std::ffi::c_char;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+
+/// `struct open_how` (linux/openat2.h); libc's is non-exhaustive.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2(AT_FDCWD, path, flags | O_CLOEXEC, RESOLVE_CACHED)`: result or `-errno`.
+///
+/// # Safety
+/// `path` must point to a NUL-terminated string that lives across the call.
+unsafe fn open_cached(path: *const c_char, flags: i32) -> i64 {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_CACHED,
+    };
+    // SAFETY: `path` is valid per the caller; `how` is a live, correctly sized
+    // open_how for the whole call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path,
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    sys::ret_or_errno(r)
+}
+
+/// `preadv2(fd, [buf, len], off, RWF_NOWAIT)`: result or `-errno`.
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes across the call.
+unsafe fn read_nowait(fd: RawFd, buf: *mut u8, len: usize, off: u64) -> i64 {
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len.min(MAX_RW),
+    };
+    // SAFETY: one iovec describing memory valid per the caller.
+    let r = unsafe { libc::preadv2(fd, &iov, 1, off as i64, libc::RWF_NOWAIT) };
+    sys::ret_or_errno(r as i64)
+}
+
+/// One worker's `auto` engine: inline attempts in front of a pool engine.
+#[derive(Clone)]
+pub(crate) struct AutoEngine {
+    pool: PoolEngine,
+    /// RWF_NOWAIT reads work on this kernel (cleared on ENOSYS).
+    nowait: Rc<Cell<bool>>,
+    /// openat2(RESOLVE_CACHED) works on this kernel (Linux 5.12+), probed once.
+    cached_open: bool,
+}
+
+impl AutoEngine {
+    pub(crate) fn new(pool: PoolEngine) -> AutoEngine {
+        // "/" is always in the dentry cache: only an old kernel fails this.
+        // SAFETY: a static NUL-terminated path.
+        let r = unsafe { open_cached(c"/".as_ptr(), libc::O_PATH) };
+        if r >= 0 {
+            // SAFETY: closing the fd just opened, owned by nobody else.
+            unsafe { libc::close(r as RawFd) };
+        }
+        AutoEngine {
+            pool,
+            nowait: Rc::new(Cell::new(true)),
+            cached_open: r >= 0,
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &PoolEngine {
+        &self.pool
+    }
+
+    pub(crate) async fn submit(&self, op: SysOp, keep: Keep) -> (i64, Keep) {
+        let stats = self.pool.stats();
+        match op {
+            SysOp::Read {
+                fd,
+                buf,
+                len,
+                off,
+                direct: false,
+            } if self.nowait.get() => self.read(fd, buf, len, off, keep).await,
+            SysOp::Open { path, flags, .. }
+                if self.cached_open && flags & (libc::O_CREAT | libc::O_TRUNC) == 0 =>
+            {
+                // SAFETY: `path` points into `keep` (a CPath), alive in this frame.
+                let r = unsafe { open_cached(path, flags) };
+                if r == -(libc::EAGAIN as i64) || r == -(libc::EINVAL as i64) {
+                    // Not cached; or EINVAL (e.g. O_DIRECT refused): the pool's plain
+                    // open gives the authoritative answer.
+                    stats.handoff();
+                    self.pool.submit(op, keep).await
+                } else {
+                    stats.inline_hit();
+                    (r, keep)
+                }
+            }
+            SysOp::Statx { dirfd, .. } if dirfd != libc::AT_FDCWD => {
+                stats.inline_hit();
+                // SAFETY: the pointers in `op` point into `keep`, alive in this frame.
+                (unsafe { op.run() }, keep)
+            }
+            _ => {
+                stats.handoff();
+                self.pool.submit(op, keep).await
+            }
+        }
+    }
+
+    /// RWF_NOWAIT first; what is not cached goes to the pool.
+    async fn read(&self, fd: RawFd, buf: *mut u8, len: usize, off: u64, keep: Keep) -> (i64, Keep) {
+        let stats = self.pool.stats();
+        let len = len.min(MAX_RW);
+        let mut got = 0usize;
+        let err = loop {
+            // SAFETY: `buf` has room for `len` bytes (the typed layer reserved them in
+            // the buffer held by `keep`, alive in this frame) and `got < len`.
+            let r = unsafe { read_nowait(fd, buf.wrapping_add(got), len - got, off + got as u64) };
+            if r > 0 {
+                got += r as usize;
+                if got < len {
+                    continue; // partly cached: try the rest, or learn it is EOF
+                }
+            }
+            if r >= 0 {
+                stats.inline_hit();
+                return (got as i64, keep);
+            }
+            break r;
+        };
+        if err == -(libc::ENOSYS as i64) {
+            self.nowait.set(false); // no preadv2: never try again
+        }
+        stats.handoff();
+        let rest = SysOp::Read {
+            fd,
+            buf: buf.wrapping_add(got),
+            len: len - got,
+            off: off + got as u64,
+            direct: false,
+        };
+        let (r, keep) = self.pool.submit(rest, keep).await;
+        match (got, r) {
+            (0, r) => (r, keep),
+            (got, r) if r > 0 => (got as i64 + r, keep),
+            // What was read inline stands; the error will recur on the next read.
+            (got, _) => (got as i64, keep),
+        }
+    }
+}
