@@ -77,6 +77,7 @@
 //! [`ThreadPool::queue_depth`] is pool-global.
 
 mod auto;
+mod borrowed;
 mod buf;
 mod config;
 mod file;

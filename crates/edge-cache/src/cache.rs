@@ -81,6 +81,23 @@ impl ObjectWriter {
         self.obj.written()
     }
 
+    /// Where the next body bytes go in the file, for a caller that writes them itself
+    /// (off its event loop) on a handle from [`ObjectWriter::reader`], then calls
+    /// [`ObjectWriter::record_written`] or [`ObjectWriter::write_failed`].
+    pub fn next_offset(&self) -> u64 {
+        self.obj.next_offset()
+    }
+
+    /// The caller wrote `data` at [`ObjectWriter::next_offset`].
+    pub fn record_written(&mut self, data: &[u8]) {
+        self.obj.record(data);
+    }
+
+    /// The caller's write failed: counted and rate-limit logged like our own.
+    pub fn write_failed(&self, e: &io::Error) {
+        self.cache.note_write_error("write", e);
+    }
+
     /// Where the body starts in the temp file (for streaming followers).
     pub fn body_offset(&self) -> u64 {
         self.obj.body_offset()
@@ -240,8 +257,23 @@ impl Cache {
     }
 
     /// Find the stored response for a request. `now` is the wall clock used for
-    /// freshness (RFC 9111 ages are wall-clock based).
+    /// freshness (RFC 9111 ages are wall-clock based). Opens the object's file with
+    /// blocking calls on the calling thread; a server's event loop uses
+    /// [`Cache::lookup_with`] and its own [`FileOpener`] instead.
     pub fn lookup(&self, primary_key: &str, req: &HeaderMap, now: SystemTime) -> Lookup {
+        ready(self.lookup_with(&BlockingOpener, primary_key, req, now))
+    }
+
+    /// [`Cache::lookup`] with the object's file opened (and `fstat`ed) by `opener`, so
+    /// that a cold dentry or inode can be waited for off the event loop. The index part
+    /// is memory only.
+    pub async fn lookup_with<O: FileOpener>(
+        &self,
+        opener: &O,
+        primary_key: &str,
+        req: &HeaderMap,
+        now: SystemTime,
+    ) -> Lookup {
         let ph = key_hash(primary_key);
         let (vkey, vh): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
             Some(vary) => {
@@ -257,7 +289,8 @@ impl Cache {
             let Some(snap) = self.index.get(vh, &vkey) else {
                 break;
             };
-            match self.open_checked(vh, snap) {
+            let opened = opener.open_stat(&self.layout.path_for(vh)).await;
+            match self.check_opened(vh, snap, opened) {
                 Ok(hit) => return classify(hit, now),
                 Err(OpenFail::Replaced) => continue,
                 Err(OpenFail::Gone(ino)) => {
@@ -267,6 +300,7 @@ impl Cache {
             }
         }
         if !self.loader.done.load(Ordering::Acquire) {
+            // Only while the loader runs (minutes after a start): blocking reads.
             if let Some(hit) = self.disk_fallback(vh, &vkey) {
                 self.fallback_hits.fetch_add(1, Ordering::Relaxed);
                 return classify(hit, now);
@@ -276,13 +310,25 @@ impl Cache {
     }
 
     fn open_checked(&self, hash: KeyHash, snap: Snapshot) -> Result<HitEntry, OpenFail> {
+        let opened = BlockingOpener::open_stat_now(&self.layout.path_for(hash));
+        self.check_opened(hash, snap, opened)
+    }
+
+    /// The file opened for `snap` must be the one the index names (inode) and whole.
+    fn check_opened(
+        &self,
+        hash: KeyHash,
+        snap: Snapshot,
+        opened: io::Result<OpenedFile>,
+    ) -> Result<HitEntry, OpenFail> {
         let body_len = snap.meta.body_len;
-        let file = File::open(self.layout.path_for(hash)).map_err(|_| OpenFail::Gone(snap.ino))?;
-        let md = file.metadata().map_err(|_| OpenFail::Gone(snap.ino))?;
-        if md.ino() != snap.ino {
+        let Ok(OpenedFile { file, ino, len }) = opened else {
+            return Err(OpenFail::Gone(snap.ino));
+        };
+        if ino != snap.ino {
             return Err(OpenFail::Replaced);
         }
-        if md.len() != snap.body_offset + body_len {
+        if len != snap.body_offset + body_len {
             // Cut short or grown behind our back: never serve it.
             return Err(OpenFail::Gone(snap.ino));
         }
@@ -505,6 +551,53 @@ impl Cache {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         true
+    }
+}
+
+/// A file opened for reading, with what `fstat` said of it.
+#[derive(Debug)]
+pub struct OpenedFile {
+    pub file: File,
+    pub ino: u64,
+    pub len: u64,
+}
+
+/// How [`Cache::lookup_with`] opens an object's file: `open(O_RDONLY)` then `fstat`.
+/// A server implements it with its file I/O backend (a thread pool, io_uring, or a
+/// non-blocking attempt first), so the open never blocks its event loop.
+#[allow(async_fn_in_trait)]
+pub trait FileOpener {
+    async fn open_stat(&self, path: &std::path::Path) -> io::Result<OpenedFile>;
+}
+
+/// Blocking `open` + `fstat` on the calling thread.
+pub struct BlockingOpener;
+
+impl BlockingOpener {
+    fn open_stat_now(path: &std::path::Path) -> io::Result<OpenedFile> {
+        let file = File::open(path)?;
+        let md = file.metadata()?;
+        Ok(OpenedFile {
+            ino: md.ino(),
+            len: md.len(),
+            file,
+        })
+    }
+}
+
+impl FileOpener for BlockingOpener {
+    async fn open_stat(&self, path: &std::path::Path) -> io::Result<OpenedFile> {
+        Self::open_stat_now(path)
+    }
+}
+
+/// Runs a future that never waits (its opener is [`BlockingOpener`]) to completion.
+fn ready<T>(fut: impl std::future::Future<Output = T>) -> T {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("a blocking opener never returns Pending"),
     }
 }
 

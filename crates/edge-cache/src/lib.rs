@@ -39,7 +39,7 @@ pub mod uses;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use cache::{Cache, HitEntry, Lookup, ObjectWriter};
+pub use cache::{BlockingOpener, Cache, FileOpener, HitEntry, Lookup, ObjectWriter, OpenedFile};
 pub use inflight::{Fill, FillHandle, FillHead, FillState, Inflight, Join, WaitHead};
 pub use key::{key_hash, variant_key, KeyHash};
 pub use meta::{Freshness, ObjectMeta, BODY_LEN_UNKNOWN};

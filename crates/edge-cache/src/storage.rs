@@ -356,13 +356,24 @@ impl TempObject {
         Ok(obj)
     }
 
-    /// Append body bytes.
+    /// Append body bytes (a positioned write at [`TempObject::next_offset`]).
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
-        let file = self.file.as_mut().ok_or_else(closed)?;
-        file.write_all(data)?;
+        let file = self.file.as_ref().ok_or_else(closed)?;
+        file.write_all_at(data, self.next_offset())?;
+        self.record(data);
+        Ok(())
+    }
+
+    /// Where the next body bytes go in the file.
+    pub fn next_offset(&self) -> u64 {
+        self.body_offset + self.written
+    }
+
+    /// Account for body bytes the caller wrote itself at [`TempObject::next_offset`]
+    /// (through a file I/O backend of its own, on a handle from [`TempObject::reader`]).
+    pub fn record(&mut self, data: &[u8]) {
         self.hasher.update(data);
         self.written += data.len() as u64;
-        Ok(())
     }
 
     /// Body bytes written so far.

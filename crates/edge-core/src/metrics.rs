@@ -3,6 +3,7 @@
 //! costs no cross-core traffic on the hot path.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Per-worker counters.
@@ -53,6 +54,9 @@ impl WorkerStats {
 pub struct Metrics {
     pub workers: Vec<WorkerStats>,
     pub started: Instant,
+    /// Each worker's file I/O backend counters and mode, set once when the worker has
+    /// built its backend (written only by that worker, read by the admin thread).
+    pub aio: Vec<OnceLock<(&'static str, Arc<edge_aio::AioStats>)>>,
 }
 
 impl Metrics {
@@ -60,6 +64,7 @@ impl Metrics {
         Metrics {
             workers: (0..workers).map(|_| WorkerStats::default()).collect(),
             started: Instant::now(),
+            aio: (0..workers).map(|_| OnceLock::new()).collect(),
         }
     }
 

@@ -30,10 +30,7 @@ pub trait RequestFields {
 
 impl RequestFields for HeaderMap {
     fn field(&self, name: &str, n: usize) -> Option<&[u8]> {
-        self.iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-            .nth(n)
-            .map(|(_, v)| v)
+        self.get_nth(name, n)
     }
 }
 

@@ -81,6 +81,16 @@ impl HeaderMap {
         self.find(name).next().map(|e| e.value(&self.buf))
     }
 
+    /// The `n`-th value of `name` (0 is the first), compared as bytes.
+    pub fn get_nth(&self, name: &str, n: usize) -> Option<&[u8]> {
+        let want = name.as_bytes();
+        self.entries
+            .iter()
+            .filter(|e| e.name_len == want.len() && e.name(&self.buf).eq_ignore_ascii_case(want))
+            .nth(n)
+            .map(|e| e.value(&self.buf))
+    }
+
     /// The first value of `name`, if it is valid UTF-8.
     pub fn get_str(&self, name: &str) -> Option<&str> {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())

@@ -64,10 +64,21 @@ impl Proc {
 
     /// Starts `bin` with `args`, working directory `dir` (kept alive with the process).
     pub fn spawn_in(bin: &Path, args: &[&str], dir: tempfile::TempDir) -> Proc {
+        Self::spawn_in_env(bin, args, dir, &[])
+    }
+
+    /// [`Proc::spawn_in`] with extra environment variables.
+    pub fn spawn_in_env(
+        bin: &Path,
+        args: &[&str],
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Proc {
         let stderr_path = dir.path().join("stderr.log");
         let err = std::fs::File::create(&stderr_path).expect("stderr file");
         let child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -22,6 +22,8 @@ pub struct AdminCtx {
     pub metrics: Arc<Metrics>,
     pub shared: Arc<ArcSwap<Shared>>,
     pub accept: &'static str,
+    /// For the I/O pool's queue depth.
+    pub aio: crate::aio::AioSetup,
 }
 
 /// Binds (now, so errors stop startup) and serves on a background thread.
@@ -229,6 +231,18 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "accepted": w.accepted.load(Relaxed),
                 "active": w.active.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
+                "aio": m.aio.get(i).and_then(|a| a.get()).map(|(mode, a)| {
+                    let s = a.snapshot();
+                    serde_json::json!({
+                        "mode": mode,
+                        "reads": s.reads,
+                        "read_bytes": s.read_bytes,
+                        "in_flight": s.in_flight,
+                        "inline": s.inline_hits,
+                        "handoffs": s.handoffs,
+                        "overflows": s.overflows,
+                    })
+                }),
             })
         })
         .collect();
@@ -485,5 +499,129 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         m.sum(|w| &w.upstream_bad_responses),
     );
     cache_metrics(&mut o, m, shared);
+    aio_metrics(&mut o, m, ctx.aio.queue_depth());
     o
+}
+
+/// The file I/O families of `/metrics`: per worker, its backend's counters and a
+/// read-latency histogram; the pool's queue depth.
+fn aio_metrics(o: &mut String, m: &Metrics, queue_depth: usize) {
+    let per_worker: Vec<(usize, &'static str, edge_aio::StatsSnapshot)> = m
+        .aio
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| a.get().map(|(mode, s)| (i, *mode, s.snapshot())))
+        .collect();
+    type Family = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&edge_aio::StatsSnapshot) -> u64,
+    );
+    let families: [Family; 9] = [
+        (
+            "edgecache_aio_reads_total",
+            "counter",
+            "File reads completed, by worker and backend.",
+            |s| s.reads,
+        ),
+        (
+            "edgecache_aio_read_bytes_total",
+            "counter",
+            "Bytes read from files.",
+            |s| s.read_bytes,
+        ),
+        (
+            "edgecache_aio_writes_total",
+            "counter",
+            "File writes completed.",
+            |s| s.writes,
+        ),
+        (
+            "edgecache_aio_errors_total",
+            "counter",
+            "File operations that failed.",
+            |s| s.errors,
+        ),
+        (
+            "edgecache_aio_in_flight",
+            "gauge",
+            "Operations handed to the pool or the ring and not completed yet.",
+            |s| s.in_flight,
+        ),
+        (
+            "edgecache_aio_inline_total",
+            "counter",
+            "auto: operations served on the loop without blocking (RWF_NOWAIT).",
+            |s| s.inline_hits,
+        ),
+        (
+            "edgecache_aio_handoffs_total",
+            "counter",
+            "Operations sent to the thread pool because they would block.",
+            |s| s.handoffs,
+        ),
+        (
+            "edgecache_aio_overflows_total",
+            "counter",
+            "Operations run on the loop because the pool queue or the ring was full.",
+            |s| s.overflows,
+        ),
+        (
+            "edgecache_aio_fallbacks_total",
+            "counter",
+            "io_uring asked for but unavailable: the worker uses the thread pool.",
+            |s| s.uring_fallbacks,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        prom_header(o, name, kind, help);
+        for (i, mode, s) in &per_worker {
+            prom(
+                o,
+                name,
+                &format!("worker=\"{i}\",backend=\"{mode}\""),
+                get(s),
+            );
+        }
+    }
+    prom_header(
+        o,
+        "edgecache_aio_queue_depth",
+        "gauge",
+        "Jobs waiting in the I/O thread pool's queue (all workers).",
+    );
+    prom(o, "edgecache_aio_queue_depth", "", queue_depth as u64);
+    prom_header(
+        o,
+        "edgecache_aio_read_seconds",
+        "histogram",
+        "File read latency (inline reads included).",
+    );
+    let mut total = edge_aio::StatsSnapshot::default();
+    for (_, _, s) in &per_worker {
+        total.add(s);
+    }
+    let mut cumulative = 0u64;
+    for (i, n) in total.read_latency_us.iter().enumerate() {
+        cumulative += n;
+        if i + 1 == total.read_latency_us.len() {
+            break;
+        }
+        // Bucket i holds reads under 2^i µs.
+        let le = (1u64 << i) as f64 / 1e6;
+        prom(
+            o,
+            "edgecache_aio_read_seconds_bucket",
+            &format!("le=\"{le}\""),
+            cumulative,
+        );
+    }
+    prom(
+        o,
+        "edgecache_aio_read_seconds_bucket",
+        "le=\"+Inf\"",
+        cumulative,
+    );
+    prom(o, "edgecache_aio_read_seconds_count", "", cumulative);
 }

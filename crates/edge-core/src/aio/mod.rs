@@ -1,25 +1,273 @@
-//! The file I/O layer: every byte a handler takes from a file (cache hits, fills being
-//! streamed to followers, static files) goes through this one narrow seam.
+//! The file I/O seam: every byte a handler takes from a file (cache hits, fills being
+//! streamed to followers, static files) goes through the worker's [`FileBackend`].
 //!
-//! How it fits: a worker picks its backend once at start from `aio.mode` and keeps it
-//! in the handlers' per-worker services; handlers call [`FileBackend::read_exact_append`]
-//! (a small range that leaves with the response head in one write, or one chunk of a
-//! body copied to the socket by `http::send` when `aio.sendfile` is off). The enum
-//! dispatch is decided at startup, never by a config branch in the hot path (STYLE.md:
-//! choose a backend once, call through it). The socket side (sendfile) is not here: it
-//! lives in `http::send` and `net::sys`, so this layer knows nothing of connections.
+//! How it fits: the server builds one [`AioSetup`] from `[aio]` (the process-wide
+//! thread pool, started only if a backend needs it); each worker thread then builds its
+//! own [`FileBackend`] from it, once, with the backend `aio.mode` names. The engines
+//! themselves (blocking calls inline, an nginx-style pool with a mutex or lock-free
+//! queue, io_uring, and `auto`) are in the `edge-aio` crate; the dispatch is one `match`
+//! chosen at startup, never a config branch in the hot path.
 //!
-//! Buffers are owned and returned ("rent" style, as monoio does): a backend may hand
-//! the buffer to a pool thread or to the kernel (io_uring) while the read is in flight,
-//! and a cancelled future cannot leave the kernel writing into freed memory.
+//! - `off`: `pread` on the loop (nginx without `aio`).
+//! - `threads`: every read goes to the pool; completions come back through the
+//!   worker's eventfd.
+//! - `io_uring`: every read goes to the worker's ring; a kernel that refuses io_uring
+//!   (ENOSYS, EPERM, a missing opcode, or `EDGECACHE_URING_DISABLE=1`) gives `threads`,
+//!   with one log line.
+//! - `auto` (the default): `preadv2(RWF_NOWAIT)` on the loop; only what is not in the
+//!   page cache goes to the pool, so warm hits cost what they cost with `off`.
 //!
-//! Backends today: `on_loop` (blocking `pread`/`sendfile` on the worker's loop, the
-//! `aio = "off"` baseline of DESIGN.md). `threads` and `io_uring` plug in as further
-//! variants; until they exist, those modes fall back to `on_loop` with one log line.
+//! Bodies sent with `sendfile(2)` are the socket side of this seam (`http::send`): it
+//! asks [`FileBackend::is_cached`] before a sendfile under `auto`, and reads through
+//! the backend instead when the range is cold (or always, under `threads` and
+//! `io_uring`, whose point is to keep the disk off the loop).
 
-mod backend;
-mod file_io;
-pub mod on_loop;
+use crate::config::{Aio, AioMode, QueueKind};
+use edge_aio::{Engine, EngineConfig, Mode, SharedPool};
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
 
-pub use backend::FileBackend;
-pub use file_io::FileIo;
+/// What every worker's backend is built from: the `[aio]` settings and the shared pool.
+#[derive(Clone)]
+pub struct AioSetup {
+    cfg: EngineConfig,
+    pool: Arc<SharedPool>,
+}
+
+impl AioSetup {
+    pub fn from_config(aio: &Aio) -> AioSetup {
+        let cfg = EngineConfig {
+            mode: match aio.mode {
+                AioMode::Off => Mode::Off,
+                AioMode::Threads => Mode::Threads,
+                AioMode::IoUring => Mode::IoUring,
+                AioMode::Auto => Mode::Auto,
+            },
+            threads: aio.thread_pool.threads,
+            max_queue: aio.thread_pool.max_queue,
+            queue: match aio.thread_pool.queue {
+                QueueKind::Mutex => edge_aio::QueueKind::Mutex,
+                QueueKind::Lockfree => edge_aio::QueueKind::LockFree,
+            },
+            ..EngineConfig::default()
+        };
+        let pool = Arc::new(SharedPool::new(&cfg));
+        AioSetup { cfg, pool }
+    }
+
+    /// The thread pool's queue depth now (0 when no pool was started).
+    pub fn queue_depth(&self) -> usize {
+        self.pool.started().map_or(0, |p| p.queue_depth())
+    }
+}
+
+/// One worker's file I/O backend, chosen once.
+pub struct FileBackend {
+    engine: Engine,
+}
+
+impl FileBackend {
+    /// The backend for this worker (call on the worker's own thread: it registers an
+    /// eventfd or a ring in that thread's runtime on first use). A backend that cannot
+    /// start (the pool's threads, the ring) degrades as the module doc says, logged
+    /// once per process.
+    pub fn for_worker(setup: &AioSetup) -> FileBackend {
+        match Engine::new(&setup.cfg, &setup.pool) {
+            Ok((engine, fallback)) => {
+                if let Some(why) = fallback {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        tracing::warn!("aio.mode = \"io_uring\": {why}; using \"threads\"")
+                    });
+                }
+                FileBackend { engine }
+            }
+            Err(e) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::error!(
+                        "aio.mode = \"{}\": the I/O thread pool cannot start ({e}); file reads run on the event loop (aio = off)",
+                        setup.cfg.mode.as_str()
+                    )
+                });
+                FileBackend::off()
+            }
+        }
+    }
+
+    /// Reads on the loop (`aio = off`); needs no pool and no runtime.
+    pub fn off() -> FileBackend {
+        FileBackend {
+            engine: Engine::off(),
+        }
+    }
+
+    /// The backend in use (`threads` after an io_uring fallback).
+    pub fn mode(&self) -> Mode {
+        self.engine.mode()
+    }
+
+    /// This backend's counters.
+    pub fn stats(&self) -> &Arc<edge_aio::AioStats> {
+        self.engine.stats()
+    }
+
+    /// Reads exactly `len` bytes of `file` at `offset`, appended to `buf`; returns the
+    /// buffer in every case. A file shorter than asked is `UnexpectedEof` (the bytes
+    /// read so far stay appended).
+    pub async fn read_exact_append(
+        &self,
+        file: &File,
+        offset: u64,
+        len: usize,
+        buf: Vec<u8>,
+    ) -> (io::Result<()>, Vec<u8>) {
+        self.engine.read_exact_at_file(file, offset, len, buf).await
+    }
+
+    /// The same file opened again with O_DIRECT (through `/proc/self/fd`, so no path
+    /// is needed), through the backend. None when the filesystem refuses O_DIRECT.
+    pub async fn open_direct(&self, file: &File) -> Option<DirectFile> {
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let opts = edge_aio::OpenOptions::new().read(true).direct(true);
+        let f = self.engine.open(&path, &opts).await.ok()?;
+        if f.direct() != edge_aio::DirectMode::On {
+            return None;
+        }
+        let align = self
+            .engine
+            .dio_alignment(&f)
+            .await
+            .unwrap_or(edge_aio::DioAlign::FALLBACK)
+            .granule();
+        Some(DirectFile { file: f, align })
+    }
+
+    /// Reads `len` bytes at `offset` of an O_DIRECT file into `buf` (cleared first);
+    /// returns the window of `buf` that holds them (shorter at end of file).
+    pub async fn read_direct(
+        &self,
+        f: &DirectFile,
+        offset: u64,
+        len: usize,
+        buf: edge_aio::AlignedBuf,
+    ) -> (io::Result<std::ops::Range<usize>>, edge_aio::AlignedBuf) {
+        self.engine.read_aligned(&f.file, offset, len, buf).await
+    }
+
+    /// `stat` by path, through the backend (a cold inode waits on the disk).
+    pub async fn stat_path(&self, path: &std::path::Path) -> io::Result<edge_aio::Metadata> {
+        self.engine.stat_path(path).await
+    }
+
+    /// Opens `path` read-only through the backend (under `auto`, inline when the path
+    /// is in the dentry cache).
+    pub async fn open_read(&self, path: &std::path::Path) -> io::Result<File> {
+        let f = self
+            .engine
+            .open(path, &edge_aio::OpenOptions::new().read(true))
+            .await?;
+        let fd = f
+            .into_fd()
+            .map_err(|_| io::Error::other("file handle still shared"))?;
+        Ok(File::from(fd))
+    }
+
+    /// A handle of our own on `file` (a `dup`), for the writes of a whole fill: an op in
+    /// flight keeps it open even if the fill is abandoned.
+    pub fn own(&self, file: &File) -> io::Result<edge_aio::AioFile> {
+        Ok(edge_aio::AioFile::from(file.try_clone()?))
+    }
+
+    /// Writes all of `buf` at `offset` (cache fills): on the pool under `threads` and
+    /// `auto` (page-cache writes wait when the kernel throttles dirty pages), the ring
+    /// under `io_uring`, inline under `off`. Returns the buffer in every case.
+    pub async fn write_all_at(
+        &self,
+        file: &edge_aio::AioFile,
+        offset: u64,
+        buf: Vec<u8>,
+    ) -> (io::Result<()>, Vec<u8>) {
+        self.engine.write_all_at(file, offset, buf).await
+    }
+
+    /// Whether the byte at `offset` is in the page cache (see `edge_aio`).
+    pub fn is_cached(&self, file: &File, offset: u64) -> bool {
+        self.engine.is_cached(file, offset)
+    }
+}
+
+/// Cache lookups open the object's file through the backend: `open` and `fstat` of a
+/// cold dentry or inode wait on the disk too. Under `auto` both run inline when they
+/// cannot block (`openat2(RESOLVE_CACHED)`, fstat of an open fd), else on the pool.
+impl edge_cache::FileOpener for FileBackend {
+    async fn open_stat(&self, path: &std::path::Path) -> io::Result<edge_cache::OpenedFile> {
+        let f = self
+            .engine
+            .open(path, &edge_aio::OpenOptions::new().read(true))
+            .await?;
+        let md = self.engine.stat(&f).await?;
+        let fd = f
+            .into_fd()
+            .map_err(|_| io::Error::other("file handle still shared"))?;
+        Ok(edge_cache::OpenedFile {
+            file: File::from(fd),
+            ino: md.ino,
+            len: md.size,
+        })
+    }
+}
+
+/// A file opened with O_DIRECT, and the alignment its reads need.
+pub struct DirectFile {
+    file: edge_aio::AioFile,
+    align: usize,
+}
+
+impl DirectFile {
+    /// A buffer for reads of up to `chunk` bytes at any offset.
+    pub fn buffer(&self, chunk: usize) -> edge_aio::AlignedBuf {
+        edge_aio::AlignedBuf::new(chunk + 2 * self.align, self.align)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Every mode the config names reads the same bytes through the seam.
+    #[test]
+    fn every_configured_mode_reads() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"0123456789").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        for mode in [
+            AioMode::Off,
+            AioMode::Threads,
+            AioMode::IoUring,
+            AioMode::Auto,
+        ] {
+            let aio = Aio {
+                mode,
+                ..Aio::default()
+            };
+            let setup = AioSetup::from_config(&aio);
+            local.block_on(&rt, async {
+                let files = FileBackend::for_worker(&setup);
+                let (r, buf) = files.read_exact_append(&f, 2, 5, b"head:".to_vec()).await;
+                r.unwrap();
+                assert_eq!(buf, b"head:23456", "{mode:?}");
+                let (r, buf) = files.read_exact_append(&f, 8, 5, b"x".to_vec()).await;
+                assert_eq!(r.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+                assert_eq!(buf, b"x89", "{mode:?}: the bytes read are kept");
+            });
+        }
+    }
+}

@@ -235,10 +235,12 @@ fn default_backlog() -> i32 {
 #[serde(rename_all = "snake_case")]
 pub enum AioMode {
     Off,
-    #[default]
     Threads,
     #[serde(rename = "io_uring")]
     IoUring,
+    /// RWF_NOWAIT reads on the loop, the pool only when the data is not cached.
+    #[default]
+    Auto,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -296,7 +298,7 @@ fn default_true() -> bool {
 impl Default for Aio {
     fn default() -> Self {
         Aio {
-            mode: AioMode::Threads,
+            mode: AioMode::Auto,
             directio: default_directio(),
             sendfile: true,
             thread_pool: ThreadPool::default(),

@@ -129,7 +129,7 @@ pub async fn handle(
     let Some(mut path) = resolve(root, ex.req.path()) else {
         return finish_without_body(conn, ex, &shared.timeouts, 400).await;
     };
-    let mut meta = match std::fs::metadata(&path) {
+    let mut meta = match w.file_io.stat_path(&path).await {
         Ok(m) => m,
         Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
     };
@@ -150,13 +150,13 @@ pub async fn handle(
             .await;
         }
         path.push(index);
-        meta = match std::fs::metadata(&path) {
+        meta = match w.file_io.stat_path(&path).await {
             Ok(m) if m.is_file() => m,
             Ok(_) => return finish_without_body(conn, ex, &shared.timeouts, 403).await,
             Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
         };
     }
-    let file = match std::fs::File::open(&path) {
+    let file = match w.file_io.open_read(&path).await {
         Ok(f) => f,
         Err(e) => return finish_without_body(conn, ex, &shared.timeouts, io_status(&e)).await,
     };
@@ -176,8 +176,8 @@ pub async fn handle(
         )
         .await;
     }
-    let size = meta.len();
-    let mtime = meta.modified().ok();
+    let size = meta.size;
+    let mtime = Some(meta.mtime);
     let etag = mtime.map(|m| etag_for(m, size));
     let ctype = content_type(&path);
 
@@ -262,7 +262,7 @@ pub async fn handle(
                     &file,
                     0,
                     size,
-                    shared.send_mode,
+                    shared.send.mode_for(size),
                     shared.timeouts.send,
                 )
                 .await?;
@@ -293,7 +293,7 @@ pub async fn handle(
                     &file,
                     a,
                     b - a + 1,
-                    shared.send_mode,
+                    shared.send.mode_for(size),
                     shared.timeouts.send,
                 )
                 .await?;
@@ -325,7 +325,7 @@ pub async fn handle(
                     &file,
                     part.range.first(),
                     part.range.len(),
-                    shared.send_mode,
+                    shared.send.mode_for(size),
                     shared.timeouts.send,
                 )
                 .await?;

@@ -1,10 +1,21 @@
 //! File bodies to the client: a byte range of an open file, by `sendfile(2)` (no copy
 //! through user space) or by reads through the worker's file I/O backend and writes.
-//! Which one is decided once from `aio.sendfile` ([`SendMode`]), not per call.
+//! `aio.sendfile` ([`SendMode`]) is decided once per config, the backend once per
+//! worker; together they choose the path:
+//!
+//! | backend | `sendfile = true` | `sendfile = false` |
+//! |---|---|---|
+//! | `off` | sendfile on the loop | pread + write |
+//! | `auto` | per chunk: sendfile on the loop when its last byte is in the page cache, else read through the pool + write | reads (RWF_NOWAIT, the pool when cold) + write |
+//! | `threads`, `io_uring` | reads through the pool or the ring + write | the same |
+//!
+//! `sendfile(2)` reads the file in the calling thread, so on a cold range it would
+//! stall the whole worker: only `off` (the baseline) accepts that.
 
 use super::conn::timed_out;
 use super::Conn;
 use crate::aio::FileBackend;
+use edge_aio::Mode;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -15,18 +26,39 @@ const SENDFILE_CHUNK: usize = 1 << 20;
 /// Read buffer when sendfile is off.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// How file bodies reach the socket (`aio.sendfile`).
+/// How one file body reaches the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendMode {
     /// `sendfile(2)`: the kernel copies from the page cache to the socket.
     Sendfile,
     /// Read into a buffer (through the file I/O backend), then write.
     Copy,
+    /// O_DIRECT reads into aligned buffers (through the backend), then write: the page
+    /// cache is bypassed (`aio.directio`).
+    Direct,
 }
 
-impl SendMode {
-    pub fn from_config(sendfile: bool) -> SendMode {
-        if sendfile {
+/// `aio.sendfile` and `aio.directio`, decided once per config generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendPolicy {
+    pub sendfile: bool,
+    /// Files at least this big are read with O_DIRECT.
+    pub directio: Option<u64>,
+}
+
+impl SendPolicy {
+    /// The path for a body from a file of `file_size` bytes.
+    pub fn mode_for(&self, file_size: u64) -> SendMode {
+        match self.directio {
+            Some(min) if file_size >= min => SendMode::Direct,
+            _ => self.streaming(),
+        }
+    }
+
+    /// The path for a file still being written (a fill's followers): never O_DIRECT,
+    /// whose reads would bypass pages the writer has not flushed yet.
+    pub fn streaming(&self) -> SendMode {
+        if self.sendfile {
             SendMode::Sendfile
         } else {
             SendMode::Copy
@@ -46,9 +78,30 @@ pub async fn send_file_range(
     mode: SendMode,
     send_timeout: Duration,
 ) -> io::Result<u64> {
-    match mode {
-        SendMode::Sendfile => sendfile_range(conn, file, offset, len, send_timeout).await,
-        SendMode::Copy => copy_range(conn, files, file, offset, len, send_timeout).await,
+    match (mode, files.mode()) {
+        (SendMode::Direct, _) => match files.open_direct(file).await {
+            Some(direct) => direct_range(conn, files, &direct, offset, len, send_timeout).await,
+            // O_DIRECT refused by the filesystem (tmpfs, ...): the page cache it is.
+            None => copy_range(conn, files, file, offset, len, send_timeout).await,
+        },
+        (SendMode::Sendfile, Mode::Off) => {
+            sendfile_range(conn, file, offset, len, send_timeout).await
+        }
+        (SendMode::Sendfile, Mode::Auto) => {
+            let mut sent = 0u64;
+            while sent < len {
+                let n = (len - sent).min(SENDFILE_CHUNK as u64);
+                let off = offset + sent;
+                if files.is_cached(file, off + n - 1) {
+                    sendfile_range(conn, file, off, n, send_timeout).await?;
+                } else {
+                    copy_range(conn, files, file, off, n, send_timeout).await?;
+                }
+                sent += n;
+            }
+            Ok(len)
+        }
+        _ => copy_range(conn, files, file, offset, len, send_timeout).await,
     }
 }
 
@@ -80,6 +133,31 @@ async fn copy_range(
     Ok(sent)
 }
 
+/// O_DIRECT reads of up to 1 MiB (aligned as the file needs) and writes.
+async fn direct_range(
+    conn: &mut Conn,
+    files: &FileBackend,
+    direct: &crate::aio::DirectFile,
+    offset: u64,
+    len: u64,
+    send_timeout: Duration,
+) -> io::Result<u64> {
+    let mut buf = direct.buffer(SENDFILE_CHUNK);
+    let mut sent = 0u64;
+    while sent < len {
+        let want = ((len - sent) as usize).min(SENDFILE_CHUNK);
+        let (r, b) = files.read_direct(direct, offset + sent, want, buf).await;
+        buf = b;
+        let window = r?;
+        if window.is_empty() {
+            return Err(short_file());
+        }
+        conn.write_all(&buf[window.clone()], send_timeout).await?;
+        sent += window.len() as u64;
+    }
+    Ok(sent)
+}
+
 async fn sendfile_range(
     conn: &mut Conn,
     file: &File,
@@ -106,6 +184,8 @@ async fn sendfile_range(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aio::AioSetup;
+    use crate::config::{Aio, AioMode};
     use std::io::{Read, Write};
 
     #[test]
@@ -117,26 +197,51 @@ mod tests {
         rt.block_on(async {
             let mut f = tempfile::tempfile().unwrap();
             f.write_all(b"0123456789").unwrap();
-            let files = FileBackend::OnLoop(crate::aio::on_loop::OnLoop);
-            for mode in [SendMode::Sendfile, SendMode::Copy] {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-                let (s, peer) = l.accept().await.unwrap();
-                let mut conn = Conn::new(s, peer);
-                let t = Duration::from_secs(5);
-                let n = send_file_range(&mut conn, &files, &f, 3, 4, mode, t)
-                    .await
-                    .unwrap();
-                assert_eq!(n, 4);
-                let e = send_file_range(&mut conn, &files, &f, 8, 5, mode, t)
-                    .await
-                    .unwrap_err();
-                assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{mode:?}");
-                drop(conn);
-                let mut got = Vec::new();
-                c.read_to_end(&mut got).unwrap();
-                // The short read may have sent its first bytes before finding the end.
-                assert!(got.starts_with(b"3456"), "{mode:?}: {got:?}");
+            let local = tokio::task::LocalSet::new();
+            let setups: Vec<_> = [
+                AioMode::Off,
+                AioMode::Threads,
+                AioMode::IoUring,
+                AioMode::Auto,
+            ]
+            .into_iter()
+            .map(|mode| {
+                AioSetup::from_config(&Aio {
+                    mode,
+                    ..Aio::default()
+                })
+            })
+            .collect();
+            for (setup, mode) in setups.iter().flat_map(|s| {
+                [
+                    (s, SendMode::Sendfile),
+                    (s, SendMode::Copy),
+                    (s, SendMode::Direct),
+                ]
+            }) {
+                local
+                    .run_until(async {
+                        let files = FileBackend::for_worker(setup);
+                        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                        let (s, peer) = l.accept().await.unwrap();
+                        let mut conn = Conn::new(s, peer);
+                        let t = Duration::from_secs(5);
+                        let n = send_file_range(&mut conn, &files, &f, 3, 4, mode, t)
+                            .await
+                            .unwrap();
+                        assert_eq!(n, 4);
+                        let e = send_file_range(&mut conn, &files, &f, 8, 5, mode, t)
+                            .await
+                            .unwrap_err();
+                        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{mode:?}");
+                        drop(conn);
+                        let mut got = Vec::new();
+                        c.read_to_end(&mut got).unwrap();
+                        // The short read may have sent its first bytes before finding the end.
+                        assert!(got.starts_with(b"3456"), "{mode:?}: {got:?}");
+                    })
+                    .await;
             }
         });
     }

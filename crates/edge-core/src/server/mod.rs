@@ -116,6 +116,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let caches = caches::open_caches(&cfg, None)?;
     let shared = Arc::new(ArcSwap::from_pointee(Shared::build(&cfg, 1, None, caches)?));
     let metrics = Arc::new(Metrics::new(workers));
+    let aio = crate::aio::AioSetup::from_config(&cfg.aio);
     let (access_file, log_buffer, log_flush) = match &cfg.access_log {
         AccessLog::Off => (None, 0, Duration::from_secs(1)),
         AccessLog::File {
@@ -136,6 +137,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 metrics: metrics.clone(),
                 shared: shared.clone(),
                 accept: strategy.name(),
+                aio: aio.clone(),
             },
         )
         .map_err(err("admin listen"))?;
@@ -156,7 +158,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
             max_connections: cfg.worker_connections,
-            file_io: crate::aio::FileBackend::from_config(&cfg.aio),
+            aio: aio.clone(),
         };
         threads.push(worker::spawn(spec).map_err(err("pthread_create()"))?);
     }

@@ -68,7 +68,11 @@ impl Service for Worker {
     }
 
     fn log(&self, peer: &SocketAddr, ex: &Exchange) {
-        self.access_log.borrow_mut().log(&Entry {
+        let mut log = self.access_log.borrow_mut();
+        if !log.enabled() {
+            return; // no clock read, no entry built
+        }
+        log.log(&Entry {
             peer,
             req: &ex.req,
             status: ex.status,
@@ -89,7 +93,8 @@ pub struct WorkerSpec {
     pub access_log: AccessLogBuf,
     pub shutdown: watch::Receiver<bool>,
     pub max_connections: usize,
-    pub file_io: crate::aio::FileBackend,
+    /// Each worker builds its own file I/O backend from this, on its own thread.
+    pub aio: crate::aio::AioSetup,
 }
 
 /// Starts the worker thread.
@@ -121,6 +126,10 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<std::thread::JoinHandle<()>> {
 }
 
 async fn run(spec: WorkerSpec) {
+    let file_io = crate::aio::FileBackend::for_worker(&spec.aio);
+    if let Some(slot) = spec.metrics.aio.get(spec.id) {
+        let _ = slot.set((file_io.mode().as_str(), file_io.stats().clone()));
+    }
     let worker = Rc::new(Worker {
         id: spec.id,
         shared: spec.shared,
@@ -128,7 +137,7 @@ async fn run(spec: WorkerSpec) {
             id: spec.id,
             metrics: spec.metrics,
             pool: UpstreamPool::default(),
-            file_io: spec.file_io,
+            file_io,
         }),
         access_log: Rc::new(RefCell::new(spec.access_log)),
         shutdown: spec.shutdown,

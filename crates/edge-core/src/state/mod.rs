@@ -13,7 +13,7 @@ pub use error::StateError;
 
 use crate::config::validate::Cidr;
 use crate::config::Config;
-use crate::http::send::SendMode;
+use crate::http::send::SendPolicy;
 use crate::http::Timeouts;
 use crate::upstream::UpstreamGroup;
 use caches::Caches;
@@ -32,7 +32,7 @@ pub struct Shared {
     pub keepalive_requests: u64,
     pub admin_allow: Vec<Cidr>,
     /// `aio.sendfile`, decided once per config generation.
-    pub send_mode: SendMode,
+    pub send: SendPolicy,
     /// Config generation (1 at start, +1 per reload), shown in /status.
     pub generation: u64,
 }
@@ -83,7 +83,10 @@ impl Shared {
             },
             keepalive_requests: cfg.keepalive_requests,
             admin_allow,
-            send_mode: SendMode::from_config(cfg.aio.sendfile),
+            send: SendPolicy {
+                sendfile: cfg.aio.sendfile,
+                directio: cfg.aio.directio.0,
+            },
             generation,
         })
     }

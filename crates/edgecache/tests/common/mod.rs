@@ -21,17 +21,31 @@ pub fn origin() -> (Proc, SocketAddr) {
 
 /// Starts `edgecache -c <config>`; `{listen}` in the text is replaced by a free address
 /// (returned) and `{admin}` by another.
+///
+/// The file I/O backend matrix: with `EDGECACHE_TEST_AIO=off|threads|io_uring|auto` in
+/// the environment, a config without an `[aio]` table gets `[aio] mode = "..."`, so
+/// `./test` runs the same integration tests once per backend.
 pub fn edgecache(config: &str) -> (Proc, SocketAddr, SocketAddr) {
+    edgecache_env(config, &[])
+}
+
+/// [`edgecache`] with extra environment variables for the server.
+pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, SocketAddr) {
     let listen = free_addr();
     let admin = free_addr();
     let dir = tempfile::tempdir().unwrap();
-    let text = config
+    let mut text = config
         .replace("{listen}", &listen.to_string())
         .replace("{admin}", &admin.to_string());
+    if let Ok(mode) = std::env::var("EDGECACHE_TEST_AIO") {
+        if !text.contains("[aio]") && !mode.is_empty() {
+            text.push_str(&format!("\n[aio]\nmode = \"{mode}\"\n"));
+        }
+    }
     let path = dir.path().join("edgecache.toml");
     std::fs::write(&path, text).unwrap();
     let path = path.to_string_lossy().into_owned();
-    let mut p = Proc::spawn_in(&bin("edgecache"), &["-c", &path], dir);
+    let mut p = Proc::spawn_in_env(&bin("edgecache"), &["-c", &path], dir, env);
     p.wait_port(listen, START);
     (p, listen, admin)
 }

@@ -18,6 +18,7 @@
 
 use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::stream::{stream_fill, Leader, Relay, RELAY_DEPTH};
+use crate::aio::FileBackend;
 use crate::http::conn::{timed_out, Conn};
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::{error_page, respond as respond_page};
@@ -42,20 +43,49 @@ const FLUSH_AT: usize = 64 * 1024;
 pub struct Store {
     pub writer: ObjectWriter,
     pub handle: Option<FillHandle>,
+    /// Our handle on the temp file for body writes through the worker's file I/O
+    /// backend (taken on the first write).
+    out: Option<edge_aio::AioFile>,
+    /// The buffer each write hands to the backend and gets back.
+    scratch: Vec<u8>,
 }
 
 impl Store {
-    /// Append body bytes and tell followers; on a write error (ENOSPC, EIO) the fill
-    /// fails (followers abort) and the caller continues uncached.
-    fn write(&mut self, data: &[u8]) -> bool {
-        match self.writer.write(data) {
+    /// Append body bytes (through the file I/O backend, so a throttled write never
+    /// stalls the loop) and tell followers; on a write error (ENOSPC, EIO, EFBIG) the
+    /// fill fails (followers abort) and the caller continues uncached.
+    async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
+        if self.out.is_none() {
+            match self.writer.reader().and_then(|f| files.own(&f)) {
+                Ok(f) => self.out = Some(f),
+                Err(e) => {
+                    self.writer.write_failed(&e);
+                    return false;
+                }
+            }
+        }
+        let Some(out) = &self.out else {
+            return false;
+        };
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend_from_slice(data);
+        let (res, buf) = files
+            .write_all_at(out, self.writer.next_offset(), buf)
+            .await;
+        self.scratch = buf;
+        match res {
             Ok(()) => {
+                self.writer.record_written(data);
                 if let Some(h) = &self.handle {
                     h.progress(self.writer.written());
                 }
                 true
             }
-            Err(_) => false, // counted and rate-limit logged by the cache
+            Err(e) => {
+                self.writer.write_failed(&e); // counted and rate-limit logged
+                false
+            }
         }
     }
 
@@ -279,7 +309,12 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
         },
         None => None,
     };
-    Some(Store { writer, handle })
+    Some(Store {
+        writer,
+        handle,
+        out: None,
+        scratch: Vec::new(),
+    })
 }
 
 /// Relays the upstream body to the client (when there is one) and into the store (when
@@ -330,7 +365,7 @@ pub async fn pump(
             if !d.data.is_empty() {
                 let mut relay_from = None;
                 if let Some(s) = store.as_mut() {
-                    if !s.write(d.data) {
+                    if !s.write(&ctx.w.file_io, d.data).await {
                         relay_from = Some(s.writer.written());
                         store = None; // fails the fill; this client continues uncached
                     }
@@ -517,6 +552,14 @@ async fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One body write through the `off` backend, to completion.
+    fn rt_write(store: &mut Store, data: &[u8]) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(store.write(&FileBackend::off(), data))
+    }
     use edge_cache::{Cache, CacheConfig, Fill, FillState, Join, ObjectMeta};
 
     fn cache(dir: &std::path::Path) -> Arc<Cache> {
@@ -556,9 +599,9 @@ mod tests {
             .unwrap();
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
         assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
-        assert!(store.write(b"hel"));
+        assert!(rt_write(&mut store, b"hel"));
         assert!(matches!(f.state(), FillState::Streaming { written: 3, .. }));
-        assert!(store.write(b"lo"));
+        assert!(rt_write(&mut store, b"lo"));
         store.finish();
         assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
         let now = SystemTime::now();
@@ -589,7 +632,7 @@ mod tests {
             .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
             .unwrap();
         let mut store = publish(Some(writer), Some(handle)).unwrap();
-        assert!(store.write(b"only 7!"));
+        assert!(rt_write(&mut store, b"only 7!"));
         store.finish(); // Content-Length said 10: the commit refuses
         assert!(matches!(f.state(), FillState::Failed { head: Some(_) }));
         let now = SystemTime::now();

@@ -237,7 +237,17 @@ async fn send_body(
     conn.write_all_more(&head, send).await?;
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
-    match send_file_range(conn, io, &entry.file, off, n, ctx.shared.send_mode, send).await {
+    match send_file_range(
+        conn,
+        io,
+        &entry.file,
+        off,
+        n,
+        ctx.shared.send.mode_for(entry.body_len),
+        send,
+    )
+    .await
+    {
         Ok(k) => Ok(k),
         Err(e) if is_file_error(&e) => Err(abort(e)),
         Err(e) => Err(ExchangeError::Client(e)),

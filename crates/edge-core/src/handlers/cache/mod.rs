@@ -89,7 +89,9 @@ pub async fn handle(
     let mut alone_store = MayStore::No;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
-        let first = cache.lookup(&ctx.key, &ex.req.headers, now);
+        let first = cache
+            .lookup_with(&ctx.w.file_io, &ctx.key, &ex.req.headers, now)
+            .await;
         if let Lookup::Fresh(hit) = first {
             return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
@@ -120,7 +122,16 @@ pub async fn handle(
             Join::Leader(handle) => {
                 // A fill may have completed between the lookup and the join.
                 let again = match first {
-                    Lookup::Miss => cache.lookup(&ctx.key, &ex.req.headers, SystemTime::now()),
+                    Lookup::Miss => {
+                        cache
+                            .lookup_with(
+                                &ctx.w.file_io,
+                                &ctx.key,
+                                &ex.req.headers,
+                                SystemTime::now(),
+                            )
+                            .await
+                    }
                     other => other,
                 };
                 return match again {

@@ -261,7 +261,13 @@ impl Background {
         let p = ctx.p;
         let entry = match ctx
             .cache
-            .lookup(&ctx.key, &self.req.headers, SystemTime::now())
+            .lookup_with(
+                &ctx.w.file_io,
+                &ctx.key,
+                &self.req.headers,
+                SystemTime::now(),
+            )
+            .await
         {
             Lookup::Fresh(_) => return, // someone refreshed it meanwhile
             Lookup::Stale(e) => Some(e),

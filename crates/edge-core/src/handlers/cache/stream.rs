@@ -174,7 +174,7 @@ pub async fn stream_fill(
         want: want.unwrap_or(0..u64::MAX),
         chunked,
         io: &ctx.w.file_io,
-        send_mode: shared.send_mode,
+        send_mode: shared.send.streaming(),
         send,
         sent: 0,
     };

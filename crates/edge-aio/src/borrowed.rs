@@ -1,0 +1,156 @@
+//! Reads from a file the caller only borrows (`&std::fs::File`), for callers whose files
+//! come from elsewhere (the cache index hands out `File`s) and who cannot give the
+//! engine an owned handle.
+//!
+//! Whatever runs inline needs no ownership: `off` reads with `pread(2)` and `auto` with
+//! `preadv2(RWF_NOWAIT)` on the borrowed fd, so a warm read costs exactly one syscall.
+//! Only a read that must leave the loop (every read under `threads` and `io_uring`,
+//! and the uncached remainder under `auto`) duplicates the fd into an [`AioFile`] the
+//! in-flight op owns: if the caller's future is dropped and its `File` closed, the fd
+//! number may be reused at once, and a pool thread or the kernel must never read from
+//! whatever file then holds it. The `dup(2)` costs one syscall on a path that is about
+//! to wait for a thread or the disk anyway.
+
+use crate::sys::{self, MAX_RW};
+use crate::{AioFile, Engine, Mode};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+/// `pread` (or `preadv2` with `flags`) of `len` bytes into `buf[start..]`.
+fn read_inline(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len().min(MAX_RW),
+    };
+    // SAFETY: `file` is open for the call (borrowed); one iovec describing `buf`, a
+    // live, writable slice of exactly `iov_len` bytes or more.
+    let r = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off as i64, flags) };
+    sys::to_result(sys::ret_or_errno(r as i64))
+}
+
+impl Engine {
+    /// Whether the byte at `offset` of `file` is in the page cache: a one-byte
+    /// `preadv2(RWF_NOWAIT)`. The server asks this of the last byte of a range before
+    /// `sendfile(2)`ing it on the loop (pages are cached and evicted mostly in file
+    /// order, so a cached last page says the range is very likely cached); a range that
+    /// is not goes through [`Engine::read_exact_at_file`] instead. False on kernels
+    /// without RWF_NOWAIT.
+    pub fn is_cached(&self, file: &File, offset: u64) -> bool {
+        let mut b = [0u8; 1];
+        matches!(read_inline(file, &mut b, offset, libc::RWF_NOWAIT), Ok(1))
+    }
+
+    /// Reads exactly `len` bytes of `file` at `offset`, appended to `buf`; returns the
+    /// buffer in every case. A file that ends first is `UnexpectedEof` (the bytes read so
+    /// far stay appended). See the module doc for which part runs where.
+    pub async fn read_exact_at_file(
+        &self,
+        file: &File,
+        offset: u64,
+        len: usize,
+        mut buf: Vec<u8>,
+    ) -> (io::Result<()>, Vec<u8>) {
+        let start = buf.len();
+        let inline_flags = match self.mode() {
+            Mode::Off => Some(0),
+            Mode::Auto => Some(libc::RWF_NOWAIT),
+            Mode::Threads | Mode::IoUring => None,
+        };
+        let mut got = 0usize;
+        if let Some(flags) = inline_flags {
+            let t0 = Instant::now();
+            buf.resize(start + len, 0);
+            let res = loop {
+                if got == len {
+                    break Ok(());
+                }
+                match read_inline(file, &mut buf[start + got..], offset + got as u64, flags) {
+                    Ok(0) => {
+                        break Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "file shorter than expected",
+                        ))
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            buf.truncate(start + got);
+            let would_block = matches!(&res, Err(e) if flags != 0
+                && (e.raw_os_error() == Some(libc::EAGAIN)
+                    || e.raw_os_error() == Some(libc::EOPNOTSUPP)
+                    || e.raw_os_error() == Some(libc::ENOSYS)));
+            if !would_block {
+                let counted = res
+                    .as_ref()
+                    .map(|_| got)
+                    .map_err(|e| io::Error::from(e.kind()));
+                self.stats.read_done(&counted, t0.elapsed());
+                if flags != 0 {
+                    self.stats.inline_hit();
+                }
+                return (res, buf);
+            }
+            self.stats.handoff();
+        }
+        // Leave the loop with an fd the op owns.
+        let owned = match file.try_clone() {
+            Ok(f) => AioFile::from(f),
+            Err(e) => return (Err(e), buf),
+        };
+        // Under `auto` this tries RWF_NOWAIT once more (the page may have arrived) and
+        // hands off what is still uncached.
+        let (res, buf) = self
+            .read_exact_at(&owned, offset + got as u64, len - got, buf)
+            .await;
+        // The duplicate is closed when the last op holding it completes.
+        drop(owned);
+        (res, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use std::io::Write;
+
+    #[test]
+    fn every_mode_reads_a_borrowed_file() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
+            let cfg = EngineConfig {
+                mode,
+                threads: 2,
+                max_queue: 16,
+                queue: QueueKind::Mutex,
+                ring_entries: 8,
+            };
+            let pool = SharedPool::new(&cfg);
+            let (engine, _) = Engine::new(&cfg, &pool).unwrap();
+            local.block_on(&rt, async {
+                let (r, buf) = engine
+                    .read_exact_at_file(&f, 1000, 150_000, b"head".to_vec())
+                    .await;
+                r.unwrap();
+                assert_eq!(&buf[..4], b"head");
+                assert_eq!(&buf[4..], &data[1000..151_000], "{mode:?}");
+                let (r, buf) = engine.read_exact_at_file(&f, 199_990, 20, Vec::new()).await;
+                assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+                assert_eq!(buf, &data[199_990..], "{mode:?}: the bytes read are kept");
+                assert!(engine.is_cached(&f, 0), "a file just written is cached");
+                assert!(!engine.is_cached(&f, 10_000_000), "past the end");
+            });
+            assert!(engine.stats().snapshot().reads >= 1, "{mode:?}");
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! The file I/O backends (`[aio] mode`), end to end: the real `edgecache` in front of
+//! the real `edgeorigin`, with cached objects pushed out of the page cache
+//! (`fsync` + `posix_fadvise(DONTNEED)`, no root needed) so that hits really read from
+//! the disk. Every backend must serve the same bytes; `threads` must run its pool,
+//! `io_uring` its ring (or fall back to `threads` with one log line), `auto` must hand
+//! cold reads off; and a client that leaves mid-read must leak nothing.
+//!
+//! The rest of the integration tests run once per backend too: `./test` sets
+//! `EDGECACHE_TEST_AIO` (see `common::edgecache`).
+
+mod common;
+
+use common::{edgecache_env, origin, LOCAL};
+use edge_testkit::{get, Proc, Response};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+struct Node {
+    _origin: Proc,
+    origin: SocketAddr,
+    cache: Proc,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+fn start(aio: &str, env: &[(&str, &str)]) -> Node {
+    let (o, origin_addr) = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+
+[aio]
+{aio}
+
+[[listen]]
+addr = "{{listen}}"
+
+[[cache]]
+name = "c1"
+path = "{cache}"
+
+[[upstream]]
+name = "origin"
+servers = ["{origin_addr}"]
+
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["c1"]
+
+[admin]
+listen = "{{admin}}"
+allow = [{LOCAL}]
+"#,
+        cache = dir.path().join("cache").display()
+    );
+    let (cache, addr, admin) = edgecache_env(&cfg, env);
+    Node {
+        _origin: o,
+        origin: origin_addr,
+        cache,
+        addr,
+        admin,
+        dir,
+    }
+}
+
+fn status(r: &Response) -> &str {
+    r.header("x-cache-status").unwrap_or("-")
+}
+
+/// Writes back and drops every cached file's pages; true when the kernel really
+/// dropped them (a tmpfs cannot: its pages are the file).
+fn evict(dir: &Path) -> bool {
+    let mut all = true;
+    for (path, _) in common::files(dir) {
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: a valid open fd; fadvise takes no pointers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0, "fadvise {path}");
+        all &= !cached(&path, 0);
+    }
+    all
+}
+
+/// Whether the page holding byte `offset` of `path` is in the page cache: mincore(2)
+/// over a mapping, which (unlike a RWF_NOWAIT read) never starts readahead.
+fn cached(path: &str, offset: usize) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    assert!(offset < len);
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; only
+    // mincore looks at it, nothing dereferences it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let page = 4096;
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        let r = libc::mincore(p, len, vec.as_mut_ptr());
+        libc::munmap(p, len);
+        assert_eq!(r, 0);
+        vec[offset / page] & 1 == 1
+    }
+}
+
+/// A sample of `/metrics` (the line starting with `series`).
+fn metric(admin: SocketAddr, series: &str) -> Option<u64> {
+    common::get_text(admin, "/metrics").lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+fn fill_and_check(n: &Node, paths: &[&str]) {
+    for p in paths {
+        let a = get(n.addr, p, &[]);
+        assert_eq!(a.status, 200, "{p}");
+        let b = get(n.addr, p, &[]);
+        assert_eq!(status(&b), "HIT", "{p}");
+    }
+}
+
+/// Cold hits on every backend, with and without sendfile, small (read with the head)
+/// and large (sent by chunks), whole and ranged: the origin's exact bytes.
+#[test]
+fn every_backend_serves_cold_hits_byte_for_byte() {
+    let paths = ["/obj/10k/1", "/obj/3m/2"];
+    for mode in ["off", "threads", "io_uring", "auto"] {
+        for sendfile in [true, false] {
+            let n = start(&format!("mode = \"{mode}\"\nsendfile = {sendfile}"), &[]);
+            fill_and_check(&n, &paths);
+            let cold = evict(n.dir.path());
+            for p in paths {
+                let direct = get(n.origin, p, &[]);
+                let r = get(n.addr, p, &[]);
+                assert_eq!((r.status, status(&r)), (200, "HIT"), "{mode} {p}");
+                assert!(
+                    r.body == direct.body,
+                    "{mode} sendfile={sendfile} {p}: body differs"
+                );
+                assert_eq!(r.header("x-checksum"), direct.header("x-checksum"));
+            }
+            evict(n.dir.path());
+            let r = get(n.addr, "/obj/3m/2", &["Range: bytes=1048570-2097160"]);
+            let direct = get(n.origin, "/obj/3m/2", &[]);
+            assert_eq!(r.status, 206, "{mode}");
+            assert!(
+                r.body == direct.body[1048570..=2097160],
+                "{mode}: range bytes"
+            );
+            let backend = if mode == "io_uring" && n.cache.stderr().contains("using \"threads\"") {
+                "threads"
+            } else {
+                mode
+            };
+            let reads = metric(
+                n.admin,
+                &format!("edgecache_aio_reads_total{{worker=\"0\",backend=\"{backend}\"}}"),
+            )
+            .unwrap_or_else(|| panic!("{mode}: no aio reads metric"));
+            assert!(reads > 0, "{mode}: reads went through the backend");
+            if mode == "auto" && cold {
+                let handoffs = metric(
+                    n.admin,
+                    "edgecache_aio_handoffs_total{worker=\"0\",backend=\"auto\"}",
+                )
+                .unwrap();
+                assert!(handoffs > 0, "auto: cold reads were handed to the pool");
+            } else if mode == "auto" {
+                println!("the cache directory cannot be evicted (tmpfs?): hand-offs not checked");
+            }
+        }
+    }
+}
+
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+fn fd_links(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn threads_backend_runs_its_pool() {
+    let n = start(
+        "mode = \"threads\"\nthread_pool = { threads = 3, queue = \"lockfree\" }",
+        &[],
+    );
+    fill_and_check(&n, &["/obj/10k/1"]);
+    let names = thread_names(n.cache.child.id());
+    let pool = names.iter().filter(|t| t.starts_with("aio-")).count();
+    assert_eq!(pool, 3, "threads: {names:?}");
+    let off = start("mode = \"off\"", &[]);
+    fill_and_check(&off, &["/obj/10k/1"]);
+    let names = thread_names(off.cache.child.id());
+    assert!(
+        !names.iter().any(|t| t.starts_with("aio-")),
+        "off starts no pool: {names:?}"
+    );
+}
+
+#[test]
+fn io_uring_backend_has_a_ring_or_falls_back_once() {
+    let n = start("mode = \"io_uring\"", &[]);
+    fill_and_check(&n, &["/obj/10k/1"]);
+    let rings = fd_links(n.cache.child.id())
+        .iter()
+        .filter(|l| l.contains("io_uring"))
+        .count();
+    if n.cache.stderr().contains("using \"threads\"") {
+        println!("this kernel refuses io_uring: checked the fallback only");
+        assert_eq!(rings, 0);
+    } else {
+        assert_eq!(rings, 1, "one ring for the one worker");
+    }
+
+    // Forced fallback (what a kernel without io_uring, or a seccomp sandbox, gives).
+    let f = start("mode = \"io_uring\"", &[("EDGECACHE_URING_DISABLE", "1")]);
+    fill_and_check(&f, &["/obj/10k/1", "/obj/100k/1"]);
+    let log = f.cache.stderr();
+    assert_eq!(
+        log.matches("using \"threads\"").count(),
+        1,
+        "one log line: {log}"
+    );
+    assert_eq!(
+        metric(
+            f.admin,
+            "edgecache_aio_fallbacks_total{worker=\"0\",backend=\"threads\"}"
+        ),
+        Some(1)
+    );
+    assert!(fd_links(f.cache.child.id())
+        .iter()
+        .all(|l| !l.contains("io_uring")));
+}
+
+/// Clients that leave while their cold reads are on the pool: nothing leaks (no fd,
+/// no op left in flight) and later reads are whole and right.
+#[test]
+fn clients_leaving_mid_read_leak_nothing() {
+    let n = start(
+        "mode = \"threads\"\nsendfile = false\nthread_pool = { threads = 2 }",
+        &[],
+    );
+    let path = "/obj/8m/7";
+    fill_and_check(&n, &[path]);
+    let pid = n.cache.child.id();
+    let fds_before = fd_links(pid).len();
+    for _ in 0..3 {
+        evict(n.dir.path());
+        let mut conns = Vec::new();
+        for _ in 0..16 {
+            let mut c = TcpStream::connect(n.addr).unwrap();
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+                .unwrap();
+            conns.push(c);
+        }
+        for c in &mut conns {
+            let mut b = [0u8; 4096];
+            let _ = c.read(&mut b);
+        }
+        drop(conns); // gone mid-body
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let in_flight = metric(
+            n.admin,
+            "edgecache_aio_in_flight{worker=\"0\",backend=\"threads\"}",
+        );
+        let fds = fd_links(pid).len();
+        if in_flight == Some(0) && fds <= fds_before + 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "in flight {in_flight:?}, fds {fds} (before {fds_before})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let direct = get(n.origin, path, &[]);
+    let r = get(n.addr, path, &[]);
+    assert_eq!(status(&r), "HIT");
+    assert!(r.body == direct.body, "the object is intact");
+}
+
+/// `directio`: bodies of objects at least that big are read with O_DIRECT on every
+/// backend: right bytes, and the page cache stays empty (a buffered read would fill
+/// it). Smaller objects keep the page cache.
+#[test]
+fn directio_bypasses_the_page_cache() {
+    for mode in ["off", "threads", "io_uring", "auto"] {
+        let n = start(&format!("mode = \"{mode}\"\ndirectio = \"1m\""), &[]);
+        fill_and_check(&n, &["/obj/3m/2", "/obj/100k/3"]);
+        if !evict(n.dir.path()) {
+            println!("the cache directory cannot be evicted (tmpfs?): skipped");
+            return;
+        }
+        let big = common::files(n.dir.path())
+            .into_iter()
+            .find(|(_, len)| *len > 3 << 20)
+            .unwrap()
+            .0;
+        let small = common::files(n.dir.path())
+            .into_iter()
+            .find(|(_, len)| (100 << 10..1 << 20).contains(len))
+            .unwrap()
+            .0;
+        for (p, whole) in [("/obj/3m/2", 3u64 << 20), ("/obj/100k/3", 100 << 10)] {
+            let direct = get(n.origin, p, &[]);
+            let r = get(n.addr, p, &[]);
+            assert_eq!(status(&r), "HIT");
+            assert!(r.body == direct.body, "{mode} {p}");
+            assert_eq!(r.body.len() as u64, whole);
+        }
+        let r = get(n.addr, "/obj/3m/2", &["Range: bytes=5000-1200000"]);
+        let direct = get(n.origin, "/obj/3m/2", &[]);
+        assert!(
+            r.body == direct.body[5000..=1200000],
+            "{mode}: an unaligned range"
+        );
+        for off in [8192, 1 << 20, 3 << 20] {
+            assert!(
+                !cached(&big, off),
+                "{mode}: O_DIRECT left page {off} uncached"
+            );
+        }
+        assert!(
+            cached(&small, 8192),
+            "{mode}: a small object is read buffered"
+        );
+    }
+}
