@@ -154,3 +154,59 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod blocking_tests {
+    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    fn engines() -> Vec<(Mode, Engine)> {
+        [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto]
+            .into_iter()
+            .map(|mode| {
+                let cfg = EngineConfig {
+                    mode,
+                    threads: 2,
+                    max_queue: 8,
+                    queue: QueueKind::LockFree,
+                    ring_entries: 8,
+                };
+                (mode, Engine::new(&cfg, &SharedPool::new(&cfg)).unwrap().0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocking_jobs_run_off_the_loop_return_values_and_survive_panics() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        for (mode, e) in engines() {
+            local.block_on(&rt, async {
+                let me = std::thread::current().id();
+                let (v, ran_on) = e
+                    .blocking(move || (21 * 2, std::thread::current().id()))
+                    .await
+                    .unwrap();
+                assert_eq!(v, 42);
+                assert_eq!(ran_on == me, mode == Mode::Off, "{mode:?}: where it ran");
+                let err = e.blocking(|| panic!("boom")).await.unwrap_err();
+                assert!(err.to_string().contains("panicked"), "{mode:?}");
+                // A dropped future: the job still runs once, nothing leaks.
+                let n = Arc::new(AtomicUsize::new(0));
+                let n2 = n.clone();
+                let fut = e.blocking(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    n2.fetch_add(1, Ordering::SeqCst);
+                });
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(1), fut).await;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                assert_eq!(n.load(Ordering::SeqCst), 1, "{mode:?}");
+                assert_eq!(e.stats().in_flight(), 0, "{mode:?}");
+            });
+        }
+    }
+}

@@ -43,7 +43,35 @@ pub(crate) enum Keep {
     Stat(Option<AioFile>, Option<CPath>, HeapStatx),
     Path(CPath),
     Paths(CPath, CPath),
+    /// The closure of a [`crate::sys::SysOp::Call`].
+    Call(CallBox),
 }
+
+/// Owns a boxed closure through a raw pointer, so that the pointer a
+/// [`crate::sys::SysOp::Call`] carries stays valid while this owner moves around (a
+/// `Box` is a unique owner: moving it could invalidate pointers derived from it).
+pub(crate) struct CallBox(*mut (dyn FnMut() -> i64 + Send));
+
+impl CallBox {
+    pub(crate) fn new(f: Box<dyn FnMut() -> i64 + Send>) -> CallBox {
+        CallBox(Box::into_raw(f))
+    }
+
+    pub(crate) fn ptr(&self) -> *mut (dyn FnMut() -> i64 + Send) {
+        self.0
+    }
+}
+
+impl Drop for CallBox {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` came from `Box::into_raw` in `new` and is freed only here,
+        // once: the op that used it has completed before its `Keep` is dropped.
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+// SAFETY: the closure is `Send`; the pointer is only an owner of it.
+unsafe impl Send for CallBox {}
 
 /// Where operations go and completions come from: the thread pool or a ring.
 pub(crate) trait Source: 'static {

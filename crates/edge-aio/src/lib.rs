@@ -111,6 +111,9 @@ use uring::UringEngine;
 pub struct Engine {
     backend: Backend,
     stats: Arc<AioStats>,
+    /// Where [`Engine::blocking`] closures run: the pool (`threads`, `auto`, and
+    /// `io_uring`, which has no opcode for a multi-step job); None under `off`.
+    blocking: Option<PoolEngine>,
 }
 
 /// The backend, chosen once in [`Engine::new`].
@@ -130,20 +133,34 @@ impl Engine {
         let stats = Arc::new(AioStats::default());
         let threads = |stats: &Arc<AioStats>| PoolEngine::new(pool.get()?, stats.clone());
         let mut fallback = None;
-        let backend = match cfg.mode {
-            Mode::Off => Backend::Off(OffEngine),
-            Mode::Threads => Backend::Threads(threads(&stats)?),
-            Mode::Auto => Backend::Auto(AutoEngine::new(threads(&stats)?)),
+        let (backend, blocking) = match cfg.mode {
+            Mode::Off => (Backend::Off(OffEngine), None),
+            Mode::Threads => {
+                let p = threads(&stats)?;
+                (Backend::Threads(p.clone()), Some(p))
+            }
+            Mode::Auto => {
+                let p = threads(&stats)?;
+                (Backend::Auto(AutoEngine::new(p.clone())), Some(p))
+            }
             Mode::IoUring => match UringEngine::new(cfg.ring_entries, stats.clone()) {
-                Ok(u) => Backend::IoUring(u),
+                Ok(u) => (Backend::IoUring(u), Some(threads(&stats)?)),
                 Err(why) => {
                     stats.uring_fallback();
                     fallback = Some(why);
-                    Backend::Threads(threads(&stats)?)
+                    let p = threads(&stats)?;
+                    (Backend::Threads(p.clone()), Some(p))
                 }
             },
         };
-        Ok((Engine { backend, stats }, fallback))
+        Ok((
+            Engine {
+                backend,
+                stats,
+                blocking,
+            },
+            fallback,
+        ))
     }
 
     /// An `off` engine (blocking syscalls inline); needs no pool and no runtime.
@@ -151,6 +168,7 @@ impl Engine {
         Engine {
             backend: Backend::Off(OffEngine),
             stats: Arc::default(),
+            blocking: None,
         }
     }
 
@@ -175,6 +193,42 @@ impl Engine {
             Backend::Threads(p) => Some(p.pool()),
             Backend::Auto(a) => Some(a.pool().pool()),
             Backend::Off(_) | Backend::IoUring(_) => None,
+        }
+    }
+
+    /// Runs `f` (blocking work made of several calls, such as a cache commit) on the
+    /// pool, or inline under `off`; a full queue runs it inline (counted as an
+    /// overflow). If the caller's future is dropped, `f` still runs to its end and its
+    /// result is dropped. A panic in `f` is caught and returned as an error.
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        let slot: Arc<std::sync::Mutex<Option<std::thread::Result<T>>>> = Arc::default();
+        let out = slot.clone();
+        let mut f = Some(f);
+        let call = inflight::CallBox::new(Box::new(move || {
+            if let Some(f) = f.take() {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            }
+            0
+        }));
+        // The pointer stays valid while `keep` (which owns the closure) is held by the
+        // in-flight table, i.e. until the op has completed.
+        let op = SysOp::Call { f: call.ptr() };
+        let keep = Keep::Call(call);
+        let (_, keep) = match &self.blocking {
+            Some(p) => p.submit(op, keep).await,
+            None => OffEngine.run(op, keep),
+        };
+        drop(keep);
+        self.stats.other_done(true);
+        let r = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match r {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(_)) => Err(io::Error::other("blocking job panicked")),
+            None => Err(io::Error::other("blocking job did not run")),
         }
     }
 

@@ -63,6 +63,9 @@ pub(crate) enum SysOp {
     Unlink { path: *const c_char },
     /// `close(fd)`; the fd was released by its owner before the op was built.
     Close { fd: RawFd },
+    /// A blocking closure (several syscalls that belong together, such as a cache
+    /// commit); only ever run by a pool thread or inline, never put on a ring.
+    Call { f: *mut (dyn FnMut() -> i64 + Send) },
 }
 
 // SAFETY: a `SysOp` is a description; its pointers are only dereferenced by `run` (or
@@ -123,6 +126,7 @@ impl SysOp {
                 }
                 SysOp::Unlink { path } => libc::unlinkat(libc::AT_FDCWD, path, 0) as i64,
                 SysOp::Close { fd } => return ret_or_errno(libc::close(fd) as i64),
+                SysOp::Call { f } => return (*f)(),
             };
             let ret = ret_or_errno(ret);
             if ret != -(libc::EINTR as i64) {

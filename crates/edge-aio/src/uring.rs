@@ -149,6 +149,9 @@ fn sqe(op: &SysOp) -> squeue::Entry {
         SysOp::Rename { from, to } => opcode::RenameAt::new(cwd, from, cwd, to).build(),
         SysOp::Unlink { path } => opcode::UnlinkAt::new(cwd, path).build(),
         SysOp::Close { fd } => opcode::Close::new(types::Fd(fd)).build(),
+        // The engine sends closures to its pool, never to the ring; a no-op keeps
+        // this total.
+        SysOp::Call { .. } => opcode::Nop::new().build(),
     }
 }
 

@@ -114,6 +114,33 @@ impl ObjectWriter {
         self.obj.reader()
     }
 
+    /// [`ObjectWriter::finish`] with the header write, the `fstat` and the rename made
+    /// by `io` (a server's file I/O backend, so they never block its event loop). The
+    /// index is updated after the rename, under the object's stripe lock; should two
+    /// writers of one key (only possible without the collapse lock) rename in one order
+    /// and index in the other, the index names an inode the file no longer has: a
+    /// lookup then sees the mismatch, answers a miss, and the next fill repairs it.
+    pub async fn finish_with<W: CommitIo>(mut self, io: &W) -> io::Result<()> {
+        let res = async {
+            let plan = self.obj.prepare_commit()?;
+            let ino = io.commit(&plan).await?;
+            Ok::<_, io::Error>(ino)
+        }
+        .await;
+        let ObjectWriter { cache, obj } = self;
+        match res {
+            Ok(ino) => {
+                let _stripe = cache.stripe(obj.hash());
+                cache.index_committed(obj.committed(ino));
+                Ok(())
+            }
+            Err(e) => {
+                cache.note_write_error("commit", &e);
+                Err(e) // `obj` drops: the temp file is removed
+            }
+        }
+    }
+
     /// Check the length, finalise the header, rename into place, and index the object.
     pub fn finish(self) -> io::Result<()> {
         let ObjectWriter { cache, obj } = self;
@@ -386,6 +413,13 @@ impl Cache {
         mut meta: ObjectMeta,
     ) -> io::Result<ObjectWriter> {
         meta.key = variant_key(primary_key, &meta.vary, req);
+        self.begin_write_keyed(meta)
+    }
+
+    /// [`Cache::begin_write`] with `meta.key` already the variant key (see
+    /// [`crate::variant_key`]): only file system work is left (directories, the temp
+    /// file, its provisional header), so a server can run it off its event loop.
+    pub fn begin_write_keyed(self: &Arc<Self>, meta: ObjectMeta) -> io::Result<ObjectWriter> {
         let hash = key_hash(&meta.key);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         match TempObject::create(&self.layout, hash, meta, &self.token, seq) {
@@ -552,6 +586,13 @@ impl Cache {
         }
         true
     }
+}
+
+/// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.header` at offset 0
+/// of the temp file, `fstat` it, rename it to `plan.final_path`; returns its inode.
+#[allow(async_fn_in_trait)]
+pub trait CommitIo {
+    async fn commit(&self, plan: &storage::CommitPlan) -> io::Result<u64>;
 }
 
 /// A file opened for reading, with what `fstat` said of it.

@@ -39,12 +39,15 @@ pub mod uses;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use cache::{BlockingOpener, Cache, FileOpener, HitEntry, Lookup, ObjectWriter, OpenedFile};
+pub use cache::{
+    BlockingOpener, Cache, CommitIo, FileOpener, HitEntry, Lookup, ObjectWriter, OpenedFile,
+};
 pub use inflight::{Fill, FillHandle, FillHead, FillState, Inflight, Join, WaitHead};
 pub use key::{key_hash, variant_key, KeyHash};
 pub use meta::{Freshness, ObjectMeta, BODY_LEN_UNKNOWN};
 pub use policy::{NoCacheReason, PolicyConfig, StaleReason, StatusMatch};
 pub use select::{pick, try_pick};
+pub use storage::CommitPlan;
 
 /// One `[[cache]]` from the config. Sizes are bytes, names follow nginx
 /// `proxy_cache_path`.

@@ -405,6 +405,19 @@ impl TempObject {
     /// Check the length, write the final header (length, body checksum) and rename the
     /// file into place. On any error the temp file is removed.
     pub fn commit(mut self) -> io::Result<Committed> {
+        let plan = self.prepare_commit()?;
+        let file = self.file.as_ref().ok_or_else(closed)?;
+        file.write_all_at(&plan.header, 0)?;
+        let ino = file.metadata()?.ino();
+        fs::rename(&plan.tmp_path, &plan.final_path)?;
+        Ok(self.committed(ino))
+    }
+
+    /// The first half of a commit made by a caller doing its own I/O: checks the
+    /// length and returns what to do: write `header` at offset 0 of the temp file,
+    /// `fstat` it for its inode, rename `tmp_path` to `final_path`; then call
+    /// [`TempObject::committed`]. Dropped before that, the temp file is removed.
+    pub fn prepare_commit(&mut self) -> io::Result<CommitPlan> {
         let declared = self.meta.body_len;
         if declared != BODY_LEN_UNKNOWN && declared != self.written {
             return Err(io::Error::new(
@@ -416,19 +429,32 @@ impl TempObject {
         self.meta.body_hash = self.hasher.digest();
         let header = encode_header(self.hash, &self.meta, Some(self.body_offset))
             .map_err(|_| io::Error::other("header grew while writing"))?;
-        let file = self.file.as_ref().ok_or_else(closed)?;
-        file.write_all_at(&header, 0)?;
-        let ino = file.metadata()?.ino();
-        fs::rename(&self.tmp_path, &self.final_path)?;
+        Ok(CommitPlan {
+            header,
+            tmp_path: self.tmp_path.clone(),
+            final_path: self.final_path.clone(),
+        })
+    }
+
+    /// The renamed file (inode `ino`) is in place.
+    pub fn committed(mut self, ino: u64) -> Committed {
         self.committed = true;
-        Ok(Committed {
+        Committed {
             meta: self.meta.clone(),
             hash: self.hash,
             body_offset: self.body_offset,
             disk_size: disk_size_of(self.body_offset + self.written),
             ino,
-        })
+        }
     }
+}
+
+/// What [`TempObject::prepare_commit`] leaves to its caller.
+#[derive(Debug)]
+pub struct CommitPlan {
+    pub header: Vec<u8>,
+    pub tmp_path: PathBuf,
+    pub final_path: PathBuf,
 }
 
 fn closed() -> io::Error {

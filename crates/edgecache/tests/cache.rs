@@ -998,8 +998,14 @@ fn the_access_log_records_the_cache_status() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(lines[0].ends_with(" MISS"), "{}", lines[0]);
-    assert!(lines[1].ends_with(" HIT"), "{}", lines[1]);
+    // A line is written when its exchange ends: a MISS whose store commits after the
+    // client had every byte may log after the HIT that followed it.
+    let mut statuses: Vec<&str> = lines.iter().filter_map(|l| l.rsplit(' ').next()).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["HIT", "MISS"], "{lines:?}");
+    assert!(lines
+        .iter()
+        .all(|l| l.contains("\"GET /obj/1k/52 HTTP/1.1\" 200 1024")));
 }
 
 #[test]

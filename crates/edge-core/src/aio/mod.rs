@@ -175,6 +175,16 @@ impl FileBackend {
         Ok(File::from(fd))
     }
 
+    /// Runs blocking file system work made of several calls (creating a cache object,
+    /// rewriting one after a 304, a purge's unlinks) on the pool, or inline under
+    /// `off`; see `edge_aio::Engine::blocking`.
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        self.engine.blocking(f).await
+    }
+
     /// A handle of our own on `file` (a `dup`), for the writes of a whole fill: an op in
     /// flight keeps it open even if the fill is abandoned.
     pub fn own(&self, file: &File) -> io::Result<edge_aio::AioFile> {
@@ -217,6 +227,25 @@ impl edge_cache::FileOpener for FileBackend {
             ino: md.ino,
             len: md.size,
         })
+    }
+}
+
+/// A fill's commit through the backend: the final header, the `fstat` and the rename
+/// (a journaled metadata update that can wait on the disk).
+pub struct Committer<'a> {
+    pub files: &'a FileBackend,
+    /// Our handle on the temp file.
+    pub out: &'a edge_aio::AioFile,
+}
+
+impl edge_cache::CommitIo for Committer<'_> {
+    async fn commit(&self, plan: &edge_cache::CommitPlan) -> io::Result<u64> {
+        let e = &self.files.engine;
+        let (r, _) = e.write_all_at(self.out, 0, plan.header.clone()).await;
+        r?;
+        let ino = e.stat(self.out).await?.ino;
+        e.rename(&plan.tmp_path, &plan.final_path).await?;
+        Ok(ino)
     }
 }
 

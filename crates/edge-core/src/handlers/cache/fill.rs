@@ -78,7 +78,16 @@ impl Store {
             Ok(()) => {
                 self.writer.record_written(data);
                 if let Some(h) = &self.handle {
-                    h.progress(self.writer.written());
+                    // The last byte of a known-length body is published by `finish`,
+                    // after the commit: a client that has the whole body can count on
+                    // the object being in the index (a PURGE right after finds it).
+                    let written = self.writer.written();
+                    let declared = self.writer.meta().body_len;
+                    if declared != edge_cache::BODY_LEN_UNKNOWN && written >= declared {
+                        h.progress(written.saturating_sub(1));
+                    } else {
+                        h.progress(written);
+                    }
                 }
                 true
             }
@@ -89,21 +98,43 @@ impl Store {
         }
     }
 
-    /// Commit the object and release followers.
-    fn finish(self) {
+    /// Commit the object (through the file I/O backend) and release followers.
+    async fn finish(self, files: &FileBackend) {
         let len = self.writer.written();
-        match self.writer.finish() {
-            Ok(()) => {
-                if let Some(h) = self.handle {
-                    h.done(len);
-                }
+        let declared = self.writer.meta().body_len;
+        let Store {
+            writer,
+            handle,
+            out,
+            ..
+        } = self;
+        let out = match out {
+            Some(o) => Some(o),
+            None => writer.reader().and_then(|f| files.own(&f)).ok(),
+        };
+        let res = match &out {
+            Some(out) => {
+                writer
+                    .finish_with(&crate::aio::Committer { files, out })
+                    .await
             }
-            Err(e) => {
+            None => writer.finish(),
+        };
+        match (res, handle) {
+            (Ok(()), Some(h)) => h.done(len),
+            (Err(e), h) => {
+                // Counted and rate-limit logged by the cache. A whole body still
+                // reaches every client (from the open file); it is only not stored.
                 tracing::debug!("cache commit failed: {e}");
-                if let Some(h) = self.handle {
-                    h.fail();
+                if let Some(h) = h {
+                    if declared == edge_cache::BODY_LEN_UNKNOWN || declared == len {
+                        h.done(len);
+                    } else {
+                        h.fail();
+                    }
                 }
             }
+            (Ok(()), None) => {}
         }
     }
 }
@@ -209,7 +240,7 @@ pub async fn respond(
     t1: SystemTime,
 ) -> Result<(), ExchangeError> {
     let writer = if store == MayStore::Yes {
-        open_writer(ctx, &ex.req.headers, &up, t0, t1)
+        open_writer(ctx, &ex.req.headers, &up, t0, t1).await
     } else {
         None
     };
@@ -254,7 +285,7 @@ async fn lead(
 
 /// Opens the object writer when the response may be stored (RFC 9111 via
 /// `policy::storable`); `None` means "serve uncached".
-pub fn open_writer(
+pub async fn open_writer(
     ctx: &Ctx<'_>,
     req: &edge_http::HeaderMap,
     up: &UpstreamResponse,
@@ -282,9 +313,17 @@ pub fn open_writer(
         BodyKind::Empty => Some(0),
         BodyKind::Chunked | BodyKind::CloseDelimited => None,
     };
-    let meta = policy::build_meta(&ctx.key, h.status, &h.headers, fresh, t0, t1, len);
+    let mut meta = policy::build_meta(&ctx.key, h.status, &h.headers, fresh, t0, t1, len);
+    meta.key = edge_cache::variant_key(&ctx.key, &meta.vary, req);
+    // Directories, the temp file and its header: on the file I/O backend's pool.
     // Errors are counted and logged (rate limited) by the cache: serve uncached.
-    ctx.cache.begin_write(&ctx.key, req, meta).ok()
+    let cache = ctx.cache.clone();
+    ctx.w
+        .file_io
+        .blocking(move || cache.begin_write_keyed(meta))
+        .await
+        .ok()?
+        .ok()
 }
 
 /// Publishes the head to the followers (or tells them to fetch on their own).
@@ -459,7 +498,7 @@ pub async fn pump(
         };
     }
     if let Some(s) = store {
-        s.finish();
+        s.finish(&ctx.w.file_io).await;
     }
     if let (true, Some(tx)) = (relaying, relay.as_ref()) {
         let _ = tx.send(Relay::End).await;
@@ -560,6 +599,14 @@ mod tests {
             .unwrap();
         rt.block_on(store.write(&FileBackend::off(), data))
     }
+
+    /// The commit through the `off` backend, to completion.
+    fn rt_finish(store: Store) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(store.finish(&FileBackend::off()))
+    }
     use edge_cache::{Cache, CacheConfig, Fill, FillState, Join, ObjectMeta};
 
     fn cache(dir: &std::path::Path) -> Arc<Cache> {
@@ -602,7 +649,7 @@ mod tests {
         assert!(rt_write(&mut store, b"hel"));
         assert!(matches!(f.state(), FillState::Streaming { written: 3, .. }));
         assert!(rt_write(&mut store, b"lo"));
-        store.finish();
+        rt_finish(store);
         assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
         let now = SystemTime::now();
         assert!(matches!(
@@ -633,7 +680,7 @@ mod tests {
             .unwrap();
         let mut store = publish(Some(writer), Some(handle)).unwrap();
         assert!(rt_write(&mut store, b"only 7!"));
-        store.finish(); // Content-Length said 10: the commit refuses
+        rt_finish(store); // Content-Length said 10: the commit refuses
         assert!(matches!(f.state(), FillState::Failed { head: Some(_) }));
         let now = SystemTime::now();
         assert!(matches!(

@@ -54,7 +54,7 @@ pub async fn handle(
 ) -> Result<(), ExchangeError> {
     let loc = &route.cfg;
     if ex.req.method == Method::Purge {
-        return purge::handle_method(conn, ex, shared, route, p).await;
+        return purge::handle_method(w, conn, ex, shared, route, p).await;
     }
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method

@@ -5,6 +5,7 @@
 //! `POST /purge` calls too.
 
 use super::key::cache_key;
+use crate::handlers::services::Services;
 use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::respond;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 /// `PURGE <path>` on a cached location.
 pub async fn handle_method(
+    w: &Services,
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Arc<Shared>,
@@ -35,7 +37,13 @@ pub async fn handle_method(
     }
     let key = cache_key(route.cfg.cache_key.as_deref(), &ex.req);
     let target = edge_cache::purge::PurgeTarget::Key(key.clone());
-    let n = edge_cache::purge::purge_all(&p.caches, &target, false);
+    // The unlinks run on the file I/O backend's pool.
+    let caches = p.caches.clone();
+    let n = w
+        .file_io
+        .blocking(move || edge_cache::purge::purge_all(&caches, &target, false))
+        .await
+        .unwrap_or(0);
     tracing::info!("PURGE {key} from {}: {n} objects", conn.peer.ip());
     let body = edge_cache::purge::purged_json(n);
     let status = if n > 0 { 200 } else { 404 };

@@ -110,23 +110,41 @@ fn validator_lines(meta: &ObjectMeta, cache_revalidate: Option<bool>) -> Vec<u8>
     out
 }
 
-/// Refreshes a stored object from a 304's headers; false when the refreshed response
-/// may not be stored any more (then it is purged).
-fn apply_304(
+/// Refreshes a stored object from a 304's headers: its header is rewritten on disk
+/// (on the file I/O backend's pool: in place, or the whole file when the new header does
+/// not fit before the body) and `entry` carries the new metadata. A response that may
+/// no longer be stored is purged (and still served this once). None only if the
+/// rewrite job itself failed to run (it panicked): the entry went with it.
+async fn apply_304(
     ctx: &Ctx<'_>,
-    entry: &mut HitEntry,
+    mut entry: HitEntry,
     req: &HeaderMap,
     resp: &HeaderMap,
     t0: SystemTime,
     t1: SystemTime,
-) -> bool {
+) -> Option<HitEntry> {
     match policy::refresh_meta(&entry.meta, req, resp, &ctx.p.policy, t0, t1) {
         Ok(m) => {
-            if let Err(e) = ctx.cache.refresh(entry, m.clone()) {
-                tracing::debug!("cache refresh of {} failed: {e}", ctx.key);
+            let cache = ctx.cache.clone();
+            let new_meta = m.clone();
+            let job = move || {
+                let r = cache.refresh(&entry, new_meta);
+                (entry, r)
+            };
+            match ctx.w.file_io.blocking(job).await {
+                Ok((e, r)) => {
+                    if let Err(err) = r {
+                        tracing::debug!("cache refresh of {} failed: {err}", ctx.key);
+                    }
+                    entry = e;
+                }
+                Err(err) => {
+                    tracing::error!("cache refresh of {}: {err}", ctx.key);
+                    return None;
+                }
             }
             entry.meta = Arc::new(m);
-            true
+            Some(entry)
         }
         Err(why) => {
             tracing::debug!(
@@ -135,7 +153,7 @@ fn apply_304(
                 why.as_str()
             );
             ctx.cache.purge_key(&ctx.key, false);
-            false
+            Some(entry)
         }
     }
 }
@@ -172,7 +190,7 @@ async fn foreground(
     conn: &mut Conn,
     ex: &mut Exchange,
     handle: Option<FillHandle>,
-    mut entry: HitEntry,
+    entry: HitEntry,
     store: MayStore,
 ) -> Result<(), ExchangeError> {
     let extra = validators(ctx, &entry.meta);
@@ -199,8 +217,12 @@ async fn foreground(
     if status == 304 && conditional {
         let resp = std::mem::take(&mut up.head.headers);
         up.release(&ctx.w.pool, &ctx.p.upstream, true);
-        apply_304(ctx, &mut entry, &ex.req.headers, &resp, t0, t1);
+        let refreshed = apply_304(ctx, entry, &ex.req.headers, &resp, t0, t1).await;
         drop(handle); // followers join again and find the refreshed object
+        let Some(entry) = refreshed else {
+            return fill::fetch_and_fill(ctx, conn, ex, None, CacheStatus::Expired, MayStore::No)
+                .await;
+        };
         return hit::serve(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
     }
     if stale_on_error(ctx, &entry.meta, None, status) {
@@ -293,11 +315,11 @@ impl Background {
                 return;
             }
         };
-        if let (Some(mut e), 304) = (entry, up.head.status) {
+        if let (Some(e), 304) = (entry, up.head.status) {
             if !extra.is_empty() {
                 let resp = up.head.headers.clone();
                 up.release(&ctx.w.pool, &p.upstream, true);
-                apply_304(&ctx, &mut e, &self.req.headers, &resp, t0, t1);
+                apply_304(&ctx, e, &self.req.headers, &resp, t0, t1).await;
                 drop(handle);
                 return;
             }
@@ -312,7 +334,7 @@ impl Background {
             );
             return;
         }
-        let writer = open_writer(&ctx, &self.req.headers, &up, t0, t1);
+        let writer = open_writer(&ctx, &self.req.headers, &up, t0, t1).await;
         let store = publish(writer, handle);
         let _ = pump(&ctx, None, up, store, None).await;
     }
