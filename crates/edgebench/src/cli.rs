@@ -221,6 +221,26 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_experiment_parses() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/experiments");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let exp = Experiment::load(&p).unwrap_or_else(|e| panic!("{}", e.msg));
+                exp.plan(&PlanOptions::default()).unwrap();
+                exp.plan(&PlanOptions {
+                    quick: true,
+                    ..Default::default()
+                })
+                .unwrap();
+                n += 1;
+            }
+        }
+        assert!(n >= 3, "hits, aio-warm, aio");
+    }
+
+    #[test]
     fn usage_errors_exit_2() {
         let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench");
         for args in [

@@ -64,6 +64,136 @@ pub struct Experiment {
     pub workloads: Vec<WorkloadSpec>,
     #[serde(default)]
     pub quick: QuickSpec,
+    /// Before each measured cell: `sync; echo 3 > /proc/sys/vm/drop_caches` (needs root).
+    #[serde(default)]
+    pub drop_caches: bool,
+    /// Every server runs in its own cgroup v1 memory cgroup with this limit ("192m").
+    #[serde(default)]
+    pub memory_limit: Option<String>,
+    /// Optional disk ceiling: one fio run per workload.
+    #[serde(default)]
+    pub fio: Option<FioSpec>,
+    /// Prometheus metric-name prefixes read from edgecache's admin `/metrics` around
+    /// each cell (counters as deltas, gauges as the value after the cell).
+    #[serde(default)]
+    pub metrics: Vec<String>,
+    /// Claims the report checks (met / missed).
+    #[serde(default, rename = "target")]
+    pub targets: Vec<TargetSpec>,
+}
+
+/// `[fio]`: the disk's random-read ceiling, measured once per workload with the
+/// workload's object size as the block size and its connections as the queue depth.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FioSpec {
+    /// `io_uring` or `libaio` (another engine is passed through as written).
+    #[serde(default = "default_fio_engine")]
+    pub ioengine: String,
+    /// Size of the file read (laid out once in the run directory).
+    #[serde(default = "default_fio_size")]
+    pub size: String,
+    /// O_DIRECT (default true: the page cache would make it a memory benchmark).
+    #[serde(default = "yes")]
+    pub direct: bool,
+    /// Run time; default: the workload's cell duration.
+    #[serde(default)]
+    pub runtime: Option<String>,
+}
+
+fn default_fio_engine() -> String {
+    "io_uring".into()
+}
+fn default_fio_size() -> String {
+    "1g".into()
+}
+
+/// A second load run alongside a workload's main load, on a few objects kept hot, whose
+/// latency shows what the main (cold) load does to everyone else.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeSpec {
+    #[serde(default = "two")]
+    pub connections: u32,
+    #[serde(default = "one")]
+    pub threads: u32,
+    /// Open-loop rate (req/s); absent: closed loop.
+    #[serde(default)]
+    pub rate: Option<u64>,
+    pub urls: Vec<UrlGroup>,
+    /// Passes over the probe's paths right before each cell (after drop_caches).
+    #[serde(default = "three")]
+    pub warm_passes: u32,
+}
+
+/// The figure a target compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    Rps,
+    Mbps,
+    Cpu,
+    P50,
+    P99,
+    HotP50,
+    HotP99,
+    HotP999,
+}
+
+impl Metric {
+    /// Whether a larger value is better (throughput) or worse (CPU, latency).
+    pub fn higher_is_better(self) -> bool {
+        matches!(self, Metric::Rps | Metric::Mbps)
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::Rps => "req/s",
+            Metric::Mbps => "MB/s",
+            Metric::Cpu => "CPU µs/req",
+            Metric::P50 => "p50 µs",
+            Metric::P99 => "p99 µs",
+            Metric::HotP50 => "hot p50 µs",
+            Metric::HotP99 => "hot p99 µs",
+            Metric::HotP999 => "hot p99.9 µs",
+        }
+    }
+}
+
+/// One server name or several (then the best of them by the metric counts).
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `[[target]]`: "this metric of (the best of) these servers, divided by that of `vs`,
+/// is at least `min` / at most `max`". `vs = "fio"` divides MB/s by the disk ceiling.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    pub label: String,
+    pub workload: String,
+    pub metric: Metric,
+    pub server: OneOrMany,
+    /// With several servers: choose the best by this metric (default: `metric`), then
+    /// compare its `metric` ("the mode with the best MB/s has hot p99 ≤ ...").
+    #[serde(default)]
+    pub pick_by: Option<Metric>,
+    pub vs: String,
+    #[serde(default)]
+    pub min: Option<f64>,
+    #[serde(default)]
+    pub max: Option<f64>,
 }
 
 /// Extra `edgeorigin` flags (the runner adds `--listen`).
@@ -125,6 +255,16 @@ pub struct WorkloadSpec {
     #[serde(default)]
     pub duration: Option<String>,
     pub urls: Vec<UrlGroup>,
+    /// A concurrent probe load on hot objects (its latency gets its own columns).
+    #[serde(default)]
+    pub probe: Option<ProbeSpec>,
+    /// Object size for `[fio]` ("256k"); default: the first path segment that reads as
+    /// a size (`/obj/256k/{id}` → 256 KiB).
+    #[serde(default)]
+    pub object_size: Option<String>,
+    /// edgeload's per-request timeout (`--timeout`), e.g. "10s" for slow cold reads.
+    #[serde(default)]
+    pub timeout: Option<String>,
 }
 
 /// What `--quick` changes.
@@ -140,6 +280,9 @@ pub struct QuickSpec {
     pub repetitions: Option<u32>,
     #[serde(default)]
     pub warmup: Option<String>,
+    /// Caps every URL group's `ids` (a smaller object set for a quick run).
+    #[serde(default)]
+    pub max_ids: Option<u32>,
 }
 
 /// Command-line choices that shape the plan.
@@ -168,8 +311,38 @@ pub struct Workload {
     pub duration: Duration,
     /// The URL groups as written (load generators that expand `{id}` themselves use them).
     pub groups: Vec<UrlGroup>,
-    /// (path, weight), every group expanded, in file order (warm-up uses these).
+    /// (path, weight), every group expanded, in file order (warm-up uses these). Not in
+    /// the report's JSON: `groups` says the same in a few lines (thousands of ids).
+    #[serde(skip_serializing)]
     pub paths: Vec<(String, u32)>,
+    pub probe: Option<ProbePlan>,
+    /// Bytes per object, when known (fio's block size).
+    pub object_size: Option<u64>,
+    /// edgeload `--timeout` value, validated.
+    pub timeout: Option<String>,
+}
+
+/// A probe with its paths expanded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbePlan {
+    pub connections: u32,
+    pub threads: u32,
+    pub rate: Option<u64>,
+    pub groups: Vec<UrlGroup>,
+    #[serde(skip_serializing)]
+    pub paths: Vec<(String, u32)>,
+    pub warm_passes: u32,
+}
+
+/// `[fio]` resolved.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FioPlan {
+    pub ioengine: String,
+    pub size: u64,
+    pub direct: bool,
+    /// None: each workload's duration.
+    #[serde(with = "opt_secs")]
+    pub runtime: Option<Duration>,
 }
 
 /// Exactly what the runner will do.
@@ -187,16 +360,77 @@ pub struct Plan {
     pub origin_args: Vec<String>,
     pub servers: Vec<ServerSpec>,
     pub workloads: Vec<Workload>,
+    pub drop_caches: bool,
+    /// Bytes; every server in its own memory cgroup with this limit.
+    pub memory_limit: Option<u64>,
+    pub fio: Option<FioPlan>,
+    pub metrics: Vec<String>,
+    pub targets: Vec<TargetSpec>,
 }
 
 fn one() -> u32 {
     1
+}
+fn two() -> u32 {
+    2
+}
+fn three() -> u32 {
+    3
 }
 fn yes() -> bool {
     true
 }
 fn default_connections() -> u32 {
     DEFAULT_CONNECTIONS
+}
+
+mod opt_secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &Option<std::time::Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// Parses "192m", "4k", "1g", "512" (binary suffixes k/m/g/t, case-insensitive,
+/// optional "b"/"ib"). Zero is refused.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (num, shift) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        Some('t') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size {s:?} (use 4k, 192m, 1g)"))?;
+    if n == 0 {
+        return Err(format!("size {s:?} must be more than zero"));
+    }
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// The first path segment that reads as a size with a unit: `/obj/256k/{id}` → 262144.
+pub fn guess_object_size(path: &str) -> Option<u64> {
+    path.split('/')
+        .filter(|seg| {
+            seg.len() > 1
+                && seg.as_bytes()[0].is_ascii_digit()
+                && seg.ends_with(|c: char| "kKmMgG".contains(c))
+        })
+        .find_map(|seg| parse_size(seg).ok())
 }
 
 mod secs {
@@ -296,6 +530,88 @@ impl Experiment {
                 parse_duration(d).map_err(|e| format!("workload {:?}: duration: {e}", w.name))?;
             }
             expand_paths(&w.urls).map_err(|e| format!("workload {:?}: {e}", w.name))?;
+            if let Some(p) = &w.probe {
+                if p.connections == 0 || p.threads == 0 || p.threads > p.connections {
+                    return Err(format!(
+                        "workload {:?}: probe: need 1 <= threads <= connections",
+                        w.name
+                    ));
+                }
+                if p.rate == Some(0) {
+                    return Err(format!("workload {:?}: probe: rate must be > 0", w.name));
+                }
+                expand_paths(&p.urls).map_err(|e| format!("workload {:?}: probe: {e}", w.name))?;
+            }
+            if let Some(s) = &w.object_size {
+                parse_size(s).map_err(|e| format!("workload {:?}: object_size: {e}", w.name))?;
+            }
+            if let Some(t) = &w.timeout {
+                parse_duration(t).map_err(|e| format!("workload {:?}: timeout: {e}", w.name))?;
+            }
+        }
+        if let Some(m) = &self.memory_limit {
+            let b = parse_size(m).map_err(|e| format!("memory_limit: {e}"))?;
+            if b < 16 << 20 {
+                return Err(format!(
+                    "memory_limit {m:?} is under 16m: no server starts in that"
+                ));
+            }
+        }
+        if let Some(f) = &self.fio {
+            parse_size(&f.size).map_err(|e| format!("[fio] size: {e}"))?;
+            if let Some(r) = &f.runtime {
+                parse_duration(r).map_err(|e| format!("[fio] runtime: {e}"))?;
+            }
+            if f.ioengine.is_empty()
+                || !f
+                    .ioengine
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(format!(
+                    "[fio] ioengine {:?}: expected io_uring or libaio",
+                    f.ioengine
+                ));
+            }
+        }
+        if self.metrics.iter().any(|m| m.is_empty()) {
+            return Err("metrics: an empty prefix would match everything".into());
+        }
+        let snames: BTreeSet<&str> = self.servers.iter().map(|s| s.name.as_str()).collect();
+        for t in &self.targets {
+            let what = format!("target {:?}", t.label);
+            if !wnames.contains(t.workload.as_str()) {
+                return Err(format!("{what}: unknown workload {:?}", t.workload));
+            }
+            let names = t.server.names();
+            if names.is_empty() {
+                return Err(format!("{what}: `server` names no server"));
+            }
+            for n in &names {
+                if !snames.contains(n.as_str()) {
+                    return Err(format!("{what}: unknown server {n:?}"));
+                }
+            }
+            if t.vs == "fio" {
+                if t.metric != Metric::Mbps {
+                    return Err(format!(
+                        "{what}: vs = \"fio\" compares metric = \"mbps\" only"
+                    ));
+                }
+                if self.fio.is_none() {
+                    return Err(format!("{what}: vs = \"fio\" needs a [fio] section"));
+                }
+            } else if !snames.contains(t.vs.as_str()) {
+                return Err(format!("{what}: unknown server {:?} in `vs`", t.vs));
+            }
+            match (t.min, t.max) {
+                (Some(x), None) | (None, Some(x)) if x.is_finite() && x > 0.0 => {}
+                _ => {
+                    return Err(format!(
+                        "{what}: give exactly one of `min` or `max` (a ratio > 0)"
+                    ))
+                }
+            }
         }
         if let Some(q) = &self.quick.workloads {
             for n in q {
@@ -351,6 +667,37 @@ impl Experiment {
                     }
                 }
             }
+            let cap = |groups: &[UrlGroup]| -> Vec<UrlGroup> {
+                groups
+                    .iter()
+                    .map(|g| {
+                        let mut g = g.clone();
+                        if let (true, Some(max), Some(n)) = (opts.quick, q.max_ids, g.ids) {
+                            g.ids = Some(n.min(max.max(1)));
+                        }
+                        g
+                    })
+                    .collect()
+            };
+            let groups = cap(&w.urls);
+            let probe = match &w.probe {
+                Some(p) => {
+                    let pg = cap(&p.urls);
+                    Some(ProbePlan {
+                        connections: p.connections,
+                        threads: p.threads,
+                        rate: p.rate,
+                        paths: expand_paths(&pg).map_err(bad)?,
+                        groups: pg,
+                        warm_passes: p.warm_passes,
+                    })
+                }
+                None => None,
+            };
+            let object_size = match &w.object_size {
+                Some(s) => Some(parse_size(s).map_err(bad)?),
+                None => w.urls.first().and_then(|g| guess_object_size(&g.path)),
+            };
             let duration = match (opts.duration, &w.duration, opts.quick) {
                 (Some(d), _, _) => d,
                 (None, Some(d), false) => parse_duration(d).map_err(bad)?,
@@ -365,8 +712,11 @@ impl Experiment {
                 rate: w.rate,
                 headers: w.headers.clone(),
                 duration,
-                groups: w.urls.clone(),
-                paths: expand_paths(&w.urls).map_err(bad)?,
+                paths: expand_paths(&groups).map_err(bad)?,
+                groups,
+                probe,
+                object_size,
+                timeout: w.timeout.clone(),
             });
         }
 
@@ -397,6 +747,29 @@ impl Experiment {
             origin_args: self.origin.args.clone(),
             servers,
             workloads,
+            drop_caches: self.drop_caches,
+            memory_limit: self
+                .memory_limit
+                .as_deref()
+                .map(parse_size)
+                .transpose()
+                .map_err(bad)?,
+            fio: match &self.fio {
+                Some(f) => Some(FioPlan {
+                    ioengine: f.ioengine.clone(),
+                    size: parse_size(&f.size).map_err(bad)?,
+                    direct: f.direct,
+                    runtime: f
+                        .runtime
+                        .as_deref()
+                        .map(parse_duration)
+                        .transpose()
+                        .map_err(bad)?,
+                }),
+                None => None,
+            },
+            metrics: self.metrics.clone(),
+            targets: self.targets.clone(),
         })
     }
 }
@@ -633,6 +1006,176 @@ repetitions = 1
             let err = Experiment::parse(&text).unwrap_err();
             assert!(err.contains(needle), "expected {needle:?} in {err:?}");
         }
+    }
+
+    const COLD: &str = r#"
+name = "cold"
+title = "C"
+duration = "10s"
+drop_caches = true
+memory_limit = "192m"
+metrics = ["edgecache_aio_"]
+[fio]
+ioengine = "libaio"
+[[server]]
+name = "edgecache off"
+kind = "edgecache"
+[[server]]
+name = "edgecache auto"
+kind = "edgecache"
+[[server]]
+name = "nginx"
+kind = "nginx"
+[[workload]]
+name = "256k"
+connections = 64
+timeout = "10s"
+urls = [{ path = "/obj/256k/{id}", ids = 4096 }]
+probe = { connections = 2, rate = 200, urls = [{ path = "/obj/1k/{id}", ids = 8 }] }
+[[workload]]
+name = "odd"
+object_size = "4k"
+urls = [{ path = "/x/{id}", ids = 3 }]
+[[target]]
+label = "best ≥ 1.3× nginx"
+workload = "256k"
+metric = "mbps"
+server = ["edgecache off", "edgecache auto"]
+vs = "nginx"
+min = 1.3
+[[target]]
+label = "disk"
+workload = "256k"
+metric = "mbps"
+server = "edgecache auto"
+vs = "fio"
+min = 0.85
+[quick]
+max_ids = 100
+"#;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("192m").unwrap(), 192 << 20);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4KiB").unwrap(), 4096);
+        assert_eq!(parse_size("512").unwrap(), 512);
+        for bad in ["", "m", "0", "-1m", "1.5g", "1x"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(guess_object_size("/obj/256k/{id}"), Some(256 << 10));
+        assert_eq!(guess_object_size("/txt/1m/7"), Some(1 << 20));
+        assert_eq!(guess_object_size("/a/{id}"), None);
+    }
+
+    #[test]
+    fn cold_disk_fields_reach_the_plan() {
+        let e = Experiment::parse(COLD).unwrap();
+        let p = e.plan(&PlanOptions::default()).unwrap();
+        assert!(p.drop_caches);
+        assert_eq!(p.memory_limit, Some(192 << 20));
+        let f = p.fio.as_ref().unwrap();
+        assert_eq!(
+            (f.ioengine.as_str(), f.size, f.direct),
+            ("libaio", 1 << 30, true)
+        );
+        assert_eq!(p.metrics, ["edgecache_aio_"]);
+        assert_eq!(p.targets.len(), 2);
+        let w = &p.workloads[0];
+        assert_eq!(w.paths.len(), 4096, "thousands of ids");
+        assert_eq!(w.object_size, Some(256 << 10));
+        assert_eq!(w.timeout.as_deref(), Some("10s"));
+        let pr = w.probe.as_ref().unwrap();
+        assert_eq!((pr.connections, pr.rate, pr.warm_passes), (2, Some(200), 3));
+        assert_eq!(pr.paths.len(), 8);
+        assert_eq!(
+            p.workloads[1].object_size,
+            Some(4096),
+            "explicit object_size"
+        );
+        // --quick caps the ids.
+        let q = e
+            .plan(&PlanOptions {
+                quick: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(q.workloads[0].paths.len(), 100);
+        assert_eq!(q.workloads[0].groups[0].ids, Some(100));
+        assert_eq!(q.workloads[0].probe.as_ref().unwrap().paths.len(), 8);
+    }
+
+    #[test]
+    fn invalid_cold_disk_fields_say_why() {
+        let cases = [
+            (
+                COLD.replace("memory_limit = \"192m\"", "memory_limit = \"1m\""),
+                "16m",
+            ),
+            (
+                COLD.replace("memory_limit = \"192m\"", "memory_limit = \"lots\""),
+                "memory_limit",
+            ),
+            (COLD.replace("rate = 200", "rate = 0"), "probe"),
+            (
+                COLD.replace("connections = 2,", "connections = 0,"),
+                "probe",
+            ),
+            (COLD.replace("ids = 8", "ids = 0"), "probe"),
+            (
+                COLD.replace("ioengine = \"libaio\"", "ioengine = \"x; rm\""),
+                "ioengine",
+            ),
+            (
+                COLD.replace("object_size = \"4k\"", "object_size = \"big\""),
+                "object_size",
+            ),
+            (
+                COLD.replace("timeout = \"10s\"", "timeout = \"soon\""),
+                "timeout",
+            ),
+            (
+                COLD.replace("vs = \"nginx\"", "vs = \"varnish\""),
+                "varnish",
+            ),
+            (
+                COLD.replace(
+                    "workload = \"256k\"\nmetric = \"mbps\"\nserver = [",
+                    "workload = \"1k\"\nmetric = \"mbps\"\nserver = [",
+                ),
+                "1k",
+            ),
+            (
+                COLD.replace("min = 1.3", "min = 1.3\nmax = 2.0"),
+                "exactly one",
+            ),
+            (
+                COLD.replace(
+                    "metric = \"mbps\"\nserver = \"edgecache auto\"",
+                    "metric = \"rps\"\nserver = \"edgecache auto\"",
+                ),
+                "fio",
+            ),
+            (
+                COLD.replace(
+                    "metric = \"mbps\"\nserver = [",
+                    "metric = \"speed\"\nserver = [",
+                ),
+                "speed",
+            ),
+            (
+                COLD.replace("metrics = [\"edgecache_aio_\"]", "metrics = [\"\"]"),
+                "metrics",
+            ),
+        ];
+        for (text, needle) in cases {
+            assert_ne!(text, COLD, "replacement for {needle:?} did not apply");
+            let err = Experiment::parse(&text).unwrap_err();
+            assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+        }
+        let no_fio = COLD.replace("[fio]\nioengine = \"libaio\"\n", "");
+        assert!(Experiment::parse(&no_fio).unwrap_err().contains("[fio]"));
     }
 
     #[test]

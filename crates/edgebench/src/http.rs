@@ -92,6 +92,180 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<Reply, String> {
     })
 }
 
+/// What a keep-alive GET returned (the body is counted, not kept).
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub status: u16,
+    pub cache_status: Option<String>,
+    pub body_len: u64,
+}
+
+/// One keep-alive connection for many GETs in a row (the cache fill fetches thousands
+/// of objects; a connection each would churn through ephemeral ports). Bodies framed by
+/// `Content-Length` or chunked keep the connection; anything else reads to the close
+/// and reconnects. A request on a reused connection that fails before any answer byte
+/// is retried once on a fresh one (the server may have closed it while idle).
+pub struct KeepAlive {
+    addr: SocketAddr,
+    conn: Option<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl KeepAlive {
+    pub fn new(addr: SocketAddr) -> KeepAlive {
+        KeepAlive {
+            addr,
+            conn: None,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn get(&mut self, path: &str) -> Result<Fetched, String> {
+        let reused = self.conn.is_some();
+        match self.try_get(path) {
+            Err((e, answered)) if reused && !answered => {
+                self.conn = None;
+                self.try_get(path)
+                    .map_err(|(e2, _)| format!("{e}; retried: {e2}"))
+            }
+            r => r.map_err(|(e, _)| e),
+        }
+    }
+
+    /// Err carries whether any answer byte arrived.
+    fn try_get(&mut self, path: &str) -> Result<Fetched, (String, bool)> {
+        let addr = self.addr;
+        let r = self.exchange(path);
+        if r.is_err() {
+            self.conn = None;
+            self.buf.clear();
+        }
+        r.map_err(|(e, a)| (format!("{addr}{path}: {e}"), a))
+    }
+
+    fn exchange(&mut self, path: &str) -> Result<Fetched, (String, bool)> {
+        let deadline = Instant::now() + TIMEOUT;
+        if self.conn.is_none() {
+            let s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))
+                .map_err(|e| (format!("connect: {e}"), false))?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(|e| (e.to_string(), false))?;
+            s.set_nodelay(true).ok();
+            self.conn = Some(s);
+            self.buf.clear();
+        }
+        let addr = self.addr;
+        let s = self.conn.as_mut().expect("connected above");
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: edgebench\r\n\r\n");
+        s.write_all(req.as_bytes())
+            .map_err(|e| (format!("write: {e}"), false))?;
+        let mut tmp = vec![0u8; 256 * 1024];
+        let head_end = loop {
+            if let Some(p) = find(&self.buf, b"\r\n\r\n") {
+                break p + 4;
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Err((format!("response head over {MAX_HEAD} bytes"), true));
+            }
+            let n =
+                read_some(s, &mut tmp, deadline, addr).map_err(|e| (e, !self.buf.is_empty()))?;
+            if n == 0 {
+                return Err((
+                    "connection closed before the response head ended".into(),
+                    !self.buf.is_empty(),
+                ));
+            }
+            self.buf.extend_from_slice(&tmp[..n]);
+        };
+        let (status, headers) = parse_head(&self.buf[..head_end])
+            .ok_or(("malformed response head".to_string(), true))?;
+        self.buf.drain(..head_end);
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let chunked =
+            header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        let length: Option<u64> = header("content-length").and_then(|v| v.parse().ok());
+        let mut body_len = 0u64;
+        let mut keep = !close;
+        if chunked {
+            loop {
+                // A chunk-size line.
+                let line_end = loop {
+                    if let Some(p) = find(&self.buf, b"\r\n") {
+                        break p;
+                    }
+                    let n = read_some(s, &mut tmp, deadline, addr).map_err(|e| (e, true))?;
+                    if n == 0 {
+                        return Err(("connection closed inside a chunked body".into(), true));
+                    }
+                    self.buf.extend_from_slice(&tmp[..n]);
+                };
+                let line = String::from_utf8_lossy(&self.buf[..line_end]).to_string();
+                let size = u64::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+                    .map_err(|_| (format!("bad chunk size {line:?}"), true))?;
+                self.buf.drain(..line_end + 2);
+                // The chunk's data and its CRLF (the last chunk: the trailer's CRLF).
+                let mut need = size + 2;
+                body_len += size;
+                while need > 0 {
+                    if self.buf.is_empty() {
+                        let n = read_some(s, &mut tmp, deadline, addr).map_err(|e| (e, true))?;
+                        if n == 0 {
+                            return Err(("connection closed inside a chunked body".into(), true));
+                        }
+                        self.buf.extend_from_slice(&tmp[..n]);
+                    }
+                    let take = (need as usize).min(self.buf.len());
+                    self.buf.drain(..take);
+                    need -= take as u64;
+                }
+                if size == 0 {
+                    break;
+                }
+            }
+        } else if let Some(len) = length {
+            let have = (self.buf.len() as u64).min(len);
+            self.buf.drain(..have as usize);
+            body_len = have;
+            while body_len < len {
+                let n = read_some(s, &mut tmp, deadline, addr).map_err(|e| (e, true))?;
+                if n == 0 {
+                    return Err(("connection closed inside the body".into(), true));
+                }
+                let use_n = (n as u64).min(len - body_len);
+                body_len += use_n;
+                // Bytes past the body belong to the next response (never sent here).
+                self.buf.extend_from_slice(&tmp[use_n as usize..n]);
+            }
+        } else {
+            body_len = self.buf.len() as u64;
+            self.buf.clear();
+            loop {
+                let n = read_some(s, &mut tmp, deadline, addr).map_err(|e| (e, true))?;
+                if n == 0 {
+                    break;
+                }
+                body_len += n as u64;
+            }
+            keep = false;
+        }
+        if !keep {
+            self.conn = None;
+            self.buf.clear();
+        }
+        Ok(Fetched {
+            status,
+            cache_status: header("x-cache-status").map(str::to_string),
+            body_len,
+        })
+    }
+}
+
 fn read_some(
     s: &mut TcpStream,
     tmp: &mut [u8],
@@ -174,6 +348,75 @@ mod tests {
         let r = get(addr, "/big").unwrap();
         assert_eq!(r.body.len(), MAX_KEPT_BODY);
         assert_eq!(r.body_len, MAX_KEPT_BODY as u64 + 10);
+    }
+
+    /// A server that answers every request on one connection with `responses` in turn.
+    fn serve_keepalive(responses: Vec<Vec<u8>>) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            for r in responses {
+                let mut got = Vec::new();
+                let mut b = [0u8; 1024];
+                while find(&got, b"\r\n\r\n").is_none() {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&b[..n]),
+                    }
+                }
+                for chunk in r.chunks(5) {
+                    let _ = c.write_all(chunk);
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn keepalive_reads_length_and_chunked_bodies_on_one_connection() {
+        let addr = serve_keepalive(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Cache-Status: MISS\r\n\r\nhello".to_vec(),
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"
+                .to_vec(),
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nX-Cache-Status: HIT\r\n\r\n".to_vec(),
+        ]);
+        let mut k = KeepAlive::new(addr);
+        let a = k.get("/a").unwrap();
+        assert_eq!(
+            (a.status, a.body_len, a.cache_status.as_deref()),
+            (200, 5, Some("MISS"))
+        );
+        let b = k.get("/b").unwrap();
+        assert_eq!((b.status, b.body_len), (200, 5));
+        let c = k.get("/c").unwrap();
+        assert_eq!(
+            (c.status, c.body_len, c.cache_status.as_deref()),
+            (404, 0, Some("HIT"))
+        );
+    }
+
+    #[test]
+    fn keepalive_reconnects_after_a_close() {
+        // First connection: one answer, then the server thread ends (closes).
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut c, _) = l.accept().unwrap();
+                let mut b = [0u8; 1024];
+                let _ = c.read(&mut b);
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
+        });
+        let mut k = KeepAlive::new(addr);
+        assert_eq!(k.get("/1").unwrap().body_len, 2);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            k.get("/2").unwrap().body_len,
+            2,
+            "retried on a fresh connection"
+        );
     }
 
     #[test]

@@ -15,16 +15,19 @@
 //! ```
 
 pub mod bins;
+pub mod cgroup;
 pub mod cli;
 pub mod cpus;
 pub mod error;
 pub mod experiment;
+pub mod fio;
 pub mod http;
 pub mod interrupt;
 pub mod load;
 pub mod machine;
 pub mod process;
 pub mod procstat;
+pub mod prom;
 pub mod report;
 pub mod runner;
 pub mod servers;

@@ -49,6 +49,17 @@ pub struct LoadSpec<'a> {
     pub rate: Option<u64>,
     pub headers: &'a [String],
     pub cpus: Option<CpuSet>,
+    /// edgeload `--timeout` (per request).
+    pub timeout: Option<&'a str>,
+}
+
+/// A load run started by [`LoadGen::start`]; [`PendingLoad::finish`] waits for it.
+pub struct PendingLoad<'g> {
+    gen: &'g LoadGen,
+    proc: Spawned,
+    name: String,
+    json_path: PathBuf,
+    limit: Duration,
 }
 
 /// What one load run measured.
@@ -94,35 +105,29 @@ impl LoadGen {
 
     /// Runs one load in `dir` (which receives the mix/script, JSON and log files).
     pub fn run(&self, spec: &LoadSpec, dir: &Path, tag: &str) -> Result<LoadResult> {
+        self.start(spec, dir, tag)?.finish()
+    }
+
+    /// Starts one load in `dir` without waiting (several may run at once).
+    pub fn start(&self, spec: &LoadSpec, dir: &Path, tag: &str) -> Result<PendingLoad<'_>> {
         let args = self.args(spec, dir, tag)?;
         let name = format!("{}-{tag}", self.name());
-        let mut p = Spawned::spawn(&SpawnSpec {
+        let proc = Spawned::spawn(&SpawnSpec {
             name: name.clone(),
             program: self.program().to_path_buf(),
             args,
             dir: dir.to_path_buf(),
             cpus: spec.cpus.clone(),
             env: vec![],
+            cgroup: None,
         })?;
-        let st = p.wait(spec.duration + EXIT_SLACK)?;
-        let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();
-        if !st.success() {
-            return Err(Error::runtime(format!(
-                "{name} failed ({st}); its output:\n{}",
-                p.log_tail()
-            )));
-        }
-        match self {
-            LoadGen::Edgeload(_) => {
-                let json_path = dir.join(format!("{tag}.json"));
-                let text = std::fs::read_to_string(&json_path)
-                    .ctx(format!("reading {}", json_path.display()))?;
-                parse_edgeload_json(&text)
-                    .map_err(|e| Error::runtime(format!("{}: {e}", json_path.display())))
-            }
-            LoadGen::Wrk(_) => parse_wrk(&log)
-                .map_err(|e| Error::runtime(format!("{name}: {e}; its output:\n{log}"))),
-        }
+        Ok(PendingLoad {
+            gen: self,
+            proc,
+            name,
+            json_path: dir.join(format!("{tag}.json")),
+            limit: spec.duration + EXIT_SLACK,
+        })
     }
 
     fn args(&self, spec: &LoadSpec, dir: &Path, tag: &str) -> Result<Vec<String>> {
@@ -152,6 +157,10 @@ impl LoadGen {
                     a.push("-R".into());
                     a.push(r.to_string());
                 }
+                if let Some(t) = spec.timeout {
+                    a.push("--timeout".into());
+                    a.push(t.to_string());
+                }
                 let t = edgeload_targets(spec.groups, spec.paths)?;
                 if let Some(n) = t.paths {
                     a.push("--paths".into());
@@ -176,6 +185,10 @@ impl LoadGen {
                     a.push("-H".into());
                     a.push("Connection: close".into());
                 }
+                if let Some(t) = spec.timeout {
+                    a.push("--timeout".into());
+                    a.push(t.to_string());
+                }
                 if spec.paths.len() > 1 {
                     let script = dir.join(format!("{tag}.lua"));
                     std::fs::write(&script, wrk_script(spec.paths))
@@ -187,6 +200,31 @@ impl LoadGen {
         }
         a.push(format!("{base}{}", spec.paths[0].0));
         Ok(a)
+    }
+}
+
+impl PendingLoad<'_> {
+    /// Waits for the run (bounded by its duration plus [`EXIT_SLACK`]) and parses it.
+    pub fn finish(mut self) -> Result<LoadResult> {
+        let st = self.proc.wait(self.limit)?;
+        let name = &self.name;
+        let log = std::fs::read_to_string(self.proc.log_path()).unwrap_or_default();
+        if !st.success() {
+            return Err(Error::runtime(format!(
+                "{name} failed ({st}); its output:\n{}",
+                self.proc.log_tail()
+            )));
+        }
+        match self.gen {
+            LoadGen::Edgeload(_) => {
+                let text = std::fs::read_to_string(&self.json_path)
+                    .ctx(format!("reading {}", self.json_path.display()))?;
+                parse_edgeload_json(&text)
+                    .map_err(|e| Error::runtime(format!("{}: {e}", self.json_path.display())))
+            }
+            LoadGen::Wrk(_) => parse_wrk(&log)
+                .map_err(|e| Error::runtime(format!("{name}: {e}; its output:\n{log}"))),
+        }
     }
 }
 
@@ -532,6 +570,7 @@ Transfer/sec:     71.00MB
             rate: Some(1000),
             headers: &[],
             cpus: None,
+            timeout: None,
         };
         let dir = tempfile::tempdir().unwrap();
         let a = LoadGen::Edgeload("edgeload".into())

@@ -34,6 +34,8 @@ pub struct SpawnSpec {
     pub dir: PathBuf,
     pub cpus: Option<CpuSet>,
     pub env: Vec<(String, String)>,
+    /// A cgroup directory the child joins before exec (see [`crate::cgroup`]).
+    pub cgroup: Option<PathBuf>,
 }
 
 /// A running child that is stopped when dropped.
@@ -64,6 +66,11 @@ impl Spawned {
             // SAFETY: the closure makes a single sched_setaffinity syscall on a mask built
             // before fork; it allocates nothing and takes no locks (async-signal-safe).
             unsafe { cmd.pre_exec(cpus.pin_current()) };
+        }
+        if let Some(dir) = &spec.cgroup {
+            // SAFETY: the closure only makes getpid/open/write/close syscalls on a path
+            // built before fork (async-signal-safe); see cgroup::join_current.
+            unsafe { cmd.pre_exec(crate::cgroup::join_current(dir)) };
         }
         let child = cmd.spawn().map_err(|e| {
             Error::runtime(format!(
@@ -198,6 +205,7 @@ mod tests {
             dir: dir.to_path_buf(),
             cpus: None,
             env: vec![],
+            cgroup: None,
         }
     }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 struct Stat {
     ppid: u32,
     ticks: u64,
+    sys_ticks: u64,
 }
 
 fn parse_stat(text: &str) -> Option<Stat> {
@@ -27,6 +28,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat {
         ppid,
         ticks: utime + stime,
+        sys_ticks: stime,
     })
 }
 
@@ -83,6 +85,17 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
 }
 
+/// The system (kernel) part of [`cpu_time`]: page-cache reclaim, copies, disk I/O
+/// submission show up here.
+pub fn sys_time(pid: u32) -> Duration {
+    let ticks: u64 = tree(pid)
+        .into_iter()
+        .filter_map(read_stat)
+        .map(|s| s.sys_ticks)
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
+}
+
 /// Resident set size of `pid` and its descendants, in bytes.
 pub fn rss_bytes(pid: u32) -> u64 {
     tree(pid)
@@ -108,6 +121,7 @@ mod tests {
         let st = parse_stat(s).unwrap();
         assert_eq!(st.ppid, 77);
         assert_eq!(st.ticks, 300);
+        assert_eq!(st.sys_ticks, 50);
         assert!(parse_stat("garbage").is_none());
     }
 

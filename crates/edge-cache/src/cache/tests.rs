@@ -275,6 +275,9 @@ fn eviction_keeps_disk_use_under_max_size() {
         }
     }
     while manager::pass(&c).more {}
+    // Stop the background manager first: an eviction it is making (index first, then
+    // the unlink) would otherwise be half seen by the counts below.
+    c.shutdown();
     let s = c.stats();
     let on_disk: u64 = files(d.path())
         .iter()
@@ -547,6 +550,9 @@ fn concurrent_lookups_writes_and_purges() {
         t.join().unwrap();
     }
     while manager::pass(&c).more {}
+    // Stop the background manager first: an eviction it is making (index first, then
+    // the unlink) would otherwise be half seen by the counts below.
+    c.shutdown();
     let s = c.stats();
     let on_disk: u64 = files(d.path())
         .iter()

@@ -203,6 +203,12 @@ impl FileBackend {
         self.engine.write_all_at(file, offset, buf).await
     }
 
+    /// Brings a range into the page cache on the pool, waiting until it is there (a
+    /// no-op under `off`); see `edge_aio::Engine::prefetch`.
+    pub async fn prefetch(&self, file: &File, offset: u64, len: usize) -> io::Result<()> {
+        self.engine.prefetch(file, offset, len).await
+    }
+
     /// Whether the byte at `offset` is in the page cache (see `edge_aio`).
     pub fn is_cached(&self, file: &File, offset: u64) -> bool {
         self.engine.is_cached(file, offset)

@@ -89,6 +89,8 @@ pub struct Ctx<'a> {
     /// This instance's private run directory (config, cache, logs).
     pub dir: &'a Path,
     pub port: u16,
+    /// A second free port for an admin/metrics listener (`{{admin_port}}`).
+    pub admin_port: u16,
     pub origin: SocketAddr,
 }
 
@@ -106,6 +108,7 @@ pub fn standard_vars(ctx: &Ctx) -> BTreeMap<String, String> {
     let mut v = BTreeMap::new();
     v.insert("dir".into(), ctx.dir.display().to_string());
     v.insert("port".into(), ctx.port.to_string());
+    v.insert("admin_port".into(), ctx.admin_port.to_string());
     v.insert("origin".into(), ctx.origin.to_string());
     v.insert("origin_host".into(), ctx.origin.ip().to_string());
     v.insert("origin_port".into(), ctx.origin.port().to_string());
@@ -206,6 +209,7 @@ pub(crate) mod tests {
             bench_dir: &bench,
             dir: dir.path(),
             port: 4321,
+            admin_port: 4322,
             origin: "127.0.0.1:5555".parse().unwrap(),
         };
         let launch = prepare(&spec(kind, vars, config), &ctx).unwrap();
@@ -240,6 +244,7 @@ pub(crate) mod tests {
             bench_dir: bench.path(),
             dir: dir.path(),
             port: 1234,
+            admin_port: 1235,
             origin: "127.0.0.1:99".parse().unwrap(),
         };
         let s = spec(ServerKind::Nginx, &[("extra", "x")], None);
