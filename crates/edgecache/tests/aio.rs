@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{edgecache_env, origin, LOCAL};
+use common::{cached_config, edgecache_env, origin, LOCAL};
 use edge_testkit::{get, Proc, Response};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -30,34 +30,12 @@ struct Node {
 fn start(aio: &str, env: &[(&str, &str)]) -> Node {
     let (o, origin_addr) = origin();
     let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    // The shared caching config, with this test's `[aio]` table (its own, so the
+    // EDGECACHE_TEST_AIO matrix leaves it alone).
     let cfg = format!(
-        r#"workers = 1
-worker_cpu_affinity = "off"
-
-[aio]
-{aio}
-
-[[listen]]
-addr = "{{listen}}"
-
-[[cache]]
-name = "c1"
-path = "{cache}"
-
-[[upstream]]
-name = "origin"
-servers = ["{origin_addr}"]
-
-[[location]]
-prefix = "/"
-proxy = "origin"
-cache = ["c1"]
-
-[admin]
-listen = "{{admin}}"
-allow = [{LOCAL}]
-"#,
-        cache = dir.path().join("cache").display()
+        "{}\n[aio]\n{aio}\n",
+        cached_config(origin_addr, &cache, "", "", LOCAL)
     );
     let (cache, addr, admin) = edgecache_env(&cfg, env);
     Node {

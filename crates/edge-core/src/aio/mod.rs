@@ -165,14 +165,13 @@ impl FileBackend {
     /// Opens `path` read-only through the backend (under `auto`, inline when the path
     /// is in the dentry cache).
     pub async fn open_read(&self, path: &std::path::Path) -> io::Result<File> {
-        let f = self
-            .engine
+        into_file(self.open_aio(path).await?)
+    }
+
+    async fn open_aio(&self, path: &std::path::Path) -> io::Result<edge_aio::AioFile> {
+        self.engine
             .open(path, &edge_aio::OpenOptions::new().read(true))
-            .await?;
-        let fd = f
-            .into_fd()
-            .map_err(|_| io::Error::other("file handle still shared"))?;
-        Ok(File::from(fd))
+            .await
     }
 
     /// Runs blocking file system work made of several calls (creating a cache object,
@@ -220,20 +219,21 @@ impl FileBackend {
 /// cannot block (`openat2(RESOLVE_CACHED)`, fstat of an open fd), else on the pool.
 impl edge_cache::FileOpener for FileBackend {
     async fn open_stat(&self, path: &std::path::Path) -> io::Result<edge_cache::OpenedFile> {
-        let f = self
-            .engine
-            .open(path, &edge_aio::OpenOptions::new().read(true))
-            .await?;
+        let f = self.open_aio(path).await?;
         let md = self.engine.stat(&f).await?;
-        let fd = f
-            .into_fd()
-            .map_err(|_| io::Error::other("file handle still shared"))?;
         Ok(edge_cache::OpenedFile {
-            file: File::from(fd),
+            file: into_file(f)?,
             ino: md.ino,
             len: md.size,
         })
     }
+}
+
+/// A handle just opened (nobody else holds it) as a plain `File`.
+fn into_file(f: edge_aio::AioFile) -> io::Result<File> {
+    f.into_fd()
+        .map(File::from)
+        .map_err(|_| io::Error::other("file handle still shared"))
 }
 
 /// A fill's commit through the backend: the final header, the `fstat` and the rename

@@ -92,30 +92,21 @@ pub async fn send_file_range(
         (SendMode::Sendfile, Mode::Off) => {
             sendfile_range(conn, file, offset, len, send_timeout).await
         }
-        (SendMode::Sendfile, Mode::Auto) => {
+        (SendMode::Sendfile, backend @ (Mode::Auto | Mode::Threads)) => {
             let mut sent = 0u64;
             while sent < len {
                 let n = (len - sent).min(SENDFILE_CHUNK as u64);
                 let off = offset + sent;
-                if files.is_cached(file, off + n - 1) {
-                    sendfile_range(conn, file, off, n, send_timeout).await?;
-                } else {
-                    // Cold: 64 KiB reads through the pool (measured: a better tail for
-                    // hot objects than a whole-chunk readahead, docs/results/aio.md).
-                    copy_range(conn, files, file, off, n, send_timeout).await?;
-                }
-                sent += n;
-            }
-            Ok(len)
-        }
-        (SendMode::Sendfile, Mode::Threads) => {
-            let mut sent = 0u64;
-            while sent < len {
-                let n = (len - sent).min(SENDFILE_CHUNK as u64);
-                let off = offset + sent;
-                // The pool brings the chunk into the page cache (`readahead(2)`, no
-                // copy), then the send is zero-copy and cannot block on the disk.
-                if files.prefetch(file, off, n as usize).await.is_ok() {
+                let zero_copy = match backend {
+                    // Sendfile only when the chunk is already cached; cold chunks go as
+                    // 64 KiB reads through the pool (measured: a better tail for hot
+                    // objects than a whole-chunk readahead, docs/results/aio.md).
+                    Mode::Auto => files.is_cached(file, off + n - 1),
+                    // The pool brings the chunk into the page cache (`readahead(2)`, no
+                    // copy); then the send is zero-copy and cannot block on the disk.
+                    _ => files.prefetch(file, off, n as usize).await.is_ok(),
+                };
+                if zero_copy {
                     sendfile_range(conn, file, off, n, send_timeout).await?;
                 } else {
                     copy_range(conn, files, file, off, n, send_timeout).await?;
