@@ -42,31 +42,35 @@ impl Engine {
         matches!(read_inline(file, &mut b, offset, libc::RWF_NOWAIT), Ok(1))
     }
 
-    /// Brings `len` bytes of `file` at `offset` into the page cache and waits until they
-    /// are there (`readahead(2)`, which copies nothing to user space), on the pool; a
-    /// no-op under `off`. A server calls it before `sendfile(2)`ing a cold range on its
-    /// loop: the disk wait happens on a pool thread, and the send stays zero-copy.
-    pub async fn prefetch(&self, file: &File, offset: u64, len: usize) -> io::Result<()> {
-        if self.blocking.is_none() {
-            return Ok(());
-        }
-        let owned = file.try_clone()?;
+    /// Sends up to `len` bytes of `file` from `offset` to the socket `sock` with
+    /// `sendfile(2)`, on the pool: the disk wait of a cold range happens on a pool
+    /// thread (as nginx's `aio threads` with `sendfile on` does) and the send stays
+    /// zero-copy. `sock` must be non-blocking: the job sends until `len` bytes are out or
+    /// the socket buffer is full, and returns the bytes sent; `WouldBlock` when it could
+    /// send nothing (wait for writability, then call again). `Ok(0)` means the file
+    /// ended. Both descriptors are owned by the job (`Arc`s of handles the caller
+    /// duplicated once per response), so a dropped future can never make a pool thread
+    /// write to a reused fd. Under `off` the job runs inline.
+    pub async fn sendfile(
+        &self,
+        sock: std::sync::Arc<std::os::fd::OwnedFd>,
+        file: std::sync::Arc<File>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<usize> {
         let t0 = Instant::now();
         let r = self
-            .blocking(move || {
-                // SAFETY: `owned` is an open fd for the whole call; no pointers.
-                let r = unsafe { libc::readahead(owned.as_raw_fd(), offset as i64, len) };
-                sys::to_result(sys::ret_or_errno(r as i64))
-            })
+            .blocking(move || sys::sendfile_until_full(&sock, &file, offset, len))
             .await?;
         self.stats.handoff();
-        self.stats.read_done(
-            &r.as_ref()
-                .map(|_| len)
-                .map_err(|e| io::Error::from(e.kind())),
-            t0.elapsed(),
-        );
-        r.map(|_| ())
+        // A full socket is not a failed read: it counts as a read of nothing.
+        let counted = match &r {
+            Ok(n) => Ok(*n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(io::Error::from(e.kind())),
+        };
+        self.stats.read_done(&counted, t0.elapsed());
+        r
     }
 
     /// Reads exactly `len` bytes of `file` at `offset`, appended to `buf`; returns the
@@ -175,7 +179,6 @@ mod tests {
                 assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
                 assert_eq!(buf, &data[199_990..], "{mode:?}: the bytes read are kept");
                 assert!(engine.is_cached(&f, 0), "a file just written is cached");
-                engine.prefetch(&f, 0, 200_000).await.unwrap();
                 assert!(!engine.is_cached(&f, 10_000_000), "past the end");
             });
             assert!(engine.stats().snapshot().reads >= 1, "{mode:?}");
@@ -235,6 +238,74 @@ mod blocking_tests {
                 assert_eq!(n.load(Ordering::SeqCst), 1, "{mode:?}");
                 assert_eq!(e.stats().in_flight(), 0, "{mode:?}");
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod sendfile_tests {
+    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+
+    /// A pool sendfile fills a non-blocking socket, says `WouldBlock` when it is full,
+    /// resumes where it stopped, and `Ok(0)` at the end of the file; the peer reads
+    /// exactly the file's bytes.
+    #[test]
+    fn sendfile_jobs_send_the_file_and_stop_at_a_full_socket() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        let f = Arc::new(f);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
+            let cfg = EngineConfig {
+                mode,
+                threads: 2,
+                max_queue: 8,
+                queue: QueueKind::Mutex,
+                ring_entries: 8,
+            };
+            let (engine, _) = Engine::new(&cfg, &SharedPool::new(&cfg)).unwrap();
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            a.set_nonblocking(true).unwrap();
+            let sock = Arc::new(OwnedFd::from(a));
+            let mut got = Vec::new();
+            local.block_on(&rt, async {
+                let (mut off, mut saw_full) = (0usize, false);
+                while off < data.len() {
+                    match engine
+                        .sendfile(sock.clone(), f.clone(), off as u64, data.len() - off)
+                        .await
+                    {
+                        Ok(n) => {
+                            assert!(n > 0, "{mode:?}: progress before the end");
+                            off += n;
+                        }
+                        Err(e) => {
+                            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{mode:?}");
+                            saw_full = true;
+                            let mut buf = vec![0u8; 1 << 20];
+                            let n = b.read(&mut buf).unwrap();
+                            got.extend_from_slice(&buf[..n]);
+                        }
+                    }
+                }
+                assert!(saw_full, "{mode:?}: 3 MB cannot fit a socket buffer");
+                let end = engine
+                    .sendfile(sock.clone(), f.clone(), off as u64, 10)
+                    .await;
+                assert_eq!(end.unwrap(), 0, "{mode:?}: end of file");
+            });
+            drop(sock);
+            b.read_to_end(&mut got).unwrap();
+            assert!(got == data, "{mode:?}: the peer got the file's bytes");
+            assert!(engine.stats().snapshot().reads >= 1, "{mode:?}");
         }
     }
 }

@@ -250,8 +250,16 @@ fn io_uring_backend_has_a_ring_or_falls_back_once() {
 /// no op left in flight) and later reads are whole and right.
 #[test]
 fn clients_leaving_mid_read_leak_nothing() {
+    // sendfile = false: pool reads into buffers; true: sendfile jobs on the pool, which
+    // hold duplicates of the socket and the file.
+    for sendfile in [false, true] {
+        clients_leave_mid_body(sendfile);
+    }
+}
+
+fn clients_leave_mid_body(sendfile: bool) {
     let n = start(
-        "mode = \"threads\"\nsendfile = false\nthread_pool = { threads = 2 }",
+        &format!("mode = \"threads\"\nsendfile = {sendfile}\nthread_pool = {{ threads = 2 }}"),
         &[],
     );
     let path = "/obj/8m/7";
@@ -285,14 +293,17 @@ fn clients_leaving_mid_read_leak_nothing() {
         }
         assert!(
             Instant::now() < deadline,
-            "in flight {in_flight:?}, fds {fds} (before {fds_before})"
+            "sendfile={sendfile}: in flight {in_flight:?}, fds {fds} (before {fds_before})"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     let direct = get(n.origin, path, &[]);
     let r = get(n.addr, path, &[]);
     assert_eq!(status(&r), "HIT");
-    assert!(r.body == direct.body, "the object is intact");
+    assert!(
+        r.body == direct.body,
+        "sendfile={sendfile}: the object is intact"
+    );
 }
 
 /// `directio`: bodies of objects at least that big are read with O_DIRECT on every

@@ -202,10 +202,16 @@ impl FileBackend {
         self.engine.write_all_at(file, offset, buf).await
     }
 
-    /// Brings a range into the page cache on the pool, waiting until it is there (a
-    /// no-op under `off`); see `edge_aio::Engine::prefetch`.
-    pub async fn prefetch(&self, file: &File, offset: u64, len: usize) -> io::Result<()> {
-        self.engine.prefetch(file, offset, len).await
+    /// `sendfile(2)` of up to `len` bytes from `file` to the non-blocking socket `sock`
+    /// on a pool thread; see `edge_aio::Engine::sendfile`.
+    pub async fn sendfile(
+        &self,
+        sock: Arc<std::os::fd::OwnedFd>,
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<usize> {
+        self.engine.sendfile(sock, file, offset, len).await
     }
 
     /// Whether the byte at `offset` is in the page cache (see `edge_aio`).

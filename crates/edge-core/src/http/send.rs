@@ -6,8 +6,8 @@
 //! | backend | `sendfile = true` | `sendfile = false` |
 //! |---|---|---|
 //! | `off` | sendfile on the loop | pread + write |
-//! | `auto` | per 1 MiB chunk: sendfile on the loop when its last byte is in the page cache, else 64 KiB reads through the pool + write | reads (RWF_NOWAIT, the pool when cold) + write |
-//! | `threads` | per chunk: `readahead(2)` on the pool, then sendfile | reads on the pool + write |
+//! | `auto` | per 1 MiB chunk: sendfile on the loop when its last byte is in the page cache, else sendfile on a pool thread | reads (RWF_NOWAIT, the pool when cold) + write |
+//! | `threads` | sendfile on a pool thread (nginx `aio threads` + `sendfile on`) | reads on the pool + write |
 //! | `io_uring` | reads on the ring + write | the same |
 //!
 //! `sendfile(2)` reads the file in the calling thread, so on a cold range it would
@@ -20,7 +20,8 @@ use crate::aio::FileBackend;
 use edge_aio::Mode;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest sendfile() call; keeps one connection from monopolising the loop.
@@ -93,23 +94,22 @@ pub async fn send_file_range(
             sendfile_range(conn, file, offset, len, send_timeout).await
         }
         (SendMode::Sendfile, backend @ (Mode::Auto | Mode::Threads)) => {
+            let mut pooled = None;
             let mut sent = 0u64;
             while sent < len {
                 let n = (len - sent).min(SENDFILE_CHUNK as u64);
                 let off = offset + sent;
-                let zero_copy = match backend {
-                    // Sendfile only when the chunk is already cached; cold chunks go as
-                    // 64 KiB reads through the pool (measured: a better tail for hot
-                    // objects than a whole-chunk readahead, docs/results/aio.md).
-                    Mode::Auto => files.is_cached(file, off + n - 1),
-                    // The pool brings the chunk into the page cache (`readahead(2)`, no
-                    // copy); then the send is zero-copy and cannot block on the disk.
-                    _ => files.prefetch(file, off, n as usize).await.is_ok(),
-                };
-                if zero_copy {
+                // `auto`: a chunk whose last byte is cached is sent on the loop (one
+                // syscall, the warm-hit path); `threads`, and a cold chunk under
+                // `auto`, are sent by a pool thread, where the disk wait belongs.
+                if backend == Mode::Auto && files.is_cached(file, off + n - 1) {
                     sendfile_range(conn, file, off, n, send_timeout).await?;
                 } else {
-                    copy_range(conn, files, file, off, n, send_timeout).await?;
+                    if pooled.is_none() {
+                        pooled = Some(Pooled::new(conn, file)?);
+                    }
+                    let p = pooled.as_ref().expect("just set");
+                    pool_sendfile_range(conn, files, p, off, n, send_timeout).await?;
                 }
                 sent += n;
             }
@@ -170,6 +170,59 @@ async fn direct_range(
         sent += window.len() as u64;
     }
     Ok(sent)
+}
+
+/// The socket and the file of one response, duplicated once for the pool's sendfile
+/// jobs: a job owns its descriptors, so a response cut short (its future dropped, its
+/// socket closed and the fd number reused) can never make a pool thread send to a
+/// stranger.
+struct Pooled {
+    sock: Arc<OwnedFd>,
+    file: Arc<File>,
+}
+
+impl Pooled {
+    fn new(conn: &Conn, file: &File) -> io::Result<Pooled> {
+        Ok(Pooled {
+            sock: Arc::new(conn.io.as_fd().try_clone_to_owned()?),
+            file: Arc::new(file.try_clone()?),
+        })
+    }
+}
+
+/// `sendfile(2)` run by pool threads (nginx's `aio threads` with `sendfile on`): a job
+/// sends until the socket buffer is full; the loop then waits for writability and
+/// hands the rest over again.
+async fn pool_sendfile_range(
+    conn: &mut Conn,
+    files: &FileBackend,
+    p: &Pooled,
+    offset: u64,
+    len: u64,
+    send_timeout: Duration,
+) -> io::Result<u64> {
+    let end = offset + len;
+    let mut off = offset;
+    while off < end {
+        let want = ((end - off) as usize).min(SENDFILE_CHUNK);
+        match files
+            .sendfile(p.sock.clone(), p.file.clone(), off, want)
+            .await
+        {
+            Ok(0) => return Err(short_file()),
+            Ok(n) => off += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(send_timeout, crate::net::sys::wait_writable(&conn.io))
+                    .await
+                {
+                    Ok(r) => r?,
+                    Err(_) => return Err(timed_out("send")),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(len)
 }
 
 async fn sendfile_range(

@@ -38,6 +38,28 @@ pub async fn sendfile_once(
     Ok(n)
 }
 
+/// Waits until the socket can take more bytes, after another thread (a pool job) found
+/// it full: tokio's cached readiness knows nothing of that write, so it is cleared
+/// first, then `poll(2)` catches a buffer that drained in between (its edge-triggered
+/// event may already have been consumed).
+pub async fn wait_writable(sock: &TcpStream) -> io::Result<()> {
+    let _ = sock.try_io(Interest::WRITABLE, || {
+        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+    });
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call; a zero timeout never blocks.
+    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if r > 0 && pfd.revents != 0 {
+        // Writable, or an error or hang-up that the next send reports.
+        return Ok(());
+    }
+    sock.writable().await
+}
+
 /// One `send(2)` with `MSG_MORE`: the kernel holds the last partial segment for the
 /// bytes the caller sends next (a sendfile'd body), as nginx's `tcp_nopush` does.
 pub async fn send_more_once(sock: &TcpStream, buf: &[u8]) -> io::Result<usize> {
