@@ -256,6 +256,39 @@ pub(crate) fn os_error(call: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{call} failed: {e}"))
 }
 
+/// `sendfile(2)` from `file` at `offset` to the non-blocking socket `sock` until `len`
+/// bytes are sent, the file ends or the socket buffer is full. Returns the bytes sent;
+/// `WouldBlock` only when none could be.
+pub(crate) fn sendfile_until_full(
+    sock: &std::os::fd::OwnedFd,
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut off = offset as libc::off_t;
+    let mut sent = 0usize;
+    while sent < len {
+        let want = (len - sent).min(MAX_RW);
+        // SAFETY: both fds are owned by the caller for the whole call; `off` is a valid
+        // off_t the kernel reads and advances; no user buffer is passed.
+        let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, want) };
+        match n {
+            0 => break,
+            n if n > 0 => sent += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock if sent > 0 => break,
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(sent)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,37 +340,4 @@ mod tests {
             "'.' is a directory"
         );
     }
-}
-
-/// `sendfile(2)` from `file` at `offset` to the non-blocking socket `sock` until `len`
-/// bytes are sent, the file ends or the socket buffer is full. Returns the bytes sent;
-/// `WouldBlock` only when none could be.
-pub(crate) fn sendfile_until_full(
-    sock: &std::os::fd::OwnedFd,
-    file: &std::fs::File,
-    offset: u64,
-    len: usize,
-) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    let mut off = offset as libc::off_t;
-    let mut sent = 0usize;
-    while sent < len {
-        let want = (len - sent).min(MAX_RW);
-        // SAFETY: both fds are owned by the caller for the whole call; `off` is a valid
-        // off_t the kernel reads and advances; no user buffer is passed.
-        let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, want) };
-        match n {
-            0 => break,
-            n if n > 0 => sent += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock if sent > 0 => break,
-                    _ => return Err(e),
-                }
-            }
-        }
-    }
-    Ok(sent)
 }
