@@ -48,7 +48,8 @@ impl Engine {
     /// zero-copy. `sock` must be non-blocking: the job sends until `len` bytes are out or
     /// the socket buffer is full, and returns the bytes sent; `WouldBlock` when it could
     /// send nothing (wait for writability, then call again). `Ok(0)` means the file
-    /// ended. Both descriptors are owned by the job (`Arc`s of handles the caller
+    /// ended. `first`: the response's first send (see `sys::sendfile_until_full`, which
+    /// primes the kernel's readahead). Both descriptors are owned by the job (`Arc`s of handles the caller
     /// duplicated once per response), so a dropped future can never make a pool thread
     /// write to a reused fd. Under `off` the job runs inline.
     pub async fn sendfile(
@@ -57,10 +58,11 @@ impl Engine {
         file: std::sync::Arc<File>,
         offset: u64,
         len: usize,
+        first: bool,
     ) -> io::Result<usize> {
         let t0 = Instant::now();
         let r = self
-            .blocking(move || sys::sendfile_until_full(&sock, &file, offset, len))
+            .blocking(move || sys::sendfile_until_full(&sock, &file, offset, len, first))
             .await?;
         self.stats.handoff();
         // A full socket is not a failed read: it counts as a read of nothing.

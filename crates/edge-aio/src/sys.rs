@@ -259,13 +259,34 @@ pub(crate) fn os_error(call: &str) -> io::Error {
 /// `sendfile(2)` from `file` at `offset` to the non-blocking socket `sock` until `len`
 /// bytes are sent, the file ends or the socket buffer is full. Returns the bytes sent;
 /// `WouldBlock` only when none could be.
+///
+/// `prime`, for the first send of a response that starts past the file's first byte
+/// (a cache object's body follows its header): one byte is read just before `offset`
+/// first. A fresh open file's first read at a page other than 0 looks random to the
+/// kernel, which then reads it in single pages (`page_cache_ra_unbounded`); after the
+/// one-byte read the send is sequential and gets the large-folio readahead that nginx
+/// gets from reading the header first. Measured with perf on a cold 256 KiB cell:
+/// readahead cost per request roughly halves.
 pub(crate) fn sendfile_until_full(
     sock: &std::os::fd::OwnedFd,
     file: &std::fs::File,
     offset: u64,
     len: usize,
+    prime: bool,
 ) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
+    if prime && offset > 0 {
+        let mut b = 0u8;
+        // SAFETY: `file` is owned by the caller; one live byte to read into.
+        let _ = unsafe {
+            libc::pread64(
+                file.as_raw_fd(),
+                (&mut b as *mut u8).cast(),
+                1,
+                offset as i64 - 1,
+            )
+        };
+    }
     let mut off = offset as libc::off_t;
     let mut sent = 0usize;
     while sent < len {

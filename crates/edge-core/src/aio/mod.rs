@@ -210,8 +210,9 @@ impl FileBackend {
         file: Arc<File>,
         offset: u64,
         len: usize,
+        first: bool,
     ) -> io::Result<usize> {
-        self.engine.sendfile(sock, file, offset, len).await
+        self.engine.sendfile(sock, file, offset, len, first).await
     }
 
     /// Whether the byte at `offset` is in the page cache (see `edge_aio`).

@@ -131,18 +131,22 @@ async fn copy_range(
     len: u64,
     send_timeout: Duration,
 ) -> io::Result<u64> {
-    let mut buf = Vec::with_capacity(READ_CHUNK.min(len as usize).max(1));
+    let mut buf = Vec::with_capacity(READ_CHUNK.min(len as usize).max(1) + 1);
     let mut sent = 0u64;
+    // The first read starts one byte early (dropped), for the kernel's readahead: see
+    // `edge_aio::Engine::sendfile`'s `first` (a fresh file's first read past page 0
+    // looks random and is read a page at a time).
+    let mut lead = usize::from(offset > 0);
     while sent < len {
         let want = ((len - sent) as usize).min(READ_CHUNK);
         buf.clear();
-        let (r, b) = files
-            .read_exact_append(file, offset + sent, want, buf)
-            .await;
+        let at = offset + sent - lead as u64;
+        let (r, b) = files.read_exact_append(file, at, want + lead, buf).await;
         buf = b;
         r?;
-        conn.write_all(&buf, send_timeout).await?;
+        conn.write_all(&buf[lead..], send_timeout).await?;
         sent += want as u64;
+        lead = 0;
     }
     Ok(sent)
 }
@@ -179,6 +183,8 @@ async fn direct_range(
 struct Pooled {
     sock: Arc<OwnedFd>,
     file: Arc<File>,
+    /// No job has read this file yet (see `edge_aio::Engine::sendfile`'s `first`).
+    first: std::cell::Cell<bool>,
 }
 
 impl Pooled {
@@ -186,6 +192,7 @@ impl Pooled {
         Ok(Pooled {
             sock: Arc::new(conn.io.as_fd().try_clone_to_owned()?),
             file: Arc::new(file.try_clone()?),
+            first: std::cell::Cell::new(true),
         })
     }
 }
@@ -206,7 +213,13 @@ async fn pool_sendfile_range(
     while off < end {
         let want = ((end - off) as usize).min(SENDFILE_CHUNK);
         match files
-            .sendfile(p.sock.clone(), p.file.clone(), off, want)
+            .sendfile(
+                p.sock.clone(),
+                p.file.clone(),
+                off,
+                want,
+                p.first.replace(false),
+            )
             .await
         {
             Ok(0) => return Err(short_file()),
