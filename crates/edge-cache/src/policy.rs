@@ -49,7 +49,14 @@ pub struct PolicyConfig {
     pub honour_client_no_cache: bool,
     /// Fraction of (Date − Last-Modified) used as heuristic lifetime (RFC 9111 4.2.2).
     pub heuristic_fraction: f64,
+    /// Targeted cache-control fields (RFC 9213), lowercase, most specific first: the
+    /// first one present and valid replaces `Cache-Control` and `Expires` for our
+    /// caching decisions. It changes nothing that is forwarded.
+    pub targeted: Vec<String>,
 }
+
+/// The default `targeted_cache_control` list.
+pub const DEFAULT_TARGETED: &[&str] = &["edgecache-cache-control", "cdn-cache-control"];
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -58,6 +65,7 @@ impl Default for PolicyConfig {
             cache_set_cookie: false,
             honour_client_no_cache: false,
             heuristic_fraction: 0.1,
+            targeted: DEFAULT_TARGETED.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -133,32 +141,112 @@ impl CacheControl {
     pub fn parse(h: &HeaderMap) -> CacheControl {
         let mut cc = CacheControl::default();
         for tok in h.tokens("cache-control") {
-            let Ok(tok) = std::str::from_utf8(tok) else {
-                continue;
-            };
-            let (name, arg) = match tok.split_once('=') {
-                Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
-                None => (tok.trim(), None),
-            };
-            let secs = || arg.and_then(parse_delta);
-            match name.to_ascii_lowercase().as_str() {
-                "max-age" if cc.max_age.is_none() => cc.max_age = Some(secs()),
-                "s-maxage" if cc.s_maxage.is_none() => cc.s_maxage = Some(secs()),
-                "no-store" => cc.no_store = true,
-                "no-cache" => cc.no_cache = true,
-                "private" => cc.private = true,
-                "public" => cc.public = true,
-                "must-revalidate" => cc.must_revalidate = true,
-                "proxy-revalidate" => cc.proxy_revalidate = true,
-                "stale-while-revalidate" if cc.stale_while_revalidate.is_none() => {
-                    cc.stale_while_revalidate = secs()
-                }
-                "stale-if-error" if cc.stale_if_error.is_none() => cc.stale_if_error = secs(),
-                _ => {}
+            if let Ok(tok) = std::str::from_utf8(tok) {
+                cc.directive(tok);
             }
         }
         cc
     }
+
+    /// A targeted field (RFC 9213, `CDN-Cache-Control` and the like): a structured
+    /// Dictionary whose members are cache directives. None when the field is absent or
+    /// not a valid Dictionary (the RFC says to ignore it then). Unknown members are
+    /// ignored.
+    pub fn parse_targeted(h: &HeaderMap, name: &str) -> Option<CacheControl> {
+        if !h.contains(name) {
+            return None;
+        }
+        let mut cc = CacheControl::default();
+        for tok in h.tokens(name) {
+            let tok = std::str::from_utf8(tok).ok()?;
+            if !valid_dictionary_member(tok) {
+                return None;
+            }
+            cc.directive(tok.split(';').next().unwrap_or(""));
+        }
+        Some(cc)
+    }
+
+    /// Applies one `name[=value]` directive.
+    fn directive(&mut self, tok: &str) {
+        let (name, arg) = match tok.split_once('=') {
+            Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
+            None => (tok.trim(), None),
+        };
+        let secs = || arg.and_then(parse_delta);
+        match name.to_ascii_lowercase().as_str() {
+            "max-age" if self.max_age.is_none() => self.max_age = Some(secs()),
+            "s-maxage" if self.s_maxage.is_none() => self.s_maxage = Some(secs()),
+            "no-store" => self.no_store = true,
+            "no-cache" => self.no_cache = true,
+            "private" => self.private = true,
+            "public" => self.public = true,
+            "must-revalidate" => self.must_revalidate = true,
+            "proxy-revalidate" => self.proxy_revalidate = true,
+            "stale-while-revalidate" if self.stale_while_revalidate.is_none() => {
+                self.stale_while_revalidate = secs()
+            }
+            "stale-if-error" if self.stale_if_error.is_none() => self.stale_if_error = secs(),
+            _ => {}
+        }
+    }
+
+    /// The directives that govern this cache for a response: the first field of
+    /// `cfg.targeted` that is present and valid, else `Cache-Control`. The flag says
+    /// whether a targeted field was used (then `Expires` is ignored too).
+    pub fn effective(resp: &HeaderMap, cfg: &PolicyConfig) -> (CacheControl, bool) {
+        for name in &cfg.targeted {
+            if let Some(cc) = CacheControl::parse_targeted(resp, name) {
+                return (cc, true);
+            }
+        }
+        (CacheControl::parse(resp), false)
+    }
+}
+
+/// One member of an RFC 8941 Dictionary, as far as a cache directive needs it: a key
+/// (`[a-z*][a-z0-9_.*-]*`), optionally `=` and an Integer, a Token or a String, then
+/// optional `;key[=value]` parameters (ignored).
+fn valid_dictionary_member(m: &str) -> bool {
+    fn key(k: &str) -> bool {
+        let b = k.as_bytes();
+        !b.is_empty()
+            && (b[0].is_ascii_lowercase() || b[0] == b'*')
+            && b.iter().all(|&c| {
+                c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || matches!(c, b'_' | b'-' | b'.' | b'*')
+            })
+    }
+    fn value(v: &str) -> bool {
+        let b = v.as_bytes();
+        match b.first() {
+            None => false,
+            Some(b'"') => {
+                b.len() >= 2
+                    && b[b.len() - 1] == b'"'
+                    && b[1..b.len() - 1]
+                        .iter()
+                        .all(|&c| (0x20..0x7f).contains(&c) && c != b'"')
+            }
+            Some(&c) if c == b'-' || c.is_ascii_digit() => {
+                let d = if c == b'-' { &b[1..] } else { b };
+                !d.is_empty() && d.len() <= 15 && d.iter().all(u8::is_ascii_digit)
+            }
+            Some(&c) if c.is_ascii_alphabetic() || c == b'*' => b
+                .iter()
+                .all(|&c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)),
+            Some(_) => false,
+        }
+    }
+    fn member(kv: &str) -> bool {
+        match kv.trim().split_once('=') {
+            Some((k, v)) => key(k) && value(v),
+            None => key(kv.trim()),
+        }
+    }
+    let mut parts = m.trim().split(';');
+    member(parts.next().unwrap_or("")) && parts.all(member)
 }
 
 /// RFC 9111 1.2.1 delta-seconds: digits only, saturating at [`MAX_DELTA_SECONDS`].
@@ -184,6 +272,21 @@ fn since(a: SystemTime, b: SystemTime) -> Duration {
     a.duration_since(b).unwrap_or(Duration::ZERO)
 }
 
+/// The `Age` value of a response: None when absent. An invalid value, a list
+/// (`Age: old, 0`) or several field lines cannot be trusted, so they count as the
+/// largest age there is ([`MAX_DELTA_SECONDS`]): the response is stale at once rather
+/// than fresher than it is.
+pub fn age_header(resp: &HeaderMap) -> Option<u64> {
+    let mut lines = resp.get_all("age");
+    let first = lines.next()?;
+    let one = lines.next().is_none();
+    let v = std::str::from_utf8(first).ok().map(str::trim);
+    match v.and_then(parse_delta) {
+        Some(secs) if one => Some(secs),
+        _ => Some(MAX_DELTA_SECONDS),
+    }
+}
+
 /// RFC 9111 4.2.3: the corrected initial age of a response.
 pub fn initial_age(
     resp: &HeaderMap,
@@ -192,11 +295,7 @@ pub fn initial_age(
 ) -> Duration {
     let date = header_time(resp, "date").unwrap_or(response_time);
     let apparent_age = since(response_time, date);
-    let age_value = resp
-        .get_str("age")
-        .and_then(|v| parse_delta(v.trim()))
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::ZERO);
+    let age_value = Duration::from_secs(age_header(resp).unwrap_or(0));
     let response_delay = since(response_time, request_time);
     let corrected_age_value = age_value + response_delay;
     apparent_age.max(corrected_age_value)
@@ -221,7 +320,7 @@ pub fn storable(
     if cfg.honour_client_no_cache && CacheControl::parse(req).no_store {
         return Err(NoCacheReason::RequestNoStore);
     }
-    let cc = CacheControl::parse(resp);
+    let (cc, targeted) = CacheControl::effective(resp, cfg);
     if cc.no_store {
         return Err(NoCacheReason::ResponseNoStore);
     }
@@ -248,6 +347,8 @@ pub fn storable(
         Some(Duration::from_secs(s.unwrap_or(0)))
     } else if let Some(m) = cc.max_age {
         Some(Duration::from_secs(m.unwrap_or(0)))
+    } else if targeted {
+        None // a targeted field replaces Expires as well (RFC 9213 2.1)
     } else {
         // An invalid Expires (e.g. "0") means "already expired" (RFC 9111 5.3).
         resp.get_str("expires")
@@ -309,6 +410,13 @@ pub fn age(meta: &ObjectMeta, now: SystemTime) -> Duration {
     meta.freshness.initial_age + since(now, meta.response_time)
 }
 
+/// Freshness left, in whole seconds (negative once stale): `Cache-Status`'s `ttl`.
+pub fn ttl_secs(meta: &ObjectMeta, now: SystemTime) -> i64 {
+    let lifetime = meta.freshness.lifetime.as_secs() as i64;
+    let age = age(meta, now).as_secs().min(i64::MAX as u64) as i64;
+    lifetime.saturating_sub(age)
+}
+
 /// May the object be served without contacting the origin? False for soft-purged and
 /// `no-cache` objects (they must be revalidated first).
 pub fn is_fresh(meta: &ObjectMeta, now: SystemTime) -> bool {
@@ -347,7 +455,8 @@ pub fn can_serve_stale_with(
 /// Response headers never stored in the header block: per-hop, per-response or
 /// per-user fields the server regenerates (lowercase). `server` is ours: a hit writes
 /// `Server: edgecache` before the block, as the proxy path does, so keeping the origin's
-/// would send two.
+/// would send two. `date` is stored, but as the one line [`build_meta`] writes first
+/// (the origin's valid `Date`, or the time the response arrived).
 pub const UNSTORED_HEADERS: &[&str] = &[
     "date",
     "server",
@@ -370,10 +479,16 @@ pub fn stored_header(name: &str) -> bool {
 }
 
 /// Serialise the storable headers as `Name: value\r\n` lines (sent verbatim on hits).
+/// Fields the response's `Connection` header names are hop-by-hop too (RFC 9110 7.6.1).
 pub fn header_block(resp: &HeaderMap) -> Vec<u8> {
+    let named: Vec<&[u8]> = resp.tokens("connection").collect();
     let mut out = Vec::with_capacity(256);
     for (name, value) in resp.iter() {
-        if stored_header(name) {
+        if stored_header(name)
+            && !named
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+        {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(value);
@@ -381,6 +496,17 @@ pub fn header_block(resp: &HeaderMap) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The `Date` line of a stored response: the origin's when it is a valid date, else
+/// `fallback` (when the response arrived: RFC 9110 6.6.1, a recipient with a clock adds
+/// one). A hit sends it as stored; `Age` says how old the response is.
+pub fn date_line(date: Option<SystemTime>, fallback: SystemTime) -> Vec<u8> {
+    let mut l = Vec::with_capacity(37);
+    l.extend_from_slice(b"Date: ");
+    l.extend_from_slice(edge_http::fmt_http_date(date.unwrap_or(fallback)).as_bytes());
+    l.extend_from_slice(b"\r\n");
+    l
 }
 
 /// Build the metadata for a storable response. `key` is the PRIMARY key:
@@ -401,10 +527,11 @@ pub fn build_meta(
             .collect()
     };
     let mut m = ObjectMeta::new(key, status, response_time);
-    m.header_block = header_block(resp);
+    m.date = header_time(resp, "date");
+    m.header_block = date_line(m.date, response_time);
+    m.header_block.extend_from_slice(&header_block(resp));
     m.etag = resp.get_str("etag").map(|s| s.trim().to_owned());
     m.last_modified = header_time(resp, "last-modified");
-    m.date = header_time(resp, "date");
     m.request_time = request_time;
     m.response_time = response_time;
     m.freshness = freshness;

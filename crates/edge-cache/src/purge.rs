@@ -77,6 +77,38 @@ impl PurgeIndex {
         .collect()
     }
 
+    /// Primary keys of the form `http://<any host><pq>`: a purge by path alone. The
+    /// whole key set is walked (memory only), in batches, so a fill waiting to insert
+    /// waits for one batch at most.
+    pub fn primaries_with_path(&self, pq: &str) -> Vec<String> {
+        const BATCH: usize = 4096;
+        let mut out = Vec::new();
+        let mut from: Option<String> = None;
+        loop {
+            let set = read(&self.prefixes);
+            let lower = match &from {
+                Some(f) => std::ops::Bound::Excluded(f.as_str()),
+                None => std::ops::Bound::Unbounded,
+            };
+            let mut seen = 0;
+            let mut last = None;
+            for k in set
+                .range::<str, _>((lower, std::ops::Bound::Unbounded))
+                .take(BATCH)
+            {
+                seen += 1;
+                if key_path(k) == Some(pq) {
+                    out.push(k.clone());
+                }
+                last = Some(k);
+            }
+            if seen < BATCH {
+                return out;
+            }
+            from = last.cloned();
+        }
+    }
+
     /// Objects carrying `tag`.
     pub fn tagged(&self, tag: &str) -> Vec<KeyHash> {
         lock(&self.tags)
@@ -122,6 +154,9 @@ pub fn parse_tags<'a>(
 pub enum PurgeTarget {
     /// A primary key (all its variants).
     Key(String),
+    /// A path and query on any host (`url=/path` without `host=`): every primary key
+    /// `http://<host><path>`.
+    Path(String),
     Prefix(String),
     Tag(String),
 }
@@ -143,6 +178,7 @@ impl PurgeRule {
         }
         match &self.target {
             PurgeTarget::Key(k) => meta.primary_key() == k,
+            PurgeTarget::Path(p) => key_path(meta.primary_key()) == Some(p.as_str()),
             PurgeTarget::Prefix(p) => meta.primary_key().starts_with(p.as_str()),
             PurgeTarget::Tag(t) => meta.tags.iter().any(|x| x == t),
         }
@@ -198,6 +234,15 @@ impl crate::Cache {
     pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
         let hashes = self.index.variants_of(crate::key::key_hash(primary_key));
         self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
+    }
+
+    /// Purge a path on every host (see [`PurgeTarget::Path`]).
+    pub fn purge_path(&self, pq: &str, soft: bool) -> usize {
+        let mut hashes = Vec::new();
+        for primary in self.index.purge_index().primaries_with_path(pq) {
+            hashes.extend(self.index.variants_of(crate::key::key_hash(&primary)));
+        }
+        self.purge_hashes(PurgeTarget::Path(pq.to_owned()), hashes, soft)
     }
 
     /// Purge every object whose primary key starts with `prefix` (an ordered index
@@ -288,8 +333,9 @@ impl From<&str> for BadPurge {
 
 /// Parses purge parameters (`url=`, `prefix=`, `tag=`, `host=`, `soft=`) from a query
 /// string and/or an `application/x-www-form-urlencoded` body. A `url=` that is a path
-/// (`/a/b`) is completed with `host=` or, failing that, `default_host` (the admin
-/// request's `Host`). Returns the target and whether the purge is soft.
+/// (`/a/b`) is completed with `host=` or, failing that, `default_host` (a configured
+/// site); with neither it matches that path on every host. Returns the target and
+/// whether the purge is soft.
 pub fn parse_request(
     query: Option<&str>,
     body: &[u8],
@@ -320,9 +366,11 @@ pub fn parse_request(
         }
     }
     let target = match (url, prefix, tag) {
-        (Some(u), None, None) => {
-            PurgeTarget::Key(normalise_url(&u, host.as_deref().or(default_host))?)
-        }
+        (Some(u), None, None) if u.starts_with('/') => match host.as_deref().or(default_host) {
+            Some(h) => PurgeTarget::Key(format!("http://{}{u}", h.to_ascii_lowercase())),
+            None => PurgeTarget::Path(u),
+        },
+        (Some(u), None, None) => PurgeTarget::Key(normalise_url(&u)),
         (None, Some(p), None) if !p.is_empty() => PurgeTarget::Prefix(lower_host(&p)),
         (None, None, Some(t)) if !t.is_empty() => PurgeTarget::Tag(t),
         (None, None, None) => return Err("one of url=, prefix=, tag= is required".into()),
@@ -346,15 +394,18 @@ fn lower_host(u: &str) -> String {
     u.to_string()
 }
 
-fn normalise_url(u: &str, host: Option<&str>) -> Result<String, BadPurge> {
+fn normalise_url(u: &str) -> String {
     if u.starts_with("http://") || u.starts_with("https://") {
-        return Ok(lower_host(u));
+        return lower_host(u);
     }
-    if u.starts_with('/') {
-        let host = host.ok_or("url= is a path: give host= too")?;
-        return Ok(format!("http://{}{u}", host.to_ascii_lowercase()));
-    }
-    Ok(u.to_string()) // a custom cache_key template's key, as is
+    u.to_string() // a custom cache_key template's key, as is
+}
+
+/// The path (and query) of an `http://host/...` key: what a path purge compares.
+fn key_path(k: &str) -> Option<&str> {
+    let rest = k.strip_prefix("http://")?;
+    let i = rest.find(['/', '?'])?;
+    Some(&rest[i..])
 }
 
 /// `application/x-www-form-urlencoded` value decoding (`+` is a space).
@@ -394,6 +445,7 @@ impl crate::Cache {
     pub fn purge(&self, target: &PurgeTarget, soft: bool) -> usize {
         match target {
             PurgeTarget::Key(k) => self.purge_key(k, soft),
+            PurgeTarget::Path(p) => self.purge_path(p, soft),
             PurgeTarget::Prefix(p) => self.purge_prefix(p, soft),
             PurgeTarget::Tag(t) => self.purge_tag(t, soft),
         }
@@ -506,7 +558,13 @@ mod request_tests {
         );
         assert_eq!(
             p(Some("url=/a"), "").unwrap().0,
-            PurgeTarget::Key("http://admin:9090/a".into())
+            PurgeTarget::Key("http://admin:9090/a".into()),
+            "a configured default host completes a path"
+        );
+        assert_eq!(
+            parse_request(Some("url=/a?b"), b"", None).unwrap().0,
+            PurgeTarget::Path("/a?b".into()),
+            "a path alone: every host"
         );
         assert_eq!(
             p(None, "prefix=http://H/img/&soft=1\n").unwrap(),
@@ -522,7 +580,6 @@ mod request_tests {
         assert!(p(None, "bogus=1").is_err());
         assert!(p(None, "tag=%zz").is_err());
         assert!(p(None, "tag=%4").is_err());
-        assert!(parse_request(Some("url=/a"), b"", None).is_err());
         let long = format!("tag={}", "x".repeat(MAX_PURGE_ARG + 1));
         assert!(p(None, &long).is_err());
     }

@@ -41,8 +41,10 @@ use crate::meta::{MetaError, ObjectMeta, BODY_LEN_UNKNOWN};
 /// First 8 bytes of every object file.
 pub const MAGIC: &[u8; 8] = b"EDGCACHE";
 /// Bump when the layout or the meta encoding changes: older files are then removed by
-/// the loader instead of being misread.
-pub const FORMAT_VERSION: u32 = 1;
+/// the loader instead of being misread, unless [`read_header`] knows how to upgrade
+/// them. Version 2: the stored header block starts with the response's `Date` line
+/// (version 1 files are read, and get one from their stored date).
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the fixed prefix before the meta bytes.
 pub const PREFIX_LEN: usize = 64;
 /// Bodies start at a multiple of this (O_DIRECT alignment; room for in-place refresh).
@@ -200,7 +202,7 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
         return Err(StorageError::BadMagic);
     }
     let version = u32::from_le_bytes(first[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != 1 {
         return Err(StorageError::OldVersion(version));
     }
     let meta_len = u32::from_le_bytes(first[12..16].try_into().expect("4 bytes")) as usize;
@@ -225,7 +227,13 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     if header_checksum(&first[..56], &meta_bytes) != sum {
         return Err(StorageError::BadChecksum);
     }
-    let meta = ObjectMeta::decode(&meta_bytes).map_err(StorageError::BadMeta)?;
+    let mut meta = ObjectMeta::decode(&meta_bytes).map_err(StorageError::BadMeta)?;
+    if version == 1 {
+        // Version 1 kept `Date` out of the block; hits sent the current time.
+        let mut block = crate::policy::date_line(meta.date, meta.response_time);
+        block.extend_from_slice(&meta.header_block);
+        meta.header_block = block;
+    }
     if hash != expect || crate::key::key_hash(&meta.key) != hash {
         return Err(StorageError::WrongKey);
     }
@@ -746,6 +754,27 @@ mod tests {
             read_header(&f, c.hash ^ 1),
             Err(StorageError::WrongKey)
         ));
+    }
+
+    /// A version-1 file (its header block without `Date`) is still served: the loader
+    /// reads it and puts a `Date` line, from the stored date, first in the block.
+    #[test]
+    fn version_1_files_are_read_and_get_a_date_line() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/v1", b"body");
+        let path = l.path_for(c.hash);
+        let mut b = read_all(&path);
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let meta_len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        let sum = header_checksum(&b[..56], &b[PREFIX_LEN..PREFIX_LEN + meta_len]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&path, &b).unwrap();
+        let h = read_header(&File::open(&path).unwrap(), c.hash).unwrap();
+        let block = String::from_utf8(h.meta.header_block.clone()).unwrap();
+        assert!(block.starts_with("Date: "), "{block}");
+        assert!(block.ends_with("Content-Type: text/plain\r\n"), "{block}");
+        assert_eq!(block.matches("Date: ").count(), 1);
     }
 
     #[test]

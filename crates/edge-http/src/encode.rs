@@ -71,7 +71,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
 }
 
 /// Appends the decimal digits of `n` (no allocation).
-pub(crate) fn write_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub fn write_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut tmp = [0u8; 20];
     let mut i = tmp.len();
     loop {

@@ -46,7 +46,7 @@ pub use conditional::{
 pub use date::{fmt_http_date, http_date_now, parse_http_date};
 pub use encode::{
     error_response, is_hop_by_hop, reason_phrase, strip_hop_by_hop, write_chunk_header,
-    write_header, write_request_line, write_status_line, LAST_CHUNK,
+    write_decimal, write_header, write_request_line, write_status_line, LAST_CHUNK,
 };
 pub use error::{ErrorKind, ParseError};
 pub use headers::HeaderMap;

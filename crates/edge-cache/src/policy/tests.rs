@@ -289,9 +289,9 @@ fn age_and_date_math() {
     // A Date in the future never gives a negative age.
     let h = hdrs(&[("date", &date(1000))]);
     assert_eq!(initial_age(&h, req_t, resp_t).as_secs(), 2);
-    // Garbage Age is ignored.
+    // Garbage Age cannot be trusted: the largest age (stale at once).
     let h = hdrs(&[("age", "-5")]);
-    assert_eq!(initial_age(&h, req_t, req_t).as_secs(), 0);
+    assert_eq!(initial_age(&h, req_t, req_t).as_secs(), MAX_DELTA_SECONDS);
 }
 
 fn meta_with(f: Freshness) -> ObjectMeta {
@@ -369,7 +369,8 @@ fn build_meta_filters_headers_and_reads_tags() {
     let resp = hdrs(&[
         ("Content-Type", "text/plain"),
         ("Content-Length", "5"),
-        ("Connection", "keep-alive"),
+        ("Connection", "keep-alive, X-Hop"),
+        ("X-Hop", "1"),
         ("Date", &date(0)),
         ("Age", "3"),
         ("ETag", "\"v1\""),
@@ -383,7 +384,8 @@ fn build_meta_filters_headers_and_reads_tags() {
     let block = String::from_utf8(m.header_block.clone()).unwrap();
     assert_eq!(
         block,
-        "Content-Type: text/plain\r\nETag: \"v1\"\r\nVary: Accept-Encoding\r\nCache-Tag: a, b\r\nSurrogate-Key: c a\r\n"
+        format!("Date: {}\r\nContent-Type: text/plain\r\nETag: \"v1\"\r\nVary: Accept-Encoding\r\nCache-Tag: a, b\r\nSurrogate-Key: c a\r\n", date(0)),
+        "the origin's Date first; no Connection-listed field"
     );
     assert_eq!(m.etag.as_deref(), Some("\"v1\""));
     assert_eq!(m.date, Some(t0()));
@@ -425,6 +427,11 @@ fn refresh_merges_304_headers() {
     assert!(is_fresh(&m, later + Duration::from_secs(10)));
     let block = String::from_utf8(m.header_block).unwrap();
     assert!(block.contains("Cache-Control: max-age=600\r\n"), "{block}");
+    assert!(
+        block.starts_with(&format!("Date: {}\r\n", fmt_http_date(t0()))),
+        "the stored Date stays when the 304 has none: {block}"
+    );
+    assert_eq!(block.matches("Date: ").count(), 1);
     assert!(!block.contains("max-age=10\r\n"));
     assert!(block.contains("X-New: 1\r\n") && block.contains("ETag: \"v1\"\r\n"));
     // A 304 that forbids storing makes the refresh fail.
@@ -433,4 +440,124 @@ fn refresh_merges_304_headers() {
         refresh_meta(&old, &HeaderMap::new(), &r304, &cfg, later, later),
         Err(NoCacheReason::ResponseNoStore)
     );
+}
+
+#[test]
+fn targeted_fields_replace_cache_control_and_expires() {
+    let far = date(86_400);
+    let life = |resp: &[(&str, &str)]| check(resp).map(|f| f.lifetime.as_secs());
+    // A targeted max-age stores what Cache-Control forbids.
+    assert_eq!(
+        life(&[
+            ("Cache-Control", "no-store"),
+            ("CDN-Cache-Control", "max-age=60")
+        ]),
+        Ok(60)
+    );
+    // Its refusals win over a long Cache-Control or a future Expires.
+    assert_eq!(
+        life(&[
+            ("Cache-Control", "max-age=600"),
+            ("CDN-Cache-Control", "no-store")
+        ]),
+        Err(NoCacheReason::ResponseNoStore)
+    );
+    assert_eq!(
+        life(&[
+            ("Cache-Control", "max-age=600"),
+            ("CDN-Cache-Control", "private")
+        ]),
+        Err(NoCacheReason::Private)
+    );
+    assert_eq!(
+        life(&[
+            ("Expires", &far),
+            ("ETag", "\"e\""),
+            ("CDN-Cache-Control", "max-age=0")
+        ]),
+        Ok(0)
+    );
+    let nc = check(&[
+        ("Cache-Control", "max-age=600"),
+        ("CDN-Cache-Control", "no-cache, max-age=60"),
+    ])
+    .unwrap();
+    assert!(nc.no_cache);
+    // No max-age in it: Expires is ignored too, cache_valid/heuristics decide.
+    assert_eq!(
+        life(&[("Expires", &far), ("CDN-Cache-Control", "stale-if-error=5")]),
+        Err(NoCacheReason::NoFreshness)
+    );
+    // Most specific first.
+    assert_eq!(
+        life(&[
+            ("CDN-Cache-Control", "max-age=1"),
+            ("Edgecache-Cache-Control", "max-age=2"),
+            ("Cache-Control", "max-age=3")
+        ]),
+        Ok(2)
+    );
+    // An invalid Dictionary is ignored (uppercase keys, a bad value, stray bytes).
+    for bad in ["Max-Age=0", "max-age=", "max-age=0 junk", "no store"] {
+        assert_eq!(
+            life(&[("Cache-Control", "max-age=600"), ("CDN-Cache-Control", bad)]),
+            Ok(600),
+            "{bad}"
+        );
+    }
+    // Parameters and quoted strings are valid members.
+    assert_eq!(
+        life(&[
+            ("Cache-Control", "max-age=600"),
+            ("CDN-Cache-Control", "max-age=7;x=1, foo=\"bar\"")
+        ]),
+        Ok(7)
+    );
+    // The list is configurable; an empty one reads Cache-Control only.
+    let cfg = PolicyConfig {
+        targeted: vec!["surrogate-control".into()],
+        ..PolicyConfig::default()
+    };
+    let resp = [
+        ("Cache-Control", "max-age=600"),
+        ("CDN-Cache-Control", "max-age=1"),
+        ("Surrogate-Control", "max-age=9"),
+    ];
+    assert_eq!(
+        check_with(&[], 200, &resp, &cfg)
+            .unwrap()
+            .lifetime
+            .as_secs(),
+        9
+    );
+    let none = PolicyConfig {
+        targeted: vec![],
+        ..PolicyConfig::default()
+    };
+    assert_eq!(
+        check_with(&[], 200, &resp, &none)
+            .unwrap()
+            .lifetime
+            .as_secs(),
+        600
+    );
+}
+
+#[test]
+fn untrustworthy_age_counts_as_the_largest() {
+    let age = |v: &[&str]| {
+        let mut h = HeaderMap::new();
+        for x in v {
+            h.append("Age".to_owned(), x.as_bytes().to_vec());
+        }
+        initial_age(&h, t0(), t0()).as_secs()
+    };
+    assert_eq!(age(&[]), 0);
+    assert_eq!(age(&["5"]), 5);
+    assert_eq!(age(&[" 7 "]), 7);
+    for bad in [&["old, 0"][..], &["x"], &["-1"], &["1", "2"], &["1.5"]] {
+        assert_eq!(age(bad), MAX_DELTA_SECONDS, "{bad:?}");
+    }
+    let f = check(&[("Cache-Control", "max-age=600"), ("Age", "old, 0")]).unwrap();
+    assert!(!is_fresh(&meta_with(f), t0()), "stale at once");
 }

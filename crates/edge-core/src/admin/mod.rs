@@ -177,7 +177,9 @@ fn purge(
     shared: &Shared,
 ) -> (u16, &'static str, Vec<u8>) {
     use edge_cache::purge::{parse_request, purge_all, purged_json};
-    match parse_request(req.query(), body, req.headers.get_str("host")) {
+    // A `url=` path without `host=` purges that path on every host (the admin
+    // request's own Host names the admin listener, not a site).
+    match parse_request(req.query(), body, None) {
         Ok((target, soft)) => {
             let n = purge_all(shared.caches.values(), &target, soft);
             tracing::info!("admin purge {target:?} (soft: {soft}): {n} objects");

@@ -489,6 +489,10 @@ pub struct Location {
     pub cache_honour_no_cache: bool,
     #[serde(default)]
     pub cache_revalidate: Option<bool>,
+    /// Targeted cache-control fields (RFC 9213), most specific first; None: the default
+    /// `["edgecache-cache-control", "cdn-cache-control"]`.
+    #[serde(default)]
+    pub targeted_cache_control: Option<Vec<String>>,
     // Compression.
     #[serde(default)]
     pub compress: Vec<String>,

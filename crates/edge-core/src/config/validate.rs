@@ -344,6 +344,25 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                 );
             }
         }
+        for f in loc.targeted_cache_control.iter().flatten() {
+            let token = !f.is_empty()
+                && f.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                return err(
+                    Some(span),
+                    "location.targeted_cache_control",
+                    format!("{f:?} is not a header field name"),
+                );
+            }
+            if f.eq_ignore_ascii_case("cache-control") {
+                return err(
+                    Some(span),
+                    "location.targeted_cache_control",
+                    "Cache-Control is always read; list only targeted fields (CDN-Cache-Control, Surrogate-Control, ...)",
+                );
+            }
+        }
         for c in loc.compress.iter() {
             if !["gzip", "br", "zstd"].contains(&c.as_str()) {
                 return err(

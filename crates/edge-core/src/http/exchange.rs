@@ -16,6 +16,8 @@ pub struct Exchange {
     pub status: u16,
     pub body_bytes_sent: u64,
     pub cache_status: Option<&'static str>,
+    /// What the cache did beyond the status, for `Cache-Status` (RFC 9211).
+    pub cache: CacheReport,
     pub started: Instant,
     /// Request body not yet consumed from the connection.
     pub body: Option<BodyDecoder>,
@@ -41,6 +43,26 @@ impl From<io::Error> for ExchangeError {
 }
 
 pub const SERVER: &[u8] = b"edgecache";
+/// Our name in `Cache-Status` entries.
+pub const CACHE_STATUS_NAME: &str = "edgecache";
+
+/// The parameters of our `Cache-Status` entry (RFC 9211) besides the outcome, which
+/// comes from the `X-Cache-Status` value.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheReport {
+    /// Freshness left, in seconds, of a response served from the cache (negative when
+    /// stale): `ttl`.
+    pub ttl: Option<i64>,
+    /// The status the origin answered with, when the request went forward: `fwd-status`.
+    pub fwd_status: Option<u16>,
+    /// The response is being stored: `stored`.
+    pub stored: bool,
+    /// The request waited on another request's fill instead of going forward itself:
+    /// `collapsed`.
+    pub collapsed: bool,
+    /// Why, when the origin could not be used (a stale copy served on error): `detail`.
+    pub detail: Option<&'static str>,
+}
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 impl Exchange {
@@ -60,6 +82,7 @@ impl Exchange {
             status: 0,
             body_bytes_sent: 0,
             cache_status: None,
+            cache: CacheReport::default(),
             started: Instant::now(),
             body,
             continue_sent: false,
@@ -82,6 +105,57 @@ impl Exchange {
         edge_http::write_status_line(out, status);
         edge_http::write_header(out, "Date", &edge_http::http_date_now());
         edge_http::write_header(out, "Server", SERVER);
+    }
+
+    /// Status line and Server, for a head whose `Date` comes with the stored header block
+    /// that follows (a cached response keeps the origin's `Date`; `Age` tells its age).
+    pub fn begin_stored_head(&mut self, out: &mut Vec<u8>, status: u16) {
+        self.status = status;
+        edge_http::write_status_line(out, status);
+        edge_http::write_header(out, "Server", SERVER);
+    }
+
+    /// `X-Cache-Status` (nginx's values) and our `Cache-Status` entry (RFC 9211), for a
+    /// response of a cached location. An origin's or a parent cache's own `Cache-Status`
+    /// lines, forwarded or stored, come before ours, so the list reads from the origin
+    /// to the client.
+    pub fn write_cache_status(&self, out: &mut Vec<u8>) {
+        let Some(cs) = self.cache_status else {
+            return;
+        };
+        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
+        // Written in place (no allocation: this is on every hit).
+        out.extend_from_slice(b"Cache-Status: ");
+        out.extend_from_slice(CACHE_STATUS_NAME.as_bytes());
+        let r = &self.cache;
+        out.extend_from_slice(match cs {
+            "HIT" | "UPDATING" => b"; hit",
+            "BYPASS" => b"; fwd=bypass",
+            "MISS" => b"; fwd=uri-miss",
+            _ => b"; fwd=stale", // EXPIRED, STALE, REVALIDATED
+        });
+        if let (Some(s), false) = (r.fwd_status, matches!(cs, "HIT" | "UPDATING")) {
+            out.extend_from_slice(b"; fwd-status=");
+            edge_http::write_decimal(out, u64::from(s));
+        }
+        if let Some(t) = r.ttl {
+            out.extend_from_slice(b"; ttl=");
+            if t < 0 {
+                out.push(b'-');
+            }
+            edge_http::write_decimal(out, t.unsigned_abs());
+        }
+        if r.stored {
+            out.extend_from_slice(b"; stored");
+        }
+        if r.collapsed {
+            out.extend_from_slice(b"; collapsed");
+        }
+        if let Some(d) = r.detail {
+            out.extend_from_slice(b"; detail=");
+            out.extend_from_slice(d.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
     }
 
     /// Connection header (when needed) and the blank line.

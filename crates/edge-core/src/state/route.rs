@@ -27,7 +27,8 @@ pub struct ProxyRoute {
     pub policy: PolicyConfig,
 }
 
-/// The location's `cache_valid`, `cache_set_cookie` and `cache_honour_no_cache`.
+/// The location's `cache_valid`, `cache_set_cookie`, `cache_honour_no_cache` and
+/// `targeted_cache_control`.
 fn policy_for(loc: &Location) -> PolicyConfig {
     let mut cache_valid: Vec<(StatusMatch, std::time::Duration)> = loc
         .cache_valid
@@ -47,6 +48,10 @@ fn policy_for(loc: &Location) -> PolicyConfig {
         cache_valid,
         cache_set_cookie: loc.cache_set_cookie,
         honour_client_no_cache: loc.cache_honour_no_cache,
+        targeted: match &loc.targeted_cache_control {
+            Some(list) => list.iter().map(|f| f.to_ascii_lowercase()).collect(),
+            None => PolicyConfig::default().targeted,
+        },
         ..PolicyConfig::default()
     }
 }

@@ -340,7 +340,8 @@ async fn exchange_once(
             UpstreamError::Closed
         });
     }
-    if let Some((conn, ex)) = client {
+    let mut client = client;
+    if let Some((conn, ex)) = client.as_mut() {
         if ex.body.is_some() {
             ex.send_continue(conn, group.send_timeout)
                 .await
@@ -348,7 +349,27 @@ async fn exchange_once(
             stream_request_body(conn, ex, group, up).await?;
         }
     }
-    read_response_head(up, method, group).await
+    read_response_head(up, method, group, client).await
+}
+
+/// Forwards an interim (1xx) response from the origin to the client (RFC 9110 15.2: a
+/// proxy forwards them), end-to-end headers only: `103 Early Hints` lets a browser
+/// preload while the origin works. HTTP/1.0 clients cannot take them; a `100 Continue`
+/// is not repeated when we already sent our own. Never stored.
+async fn forward_interim(
+    conn: &mut Conn,
+    ex: &Exchange,
+    head: &ResponseHead,
+    send: std::time::Duration,
+) -> io::Result<()> {
+    if ex.req.version != edge_http::Version::Http11 || (head.status == 100 && ex.continue_sent) {
+        return Ok(());
+    }
+    let mut out = Vec::with_capacity(256);
+    edge_http::write_status_line(&mut out, head.status);
+    super::headers::write_forwarded_headers(&mut out, &head.headers);
+    out.extend_from_slice(b"\r\n");
+    conn.write_all(&out, send).await
 }
 
 /// Streams the client's request body upstream, re-framed (Content-Length as is, chunked
@@ -418,6 +439,7 @@ async fn read_response_head(
     up: &mut PooledConn,
     method: &Method,
     group: &UpstreamGroup,
+    mut client: Option<(&mut Conn, &mut Exchange)>,
 ) -> Result<(ResponseHead, BytesMut), UpstreamError> {
     let limits = upstream_limits();
     let mut buf = BytesMut::with_capacity(UP_BUF);
@@ -432,7 +454,12 @@ async fn read_response_head(
                                 "protocol upgrade is not supported".into(),
                             ));
                         }
-                        continue; // 100 Continue and friends: wait for the final response
+                        if let Some((conn, ex)) = client.as_mut() {
+                            forward_interim(conn, ex, &head, group.send_timeout)
+                                .await
+                                .map_err(UpstreamError::Client)?;
+                        }
+                        continue; // then wait for the final response
                     }
                     return Ok((head, buf));
                 }

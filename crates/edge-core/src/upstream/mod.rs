@@ -5,6 +5,7 @@
 
 pub mod client;
 mod group;
+pub mod headers;
 mod pool;
 pub mod relay;
 

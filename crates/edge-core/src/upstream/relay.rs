@@ -8,6 +8,7 @@
 //! (RST), which the session does for `ExchangeError::Aborted`.
 
 use super::client::{fetch, Local, UpstreamError, UpstreamResponse, UP_BUF};
+pub use super::headers::write_forwarded_headers;
 use super::UpstreamGroup;
 use crate::http::conn::timed_out;
 use crate::http::respond::{error_page, respond};
@@ -35,8 +36,23 @@ pub async fn proxy_pass(
 ) -> Result<(), ExchangeError> {
     match fetch(w, conn, ex, group).await {
         Ok(up) => relay_response(w, conn, ex, t.send, add_headers, group, up, &mut |_| {}).await,
-        Err(UpstreamError::Client(e)) => Err(ExchangeError::Client(e)),
-        Err(e) => {
+        Err(e) => upstream_error(conn, ex, t, add_headers, group, e).await,
+    }
+}
+
+/// Answers a proxied request whose upstream exchange failed before the head: a 502/504
+/// page and one log line (none for a client that went away or sent a bad body).
+pub async fn upstream_error(
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    t: &Timeouts,
+    add_headers: &[u8],
+    group: &UpstreamGroup,
+    e: UpstreamError,
+) -> Result<(), ExchangeError> {
+    match e {
+        UpstreamError::Client(e) => Err(ExchangeError::Client(e)),
+        e => {
             let status = e.status();
             if !matches!(e, UpstreamError::ClientBody(_)) {
                 tracing::error!(
@@ -71,9 +87,7 @@ pub async fn proxy_pass(
 /// and, on a cached location, `X-Cache-Status`.
 pub fn error_headers(ex: &Exchange, add_headers: &[u8]) -> Vec<u8> {
     let mut extra = add_headers.to_vec();
-    if let Some(cs) = ex.cache_status {
-        edge_http::write_header(&mut extra, "X-Cache-Status", cs.as_bytes());
-    }
+    ex.write_cache_status(&mut extra);
     extra
 }
 
@@ -85,8 +99,7 @@ pub fn client_head(
     head: &ResponseHead,
     add_headers: &[u8],
 ) -> bool {
-    ex.begin_head(out, head.status);
-    write_forwarded_headers(out, &head.headers);
+    begin_forwarded_head(out, ex, head.status, &head.headers);
     let mut chunked = false;
     match head.body {
         BodyKind::Empty => {
@@ -107,31 +120,27 @@ pub fn client_head(
         }
     }
     out.extend_from_slice(add_headers);
-    if let Some(cs) = ex.cache_status {
-        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
-    }
+    ex.write_cache_status(out);
     ex.end_head(out);
     chunked
 }
 
-/// Copies end-to-end headers from an upstream response.
-pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &HeaderMap) {
-    let named: Vec<String> = headers
-        .tokens("connection")
-        .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
-        .collect();
-    for (name, value) in headers.iter() {
-        if edge_http::is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case("date")
-            || name.eq_ignore_ascii_case("server")
-            || name.eq_ignore_ascii_case("content-length")
-            || name.eq_ignore_ascii_case("x-cache-status")
-            || named.iter().any(|n| name.eq_ignore_ascii_case(n))
-        {
-            continue;
+/// The head of a response relayed from upstream, up to its end-to-end headers: the
+/// status line, `Server`, the origin's `Date` when it is valid (RFC 9110 6.6.1: a
+/// proxy forwards it; ours when it is missing or invalid) and the forwarded headers.
+/// On a cached location it also notes the origin's status for `Cache-Status`.
+pub fn begin_forwarded_head(out: &mut Vec<u8>, ex: &mut Exchange, status: u16, h: &HeaderMap) {
+    ex.begin_stored_head(out, status);
+    match h.get_str("date") {
+        Some(d) if edge_http::parse_http_date(d).is_some() => {
+            edge_http::write_header(out, "Date", d.trim().as_bytes())
         }
-        edge_http::write_header(out, name, value);
+        _ => edge_http::write_header(out, "Date", &edge_http::http_date_now()),
     }
+    if ex.cache_status.is_some() && ex.cache.fwd_status.is_none() {
+        ex.cache.fwd_status = Some(status);
+    }
+    write_forwarded_headers(out, h);
 }
 
 /// Sends the upstream response to the client, streaming the body; `tee` sees every body

@@ -246,6 +246,8 @@ pub async fn respond(
     };
     let store = publish(writer, handle);
     mark(ctx.w, ex, st);
+    ex.cache.fwd_status = Some(up.head.status);
+    ex.cache.stored = store.is_some();
     match store {
         Some(s) if s.handle.is_some() => lead(ctx, conn, ex, up, s).await,
         other => pump(ctx, Some((conn, ex)), up, other, None).await,
@@ -550,8 +552,9 @@ fn range_head(
     let BodyKind::Length(len) = up.head.body else {
         return;
     };
-    ex.begin_head(out, if r.is_some() { 206 } else { 416 });
-    proxy::write_forwarded_headers(out, &up.head.headers);
+    let status = if r.is_some() { 206 } else { 416 };
+    crate::upstream::relay::begin_forwarded_head(out, ex, status, &up.head.headers);
+    ex.cache.fwd_status = Some(up.head.status);
     let (cr, n) = match r {
         Some(r) => (
             format!("bytes {}-{}/{len}", r.start, r.end - 1),
@@ -562,9 +565,7 @@ fn range_head(
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
     edge_http::write_header(out, "Content-Length", n.to_string().as_bytes());
     out.extend_from_slice(&ctx.route.add_headers);
-    if let Some(cs) = ex.cache_status {
-        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
-    }
+    ex.write_cache_status(out);
     ex.end_head(out);
 }
 

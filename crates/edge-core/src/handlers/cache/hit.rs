@@ -4,8 +4,9 @@
 //!
 //! How it fits: [`super::handle`] calls [`serve`] on a fresh lookup (HIT), and the
 //! revalidation code calls it to send a stale or refreshed object (STALE, UPDATING,
-//! REVALIDATED). The stored header block is sent verbatim (no header parsing on hits);
-//! we add `Date`, `Server`, `Age`, `Content-Length` and `X-Cache-Status`. Bodies up to
+//! REVALIDATED). The stored header block is sent verbatim (no header parsing on hits),
+//! with the origin's `Date` as stored; we add `Server`, `Age`, `Content-Length`,
+//! `X-Cache-Status` and `Cache-Status`. Bodies up to
 //! [`INLINE_BODY`] are `pread` into the same buffer as the head and go out in one write;
 //! larger ones follow the head by `sendfile` (or `pread` in chunks when sendfile is off),
 //! so the body is never copied more than once.
@@ -51,7 +52,9 @@ pub async fn serve(
         ex.body = None;
     }
     let meta = entry.meta.clone();
-    let age = policy::age(&meta, SystemTime::now()).as_secs();
+    let now = SystemTime::now();
+    let age = policy::age(&meta, now).as_secs();
+    ex.cache.ttl = Some(policy::ttl_secs(&meta, now));
     if not_modified(&meta, &ex.req.method, &ex.req.headers) {
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
         write_not_modified(ctx, ex, &meta, age, &mut out);
@@ -67,7 +70,7 @@ pub async fn serve(
     let sent = match outcome {
         RangeOutcome::Full(_) => {
             let mut out = head_buf(&meta, 0);
-            ex.begin_head(&mut out, meta.status);
+            ex.begin_stored_head(&mut out, meta.status);
             out.extend_from_slice(&meta.header_block);
             if !bodiless(meta.status) {
                 edge_http::write_header(&mut out, "Content-Length", len.to_string().as_bytes());
@@ -96,12 +99,7 @@ pub async fn serve(
             let boundary = Boundary::from_seed(entry.hash as u64);
             let layout = MultipartLayout::new(&ranges, len, content_type(&meta), boundary.as_str());
             let mut out = head_buf(&meta, 128);
-            ex.begin_head(&mut out, 206);
-            copy_block_without(&meta.header_block, REPLACED_ON_PARTS, &mut out);
-            let total = layout.content_length();
-            edge_http::write_header(&mut out, "Content-Type", layout.content_type());
-            edge_http::write_header(&mut out, "Content-Length", total.to_string().as_bytes());
-            finish_head(ctx, ex, age, &mut out);
+            write_multipart_head(ctx, ex, &meta, &layout, age, &mut out);
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -137,7 +135,7 @@ pub fn write_partial_head(
     r: &std::ops::Range<u64>,
     len: u64,
 ) {
-    ex.begin_head(out, 206);
+    ex.begin_stored_head(out, 206);
     out.extend_from_slice(&meta.header_block);
     let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
@@ -146,6 +144,24 @@ pub fn write_partial_head(
         "Content-Length",
         (r.end - r.start).to_string().as_bytes(),
     );
+}
+
+/// The head of a multipart/byteranges 206: the stored headers but those describing the
+/// whole representation, then the multipart type and length.
+pub fn write_multipart_head(
+    ctx: &Ctx<'_>,
+    ex: &mut Exchange,
+    meta: &ObjectMeta,
+    layout: &MultipartLayout,
+    age: u64,
+    out: &mut Vec<u8>,
+) {
+    ex.begin_stored_head(out, 206);
+    copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
+    let total = layout.content_length();
+    edge_http::write_header(out, "Content-Type", layout.content_type());
+    edge_http::write_header(out, "Content-Length", total.to_string().as_bytes());
+    finish_head(ctx, ex, age, out);
 }
 
 /// A head buffer with room for the stored block, our headers and an inline body.
@@ -162,9 +178,7 @@ fn head_buf(meta: &ObjectMeta, extra: usize) -> Vec<u8> {
 pub fn finish_head(ctx: &Ctx<'_>, ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
     edge_http::write_header(out, "Age", age.to_string().as_bytes());
     out.extend_from_slice(&ctx.route.add_headers);
-    if let Some(cs) = ex.cache_status {
-        edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
-    }
+    ex.write_cache_status(out);
     ex.end_head(out);
 }
 
@@ -176,7 +190,7 @@ pub fn write_not_modified(
     age: u64,
     out: &mut Vec<u8>,
 ) {
-    ex.begin_head(out, 304);
+    ex.begin_stored_head(out, 304);
     out.extend_from_slice(&meta.header_block);
     finish_head(ctx, ex, age, out);
 }
@@ -190,7 +204,7 @@ pub fn write_unsatisfiable(
     age: u64,
     out: &mut Vec<u8>,
 ) {
-    ex.begin_head(out, 416);
+    ex.begin_stored_head(out, 416);
     copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
     let cr = format!("bytes */{len}");
     edge_http::write_header(out, "Content-Range", cr.as_bytes());

@@ -7,9 +7,18 @@ use edge_http::RequestHead;
 /// lower-cased. A template may use nginx's names `$scheme`, `$host`, `$request_uri`
 /// (path and query), `$uri` (path) and `$args` (query); anything else is literal.
 pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
-    let host = req.host().unwrap_or("").to_ascii_lowercase();
+    cache_key_for(template, req.host().unwrap_or(""), req.path_and_query())
+}
+
+/// [`cache_key`] for a URI given by its host and its path and query (`pq`, origin
+/// form): the key a GET of that URI would be cached under.
+pub fn cache_key_for(template: Option<&str>, host: &str, pq: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    let (path, query) = match pq.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (pq, None),
+    };
     let Some(t) = template else {
-        let pq = req.path_and_query();
         let mut k = String::with_capacity(7 + host.len() + pq.len());
         k.push_str("http://");
         k.push_str(&host);
@@ -28,9 +37,9 @@ pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
         let value = match &after[..n] {
             "scheme" => Some("http"),
             "host" => Some(host.as_str()),
-            "request_uri" => Some(req.path_and_query()),
-            "uri" => Some(req.path()),
-            "args" => Some(req.query().unwrap_or("")),
+            "request_uri" => Some(pq),
+            "uri" => Some(path),
+            "args" => Some(query.unwrap_or("")),
             _ => None,
         };
         match value {

@@ -13,14 +13,17 @@
 //!   own client) streams the same temp file as it grows;
 //! - [`revalidate`]: an expired object: conditional request, 304 → REVALIDATED, errors
 //!   and 5xx → STALE when allowed, background refresh → UPDATING;
-//! - [`purge`]: the `PURGE` method and the admin `POST /purge`.
+//! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
+//! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
+//!   origin, and a 2xx/3xx answer invalidates what is stored for the URI (RFC 9111 4.4).
 //!
-//! Other methods go to the origin uncached (`BYPASS`). Every response of a cached
+//! OPTIONS and TRACE go to the origin uncached (`BYPASS`). Every response of a cached
 //! location carries `X-Cache-Status` (also in the access log and `/metrics`).
 
 pub mod ctx;
 pub mod fill;
 pub mod hit;
+pub mod invalidate;
 pub mod key;
 pub mod purge;
 pub mod revalidate;
@@ -55,6 +58,9 @@ pub async fn handle(
     let loc = &route.cfg;
     if ex.req.method == Method::Purge {
         return purge::handle_method(w, conn, ex, shared, route, p).await;
+    }
+    if !is_safe(&ex.req.method) {
+        return invalidate::pass_unsafe(w, conn, ex, shared, route, p).await;
     }
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method
@@ -177,6 +183,15 @@ pub async fn handle(
     // The fill could not be followed (not storable, timed out, another Vary variant) or
     // kept failing: fetch this response on our own.
     fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, alone_store).await
+}
+
+/// RFC 9110 9.2.1: GET, HEAD, OPTIONS and TRACE are safe; every other method (POST,
+/// PUT, DELETE, PATCH, unknown ones) may change the resource.
+fn is_safe(m: &Method) -> bool {
+    matches!(
+        m,
+        Method::Get | Method::Head | Method::Options | Method::Trace
+    )
 }
 
 /// `cache_min_uses`: store only once a key was requested this many times (stale

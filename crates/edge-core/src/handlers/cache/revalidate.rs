@@ -207,6 +207,16 @@ async fn foreground(
                     e,
                     ctx.key
                 );
+                ex.cache.detail = Some(
+                    if matches!(
+                        e,
+                        UpstreamError::ReadTimeout | UpstreamError::ConnectTimeout
+                    ) {
+                        "origin-timeout"
+                    } else {
+                        "origin-unreachable"
+                    },
+                );
                 return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
             }
             super::ctx::mark(ctx.w, ex, CacheStatus::Expired);
@@ -223,6 +233,7 @@ async fn foreground(
             return fill::fetch_and_fill(ctx, conn, ex, None, CacheStatus::Expired, MayStore::No)
                 .await;
         };
+        ex.cache.fwd_status = Some(304);
         return hit::serve(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
     }
     if stale_on_error(ctx, &entry.meta, None, status) {
@@ -233,6 +244,7 @@ async fn foreground(
             ctx.p.upstream.name,
             ctx.key
         );
+        ex.cache.fwd_status = Some(status);
         return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
     }
     drop(entry);

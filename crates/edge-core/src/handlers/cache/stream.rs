@@ -7,7 +7,8 @@
 //! send the bytes already in the temp file and sleep on the fill's watch channel until
 //! more arrive, so a slow client never slows the fill (nor the other clients), and the
 //! first bytes reach everyone while the origin is still sending. One `Range` is served
-//! as a 206 from the arriving bytes. If the disk write fails mid-body, the leader's
+//! as a 206 from the arriving bytes; several as a multipart/byteranges 206 whose parts
+//! go out as their bytes arrive. If the disk write fails mid-body, the leader's
 //! client continues from an in-memory relay (the fill task passes the rest of the
 //! origin's body through a bounded channel), while the followers' connections are cut.
 
@@ -88,6 +89,7 @@ pub async fn follow(
         };
     }
     mark(ctx.w, ex, CacheStatus::Hit);
+    ex.cache.collapsed = true;
     Followed::Done(stream_fill(ctx, conn, ex, fill, head, None).await)
 }
 
@@ -118,7 +120,9 @@ pub async fn stream_fill(
     };
     let from_origin = relay.is_some();
     let meta = &head.meta;
-    let age = policy::age(meta, SystemTime::now()).as_secs();
+    let now = SystemTime::now();
+    let age = policy::age(meta, now).as_secs();
+    ex.cache.ttl = Some(policy::ttl_secs(meta, now));
     let mut out = Vec::with_capacity(512 + meta.header_block.len() + extra.len());
     if edge_cache::hit::not_modified(meta, &ex.req.method, &ex.req.headers) {
         hit::write_not_modified(ctx, ex, meta, age, &mut out);
@@ -135,6 +139,9 @@ pub async fn stream_fill(
         let v = edge_cache::hit::validators(meta);
         match edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &v, len) {
             RangeOutcome::Partial(r) if r.len() == 1 => want = Some(r[0].as_range()),
+            RangeOutcome::Partial(r) => {
+                return multipart(ctx, conn, ex, fill, &head, &r, len, age, from_origin).await
+            }
             RangeOutcome::Unsatisfiable => {
                 hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
                 conn.write_all(&out, send).await?;
@@ -147,7 +154,7 @@ pub async fn stream_fill(
     if let (Some(r), Some(len)) = (&want, known_len(meta)) {
         super::hit::write_partial_head(ex, &mut out, meta, r, len);
     } else {
-        ex.begin_head(&mut out, meta.status);
+        ex.begin_stored_head(&mut out, meta.status);
         out.extend_from_slice(&meta.header_block);
         match known_len(meta) {
             _ if no_body => {}
@@ -214,6 +221,92 @@ pub async fn stream_fill(
         conn.write_all(edge_http::LAST_CHUNK, send).await?;
     }
     Ok(())
+}
+
+/// Several ranges of a fill in progress: a multipart/byteranges 206 (RFC 9110 14.6),
+/// each part sent from the file once the fill has written it (parts in the order the
+/// client asked; one that lies behind the fill's position goes at once).
+#[allow(clippy::too_many_arguments)]
+async fn multipart(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    fill: &Arc<Fill>,
+    head: &Arc<FillHead>,
+    ranges: &[edge_http::ByteRange],
+    len: u64,
+    age: u64,
+    from_origin: bool,
+) -> Result<(), ExchangeError> {
+    let send = ctx.shared.timeouts.send;
+    let meta = &head.meta;
+    let boundary = edge_http::Boundary::from_seed(edge_cache::key_hash(&meta.key) as u64);
+    let layout = edge_http::MultipartLayout::new(
+        ranges,
+        len,
+        edge_cache::hit::content_type(meta),
+        boundary.as_str(),
+    );
+    let mut out = Vec::with_capacity(512 + meta.header_block.len());
+    hit::write_multipart_head(ctx, ex, meta, &layout, age, &mut out);
+    if ex.is_head() {
+        conn.write_all(&out, send).await?;
+        return Ok(());
+    }
+    let mut reader = fill.reader(head.clone());
+    let mut sent = 0u64;
+    let mut result = Ok(());
+    for part in layout.parts() {
+        let r = part.range.as_range();
+        // Wait until the fill has written this part.
+        while reader.position() < r.end {
+            match reader.wait_available().await {
+                Ok(Some(avail)) => reader.advance(avail.end - avail.start),
+                Ok(None) => break,
+                Err(e) => {
+                    result = Err(ExchangeError::Aborted(format!("cache fill: {e}")));
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+        out.extend_from_slice(part.head);
+        sent += part.head.len() as u64;
+        conn.write_all(&std::mem::take(&mut out), send).await?;
+        let n = r.end - r.start;
+        match crate::http::send::send_file_range(
+            conn,
+            &ctx.w.file_io,
+            &head.file,
+            head.body_offset + r.start,
+            n,
+            ctx.shared.send.streaming(),
+            send,
+        )
+        .await
+        {
+            Ok(k) => sent += k,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                result = Err(ExchangeError::Aborted(format!("reading cache fill: {e}")));
+                break;
+            }
+            Err(e) => return Err(ExchangeError::Client(e)),
+        }
+    }
+    if result.is_ok() {
+        conn.write_all(layout.tail(), send).await?;
+        sent += layout.tail().len() as u64;
+    }
+    ex.body_bytes_sent = sent;
+    let stats = ctx.w.stats();
+    if from_origin {
+        stats.cache_bytes_origin.fetch_add(sent, Relaxed);
+    } else {
+        stats.cache_bytes_hit.fetch_add(sent, Relaxed);
+    }
+    result
 }
 
 /// Where one client's body goes, and which part of the object it wants.
