@@ -8,7 +8,7 @@
 //! | `off` | sendfile on the loop | pread + write |
 //! | `auto` | per 1 MiB chunk: sendfile on the loop when its last byte is in the page cache, else sendfile on a pool thread | reads (RWF_NOWAIT, the pool when cold) + write |
 //! | `threads` | sendfile on a pool thread (nginx `aio threads` + `sendfile on`) | reads on the pool + write |
-//! | `io_uring` | reads on the ring + write | the same |
+//! | `io_uring` | per 1 MiB chunk: sendfile on the loop when its last byte is in the page cache, else reads on the ring + write | reads on the ring + write |
 //!
 //! `sendfile(2)` reads the file in the calling thread, so on a cold range it would
 //! stall the whole worker: only `off` (the baseline) accepts that; the others make sure
@@ -93,17 +93,21 @@ pub async fn send_file_range(
         (SendMode::Sendfile, Mode::Off) => {
             sendfile_range(conn, file, offset, len, send_timeout).await
         }
-        (SendMode::Sendfile, backend @ (Mode::Auto | Mode::Threads)) => {
+        (SendMode::Sendfile, backend @ (Mode::Auto | Mode::Threads | Mode::IoUring)) => {
             let mut pooled = None;
             let mut sent = 0u64;
             while sent < len {
                 let n = (len - sent).min(SENDFILE_CHUNK as u64);
                 let off = offset + sent;
-                // `auto`: a chunk whose last byte is cached is sent on the loop (one
-                // syscall, the warm-hit path); `threads`, and a cold chunk under
-                // `auto`, are sent by a pool thread, where the disk wait belongs.
-                if backend == Mode::Auto && files.is_cached(file, off + n - 1) {
+                // `auto` and `io_uring`: a chunk whose last byte is cached is sent on
+                // the loop (zero-copy, the warm-hit path). A cold chunk goes through
+                // the ring under `io_uring` (reads + write), and is sent by a pool
+                // thread under `threads` and `auto`, where the disk wait belongs.
+                let probe = matches!(backend, Mode::Auto | Mode::IoUring);
+                if probe && files.is_cached(file, off + n - 1) {
                     sendfile_range(conn, file, off, n, send_timeout).await?;
+                } else if backend == Mode::IoUring {
+                    copy_range(conn, files, file, off, n, send_timeout).await?;
                 } else {
                     if pooled.is_none() {
                         pooled = Some(Pooled::new(conn, file)?);
