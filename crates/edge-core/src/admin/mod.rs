@@ -22,6 +22,11 @@ pub struct AdminCtx {
     pub metrics: Arc<Metrics>,
     pub shared: Arc<ArcSwap<Shared>>,
     pub accept: &'static str,
+    /// `multi_accept` and `reuseport_steering`, for `/status`.
+    pub multi_accept: bool,
+    pub steering: &'static str,
+    /// The CPU each worker is pinned to (None: not pinned).
+    pub cpus: Vec<Option<usize>>,
     /// For the I/O pool's queue depth.
     pub aio: crate::aio::AioSetup,
 }
@@ -230,6 +235,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         .map(|(i, w)| {
             serde_json::json!({
                 "id": i,
+                "cpu": ctx.cpus.get(i).copied().flatten(),
                 "accepted": w.accepted.load(Relaxed),
                 "active": w.active.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
@@ -253,6 +259,8 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         "uptime_s": m.started.elapsed().as_secs(),
         "config_generation": shared.generation,
         "accept": ctx.accept,
+        "multi_accept": ctx.multi_accept,
+        "reuseport_steering": ctx.steering,
         "workers": workers,
         "totals": {
             "accepted": m.sum(|w| &w.accepted),
@@ -409,6 +417,20 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         "",
         m.sum(|w| &w.accepted),
     );
+    prom_header(
+        &mut o,
+        "edgecache_worker_connections_accepted_total",
+        "counter",
+        "Client connections accepted, by worker (how the accept strategy spreads them).",
+    );
+    for (i, w) in m.workers.iter().enumerate() {
+        prom(
+            &mut o,
+            "edgecache_worker_connections_accepted_total",
+            &format!("worker=\"{i}\""),
+            w.accepted.load(Relaxed),
+        );
+    }
     prom_header(
         &mut o,
         "edgecache_connections_active",

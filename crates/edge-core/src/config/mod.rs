@@ -411,6 +411,25 @@ pub struct Return {
     pub location: Option<String>,
     #[serde(default)]
     pub content_type: Option<String>,
+    /// CPU time spent before answering, in microseconds: a synthetic CPU-heavy handler
+    /// for the accept experiments (no origin needed). At most 1 s.
+    #[serde(default)]
+    pub burn_us: u64,
+}
+
+/// Most CPU a `return` may burn per request (`burn_us`).
+pub const MAX_BURN_US: u64 = 1_000_000;
+
+/// `reuseport_steering`: how the kernel picks a worker's socket under `accept = "reuseport"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Steering {
+    /// By the hash of the connection's addresses (the kernel's default).
+    #[default]
+    Off,
+    /// To the worker pinned to the CPU that received the connection (SO_INCOMING_CPU on
+    /// each worker's socket; Linux 6.2+ picks by it within the reuseport group).
+    Cpu,
 }
 
 /// A condition for `cache_bypass` / `no_cache`: a request header or cookie being present.
@@ -542,6 +561,12 @@ pub struct Config {
     pub worker_connections: usize,
     #[serde(default)]
     pub accept: AcceptKind,
+    /// Accept every pending connection on each wake-up (nginx `multi_accept`), instead
+    /// of one per wake-up.
+    #[serde(default)]
+    pub multi_accept: bool,
+    #[serde(default)]
+    pub reuseport_steering: Steering,
     #[serde(default = "default_shutdown_timeout")]
     pub shutdown_timeout: Dur,
     #[serde(default = "default_keepalive_timeout")]

@@ -181,6 +181,22 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         }
     }
 
+    if cfg.reuseport_steering == super::Steering::Cpu {
+        if cfg.accept != super::AcceptKind::Reuseport {
+            return err(
+                None,
+                "reuseport_steering",
+                "\"cpu\" steers between reuseport sockets: it needs accept = \"reuseport\"",
+            );
+        }
+        if cfg.worker_cpu_affinity == super::Affinity::Off {
+            return err(
+                None,
+                "reuseport_steering",
+                "\"cpu\" sends a connection to the worker pinned to the CPU that received it: it needs worker_cpu_affinity (not \"off\")",
+            );
+        }
+    }
     let mut cache_names = Vec::new();
     for c in &cfg.cache {
         let name = c.name.get_ref();
@@ -314,6 +330,13 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                     Some(r.span()),
                     "location.return",
                     format!("status {st} is not between 100 and 599"),
+                );
+            }
+            if r.get_ref().burn_us > super::MAX_BURN_US {
+                return err(
+                    Some(r.span()),
+                    "location.return.burn_us",
+                    format!("at most {} (1 s of CPU per request)", super::MAX_BURN_US),
                 );
             }
         }

@@ -18,6 +18,20 @@ pub const EMPTY_GIF: [u8; 43] = [
     0x3b, // trailer
 ];
 
+/// Spends `d` of CPU on this thread, on purpose: `return.burn_us` is the CPU-heavy
+/// handler of the accept experiments (seed 004's loop), so it blocks its worker exactly
+/// as real CPU work would.
+pub fn burn(d: std::time::Duration) {
+    let end = std::time::Instant::now() + d;
+    let mut x = 0u64;
+    while std::time::Instant::now() < end {
+        for i in 0..64u64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    std::hint::black_box(x);
+}
+
 pub async fn handle_return(
     conn: &mut Conn,
     ex: &mut Exchange,
@@ -25,6 +39,9 @@ pub async fn handle_return(
     route: &Route,
     r: &ReturnRoute,
 ) -> Result<(), ExchangeError> {
+    if !r.burn.is_zero() {
+        burn(r.burn);
+    }
     let mut extra = route.add_headers.clone();
     if matches!(r.status, 301 | 302 | 303 | 307 | 308) {
         let target = r

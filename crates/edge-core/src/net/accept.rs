@@ -27,19 +27,43 @@ use crate::config::AcceptKind;
 use std::io;
 use std::net::TcpListener;
 
+/// A connection accepted below the runtime: already non-blocking, with its peer.
+pub type Accepted = (std::net::TcpStream, std::net::SocketAddr);
+
 /// What one worker accepts from.
 pub enum WorkerAcceptor {
     /// Listening sockets this worker polls in its own reactor.
     Sockets(Vec<TcpListener>),
     /// Connections accepted by threads outside the runtime.
-    Channel(tokio::sync::mpsc::Receiver<std::net::TcpStream>),
+    Channel(tokio::sync::mpsc::Receiver<Accepted>),
 }
 
-/// Binds the listen addresses for `workers` workers.
+/// How the strategies are to set up their sockets and threads.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptPlan {
+    pub workers: usize,
+    /// Accept every pending connection on a wake-up (`multi_accept`).
+    pub multi_accept: bool,
+    /// Per worker, the CPU its reuseport sockets ask the kernel for (`SO_INCOMING_CPU`,
+    /// `reuseport_steering = "cpu"`); empty: no steering.
+    pub incoming_cpu: Vec<Option<usize>>,
+}
+
+impl AcceptPlan {
+    pub fn workers(workers: usize) -> AcceptPlan {
+        AcceptPlan {
+            workers,
+            ..AcceptPlan::default()
+        }
+    }
+}
+
+/// Binds the listen addresses for the plan's workers.
 pub trait AcceptStrategy: Send + Sync {
     fn name(&self) -> &'static str;
     /// Binds everything (before any worker starts) and returns one acceptor per worker.
-    fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>>;
+    fn prepare(&self, listens: &[ListenSpec], plan: &AcceptPlan)
+        -> io::Result<Vec<WorkerAcceptor>>;
 }
 
 /// The strategy for `accept = ...` (every kind is built on Linux).
@@ -58,16 +82,20 @@ impl AcceptStrategy for Reuseport {
     fn name(&self) -> &'static str {
         "reuseport"
     }
-    fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
-        let mut out = Vec::with_capacity(workers);
-        for _ in 0..workers {
+    fn prepare(
+        &self,
+        listens: &[ListenSpec],
+        plan: &AcceptPlan,
+    ) -> io::Result<Vec<WorkerAcceptor>> {
+        let mut out = Vec::with_capacity(plan.workers);
+        for w in 0..plan.workers {
             let mut socks = Vec::with_capacity(listens.len());
             for l in listens {
-                socks.push(bind_listener(
-                    *l,
-                    PortSharing::ReusePort,
-                    Blocking::NonBlocking,
-                )?);
+                let s = bind_listener(*l, PortSharing::ReusePort, Blocking::NonBlocking)?;
+                if let Some(Some(cpu)) = plan.incoming_cpu.get(w) {
+                    super::sys::set_incoming_cpu(&s, *cpu)?;
+                }
+                socks.push(s);
             }
             out.push(WorkerAcceptor::Sockets(socks));
         }
@@ -80,12 +108,16 @@ impl AcceptStrategy for Shared {
     fn name(&self) -> &'static str {
         "shared"
     }
-    fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
+    fn prepare(
+        &self,
+        listens: &[ListenSpec],
+        plan: &AcceptPlan,
+    ) -> io::Result<Vec<WorkerAcceptor>> {
         let socks: Vec<TcpListener> = listens
             .iter()
             .map(|l| bind_listener(*l, PortSharing::Exclusive, Blocking::NonBlocking))
             .collect::<Result<_, _>>()?;
-        (0..workers)
+        (0..plan.workers)
             .map(|_| {
                 socks
                     .iter()
@@ -119,8 +151,13 @@ impl AcceptStrategy for Threaded {
         }
     }
 
-    fn prepare(&self, listens: &[ListenSpec], workers: usize) -> io::Result<Vec<WorkerAcceptor>> {
+    fn prepare(
+        &self,
+        listens: &[ListenSpec],
+        plan: &AcceptPlan,
+    ) -> io::Result<Vec<WorkerAcceptor>> {
         let mode = self.0;
+        let multi = plan.multi_accept;
         let blocking = if mode == ThreadMode::Exclusive {
             Blocking::NonBlocking
         } else {
@@ -131,8 +168,8 @@ impl AcceptStrategy for Threaded {
             .map(|l| bind_listener(*l, PortSharing::Exclusive, blocking))
             .collect::<Result<_, _>>()?;
         let accept_mutex = std::sync::Arc::new(std::sync::Mutex::new(()));
-        let mut out = Vec::with_capacity(workers);
-        for w in 0..workers {
+        let mut out = Vec::with_capacity(plan.workers);
+        for w in 0..plan.workers {
             let (tx, rx) = tokio::sync::mpsc::channel(HANDOFF_QUEUE);
             match mode {
                 ThreadMode::Exclusive => {
@@ -141,14 +178,14 @@ impl AcceptStrategy for Threaded {
                         .map(TcpListener::try_clone)
                         .collect::<Result<Vec<_>, _>>()?;
                     let ep = exclusive_on(&socks)?;
-                    spawn_acceptor(w, move || exclusive_loop(&ep, &socks, &tx))?;
+                    spawn_acceptor(w, move || exclusive_loop(&ep, &socks, &tx, multi))?;
                 }
                 ThreadMode::Blocking | ThreadMode::Mutex => {
                     for s in &socks {
                         let sock = s.try_clone()?;
                         let tx = tx.clone();
                         let m = (mode == ThreadMode::Mutex).then(|| accept_mutex.clone());
-                        spawn_acceptor(w, move || blocking_loop(&sock, &tx, m.as_deref()))?;
+                        spawn_acceptor(w, move || blocking_loop(&sock, &tx, m.as_deref(), multi))?;
                     }
                 }
             }
@@ -158,7 +195,7 @@ impl AcceptStrategy for Threaded {
     }
 }
 
-type Handoff = tokio::sync::mpsc::Sender<std::net::TcpStream>;
+type Handoff = tokio::sync::mpsc::Sender<Accepted>;
 
 fn spawn_acceptor(w: usize, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
     std::thread::Builder::new()
@@ -174,28 +211,45 @@ fn accept_failed(e: &io::Error) {
 }
 
 /// `blocking` and `mutex`: wait in accept(), holding the accept mutex if there is one.
-fn blocking_loop(sock: &TcpListener, tx: &Handoff, mutex: Option<&std::sync::Mutex<()>>) {
+/// With `multi`, every connection already waiting is taken on the same wake-up (under
+/// the mutex, nobody else can take it first).
+fn blocking_loop(
+    sock: &TcpListener,
+    tx: &Handoff,
+    mutex: Option<&std::sync::Mutex<()>>,
+    multi: bool,
+) {
+    let mut batch = Vec::new();
     loop {
-        let accepted = {
+        {
             let _held = mutex.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
-            sock.accept()
-        };
-        match accepted {
-            // A full queue blocks this thread, which stops it accepting: the kernel (or
-            // the mutex) then hands the next connection to another acceptor.
-            Ok((stream, _)) => {
-                if tx.blocking_send(stream).is_err() {
-                    return; // worker gone: shutting down
+            loop {
+                match super::sys::accept_nonblocking(sock) {
+                    Ok(c) => batch.push(c),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        accept_failed(&e);
+                        break;
+                    }
+                }
+                if !multi || !super::sys::has_pending(sock) {
+                    break;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => accept_failed(&e),
+        }
+        // A full queue blocks this thread, which stops it accepting: the kernel (or the
+        // mutex) then hands the next connection to another acceptor.
+        for c in batch.drain(..) {
+            if tx.blocking_send(c).is_err() {
+                return; // worker gone: shutting down
+            }
         }
     }
 }
 
-/// `exclusive`: epoll_wait (EPOLLEXCLUSIVE), then accept until EAGAIN.
-fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff) {
+/// `exclusive`: epoll_wait (EPOLLEXCLUSIVE), then accept one connection, or with
+/// `multi` every waiting one (until EAGAIN).
+fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff, multi: bool) {
     loop {
         let ready = match ep.wait() {
             Ok(r) => r,
@@ -210,13 +264,13 @@ fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff) {
                 continue;
             };
             loop {
-                match sock.accept() {
-                    Ok((stream, _)) => {
-                        if stream.set_nonblocking(false).is_err() {
-                            continue;
-                        }
-                        if tx.blocking_send(stream).is_err() {
+                match super::sys::accept_nonblocking(sock) {
+                    Ok(c) => {
+                        if tx.blocking_send(c).is_err() {
                             return;
+                        }
+                        if !multi {
+                            break;
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -263,7 +317,9 @@ mod tests {
             drop(probe);
             let s = strategy_for(kind);
             assert_eq!(s.name(), kind.as_str());
-            let mut acceptors = s.prepare(&[ListenSpec { addr, backlog: 64 }], 2).unwrap();
+            let mut acceptors = s
+                .prepare(&[ListenSpec { addr, backlog: 64 }], &AcceptPlan::workers(2))
+                .unwrap();
             for _ in 0..4 {
                 let mut c = std::net::TcpStream::connect(addr).unwrap();
                 c.write_all(b"x").unwrap();
@@ -279,7 +335,8 @@ mod tests {
                                 }
                             }
                             WorkerAcceptor::Channel(rx) => {
-                                if let Ok(s) = rx.try_recv() {
+                                if let Ok((s, peer)) = rx.try_recv() {
+                                    assert_eq!(peer, c.local_addr().unwrap(), "the peer");
                                     got = Some(s);
                                 }
                             }

@@ -10,5 +10,5 @@ pub mod accept;
 pub mod listener;
 pub mod sys;
 
-pub use accept::{strategy_for, AcceptStrategy, WorkerAcceptor};
+pub use accept::{strategy_for, AcceptPlan, AcceptStrategy, Accepted, WorkerAcceptor};
 pub use listener::{bind_listener, Blocking, ListenSpec, PortSharing};

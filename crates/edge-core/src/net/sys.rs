@@ -60,6 +60,72 @@ pub async fn wait_writable(sock: &TcpStream) -> io::Result<()> {
     sock.writable().await
 }
 
+/// `accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`: one syscall gives the connection already
+/// non-blocking (ready for the worker's reactor) and its peer address (no
+/// `getpeername`, no `fcntl`s).
+pub fn accept_nonblocking(
+    l: &std::net::TcpListener,
+) -> io::Result<(std::net::TcpStream, std::net::SocketAddr)> {
+    let lfd = l.as_raw_fd();
+    // SAFETY: `try_init` hands us a zeroed sockaddr storage and its length to fill;
+    // accept4 writes at most that many bytes and updates the length; `lfd` is the
+    // listener we borrow for the call.
+    let (fd, addr) = unsafe {
+        socket2::SockAddr::try_init(|storage, len| {
+            let fd = libc::accept4(
+                lfd,
+                storage.cast(),
+                len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            );
+            if fd < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(fd)
+            }
+        })?
+    };
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    let peer = addr
+        .as_socket()
+        .ok_or_else(|| io::Error::other("accepted a connection without an IP address"))?;
+    Ok((stream, peer))
+}
+
+/// Whether a listening socket has a connection waiting (`poll`, zero timeout).
+pub fn has_pending(l: &std::net::TcpListener) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call; a zero timeout never blocks.
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLIN != 0 }
+}
+
+/// `SO_INCOMING_CPU` on a listening socket of a reuseport group: since Linux 6.2 the
+/// kernel hands a connection to the group's socket whose value is the CPU that
+/// received it (else it falls back to the hash).
+pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
+    // SAFETY: `l` is an open socket we borrow; the option value is a live c_int of the
+    // length we pass.
+    let r = unsafe {
+        libc::setsockopt(
+            l.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_CPU,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// One `send(2)` with `MSG_MORE`: the kernel holds the last partial segment for the
 /// bytes the caller sends next (a sendfile'd body), as nginx's `tcp_nopush` does.
 pub async fn send_more_once(sock: &TcpStream, buf: &[u8]) -> io::Result<usize> {

@@ -101,7 +101,18 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         })
         .map_err(err("signals"))?;
 
-    let acceptors = strategy.prepare(&listens, workers).map_err(err("listen"))?;
+    let cpus: Vec<Option<usize>> = (0..workers)
+        .map(|id| crate::affinity::cpu_for_worker(&cfg.worker_cpu_affinity, id))
+        .collect();
+    let plan = crate::net::AcceptPlan {
+        workers,
+        multi_accept: cfg.multi_accept,
+        incoming_cpu: match cfg.reuseport_steering {
+            config::Steering::Cpu => cpus.clone(),
+            config::Steering::Off => Vec::new(),
+        },
+    };
+    let acceptors = strategy.prepare(&listens, &plan).map_err(err("listen"))?;
     let demo_origin = match &cfg.demo_origin {
         Some(a) => {
             let addr = config::validate::parse_addr(a.get_ref())?;
@@ -137,6 +148,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 metrics: metrics.clone(),
                 shared: shared.clone(),
                 accept: strategy.name(),
+                multi_accept: cfg.multi_accept,
+                steering: match cfg.reuseport_steering {
+                    config::Steering::Off => "off",
+                    config::Steering::Cpu => "cpu",
+                },
+                cpus: cpus.clone(),
                 aio: aio.clone(),
             },
         )
@@ -151,13 +168,14 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     for (id, acceptor) in acceptors.into_iter().enumerate() {
         let spec = worker::WorkerSpec {
             id,
-            cpu: crate::affinity::cpu_for_worker(&cfg.worker_cpu_affinity, id),
+            cpu: cpus[id],
             acceptor,
             shared: shared.clone(),
             metrics: metrics.clone(),
             access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
             max_connections: cfg.worker_connections,
+            multi_accept: cfg.multi_accept,
             aio: aio.clone(),
         };
         threads.push(worker::spawn(spec).map_err(err("pthread_create()"))?);

@@ -93,6 +93,8 @@ pub struct WorkerSpec {
     pub access_log: AccessLogBuf,
     pub shutdown: watch::Receiver<bool>,
     pub max_connections: usize,
+    /// `multi_accept`: take every waiting connection on a wake-up.
+    pub multi_accept: bool,
     /// Each worker builds its own file I/O backend from this, on its own thread.
     pub aio: crate::aio::AioSetup,
 }
@@ -150,7 +152,11 @@ async fn run(spec: WorkerSpec) {
             let mut tasks = Vec::new();
             for s in socks {
                 match tokio::net::TcpListener::from_std(s) {
-                    Ok(l) => tasks.push(tokio::task::spawn_local(accept_loop(worker.clone(), l))),
+                    Ok(l) => tasks.push(tokio::task::spawn_local(accept_loop(
+                        worker.clone(),
+                        l,
+                        spec.multi_accept,
+                    ))),
                     Err(e) => {
                         tracing::error!("worker {}: cannot register listener: {e}", worker.id)
                     }
@@ -176,7 +182,11 @@ async fn wait_for_capacity(w: &Worker) {
     }
 }
 
-async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener) {
+/// Accepts on one of this worker's sockets. Without `multi_accept`, one connection per
+/// wake-up: the worker yields to its other tasks (the sessions) before accepting again,
+/// as nginx does with `multi_accept off`. With it, every connection already waiting is
+/// taken first (a non-blocking attempt until the socket says EAGAIN).
+async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, multi: bool) {
     let mut shutdown = w.shutdown.clone();
     loop {
         wait_for_capacity(&w).await;
@@ -188,7 +198,18 @@ async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener) {
             _ = shutdown.changed() => return,
         };
         match res {
-            Ok((stream, peer)) => start_session(&w, stream, peer),
+            Ok((stream, peer)) => {
+                start_session(&w, stream, peer);
+                if multi {
+                    while (w.svc.stats().active.load(Relaxed) as usize) < w.max_connections {
+                        match try_now(listener.accept()) {
+                            Some(Ok((stream, peer))) => start_session(&w, stream, peer),
+                            _ => break,
+                        }
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
             Err(e) => {
                 // EMFILE/ENFILE/ENOBUFS: back off instead of spinning (nginx disables
                 // accept events for a while in the same case).
@@ -199,7 +220,18 @@ async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener) {
     }
 }
 
-async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<std::net::TcpStream>) {
+/// Polls a future once: its output if it is ready now. (`accept` registers interest and
+/// returns Pending on EAGAIN; the dropped future leaves nothing behind.)
+fn try_now<F: std::future::Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::net::Accepted>) {
     let mut shutdown = w.shutdown.clone();
     loop {
         wait_for_capacity(&w).await;
@@ -210,14 +242,8 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<std::ne
             s = rx.recv() => s,
             _ = shutdown.changed() => return,
         };
-        let Some(s) = s else { return };
-        let peer = match s.peer_addr() {
-            Ok(p) => p,
-            Err(_) => continue,
-        };
-        if s.set_nonblocking(true).is_err() {
-            continue;
-        }
+        // Accepted non-blocking, with its peer (accept4): no syscall here.
+        let Some((s, peer)) = s else { return };
         match tokio::net::TcpStream::from_std(s) {
             Ok(stream) => start_session(&w, stream, peer),
             Err(e) => tracing::error!("worker {}: cannot register connection: {e}", w.id),

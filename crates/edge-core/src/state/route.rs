@@ -61,6 +61,8 @@ pub struct ReturnRoute {
     pub body: Vec<u8>,
     pub location: Option<String>,
     pub content_type: String,
+    /// CPU to spend before answering (`burn_us`).
+    pub burn: std::time::Duration,
 }
 
 pub struct Route {
@@ -124,6 +126,7 @@ impl Router {
                         .content_type
                         .clone()
                         .unwrap_or_else(|| "text/plain".into()),
+                    burn: std::time::Duration::from_micros(ret.burn_us),
                 })
             } else {
                 Handler::EmptyGif

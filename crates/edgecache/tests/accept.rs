@@ -1,0 +1,176 @@
+//! Accept strategies, end to end: every strategy (with and without `multi_accept`)
+//! serves new connections without error, `blocking` wakes its acceptors in FIFO order,
+//! `reuseport_steering = "cpu"` serves and reports itself, and `return.burn_us` spends
+//! what it says. Per-worker counts come from the admin `/status`.
+
+mod common;
+
+use common::START;
+use edge_testkit::{bin, free_addr, get, Proc};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Server {
+    p: Proc,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+/// edgecache with one `return` location (`ret` is the inline table's extra keys) and an
+/// admin listener; `top` holds top-level keys.
+fn start(top: &str, ret: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_addr();
+    let admin = free_addr();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{top}\nerror_log = {{ path = \"{d}/error.log\" }}\naccess_log = \"off\"\n\
+             [[listen]]\naddr = \"{listen}\"\n\
+             [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
+             [admin]\nlisten = \"{admin}\"\nallow = [\"127.0.0.1/32\"]\n",
+            d = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg.to_string_lossy()]);
+    p.wait_port(listen, START);
+    Server {
+        p,
+        listen,
+        admin,
+        _dir: dir,
+    }
+}
+
+fn status(s: &Server) -> serde_json::Value {
+    serde_json::from_slice(&get(s.admin, "/status", &[]).body).unwrap()
+}
+
+fn accepted_per_worker(s: &Server) -> Vec<u64> {
+    status(s)["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["accepted"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn every_strategy_serves_a_thousand_new_connections() {
+    for accept in ["reuseport", "shared", "blocking", "mutex", "exclusive"] {
+        for multi in [false, true] {
+            let s = start(
+                &format!("workers = 2\naccept = \"{accept}\"\nmulti_accept = {multi}"),
+                "",
+            );
+            let json = s._dir.path().join("load.json");
+            let out = Command::new(bin("edgeload"))
+                .args([
+                    "-c",
+                    "8",
+                    "-d",
+                    "30s",
+                    "--requests",
+                    "1000",
+                    "--no-keepalive",
+                    "--json",
+                ])
+                .arg(&json)
+                .arg(format!("http://{}/", s.listen))
+                .output()
+                .unwrap();
+            let what = format!("accept = {accept}, multi_accept = {multi}");
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+            assert_eq!(v["status"]["200"].as_u64(), Some(1000), "{what}: {v}");
+            for (kind, n) in v["errors"].as_object().unwrap() {
+                assert_eq!(n.as_u64(), Some(0), "{what}: {kind} errors: {v}");
+            }
+            let st = status(&s);
+            assert_eq!(st["accept"], accept, "{what}");
+            assert_eq!(st["multi_accept"], multi, "{what}");
+            let per: u64 = accepted_per_worker(&s).iter().sum();
+            assert!(per >= 1000, "{what}: {per} accepted over the workers");
+            assert_eq!(Some(per), st["totals"]["accepted"].as_u64(), "{what}");
+        }
+    }
+}
+
+/// Seed 004: threads blocked in accept() are woken in FIFO order, so sequential
+/// connections go round the workers.
+#[test]
+fn blocking_wakes_acceptors_in_fifo_order() {
+    let s = start("workers = 3\naccept = \"blocking\"", "");
+    let one = || {
+        let r = get(s.listen, "/", &["Connection: close"]);
+        assert_eq!(r.status, 200);
+        // The next connection only once this one's acceptor is back in accept().
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Until every acceptor has been round once (startup order is the threads').
+    for _ in 0..3 {
+        one();
+    }
+    let before = accepted_per_worker(&s);
+    for _ in 0..6 {
+        one();
+    }
+    let after = accepted_per_worker(&s);
+    let spread: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(spread, [2, 2, 2], "before {before:?}, after {after:?}");
+}
+
+#[test]
+fn reuseport_steering_by_cpu_serves_and_shows_in_status() {
+    let s = start(
+        "workers = 2\naccept = \"reuseport\"\nworker_cpu_affinity = \"auto\"\nreuseport_steering = \"cpu\"",
+        "",
+    );
+    for _ in 0..50 {
+        assert_eq!(get(s.listen, "/", &["Connection: close"]).status, 200);
+    }
+    let st = status(&s);
+    assert_eq!(st["reuseport_steering"], "cpu");
+    let cpus: Vec<_> = st["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["cpu"].clone())
+        .collect();
+    assert!(
+        cpus.iter().all(|c| c.is_u64()),
+        "every worker pinned: {cpus:?}"
+    );
+    // 50, and the start-up probe's connection.
+    assert!(accepted_per_worker(&s).iter().sum::<u64>() >= 50);
+    let metrics = String::from_utf8(get(s.admin, "/metrics", &[]).body).unwrap();
+    assert!(
+        metrics.contains("edgecache_worker_connections_accepted_total{worker=\"0\"}"),
+        "{metrics}"
+    );
+}
+
+/// `burn_us` holds the worker for at least that long (a lower bound: the burn loops on
+/// the clock, so no machine can make it shorter).
+#[test]
+fn burn_us_spends_its_time_on_the_worker() {
+    let s = start("workers = 1", ", burn_us = 100000");
+    let t0 = Instant::now();
+    let r = get(s.listen, "/", &[]);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t0.elapsed()
+    );
+    drop(s.p);
+}
