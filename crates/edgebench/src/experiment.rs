@@ -265,6 +265,14 @@ pub struct WorkloadSpec {
     /// edgeload's per-request timeout (`--timeout`), e.g. "10s" for slow cold reads.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Stop each cell after this many requests (edgeload `--requests`); the duration
+    /// still bounds it.
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Report the whole latency distribution (min, mean, median, p99, max, stdev) and
+    /// edgeload's log2 histogram per server, not only p50/p99.
+    #[serde(default)]
+    pub latency_detail: bool,
 }
 
 /// What `--quick` changes.
@@ -320,6 +328,8 @@ pub struct Workload {
     pub object_size: Option<u64>,
     /// edgeload `--timeout` value, validated.
     pub timeout: Option<String>,
+    pub requests: Option<u64>,
+    pub latency_detail: bool,
 }
 
 /// A probe with its paths expanded.
@@ -717,6 +727,8 @@ impl Experiment {
                 probe,
                 object_size,
                 timeout: w.timeout.clone(),
+                requests: w.requests,
+                latency_detail: w.latency_detail,
             });
         }
 

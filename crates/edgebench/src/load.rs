@@ -49,6 +49,10 @@ pub struct LoadSpec<'a> {
     pub rate: Option<u64>,
     pub headers: &'a [String],
     pub cpus: Option<CpuSet>,
+    /// edgeload `--requests`: stop after this many.
+    pub requests: Option<u64>,
+    /// edgeload `--histogram`: its log2 latency histogram is kept in the result.
+    pub histogram: bool,
     /// edgeload `--timeout` (per request).
     pub timeout: Option<&'a str>,
 }
@@ -72,8 +76,12 @@ pub struct LoadResult {
     /// Sum of every error counter (connect, read, write, timeout, status, verify...).
     pub errors: u64,
     pub error_detail: BTreeMap<String, u64>,
-    /// Latency percentiles in µs, keyed by [`PERCENTILES`] names (those the tool gave).
+    /// Latency percentiles in µs, keyed by [`PERCENTILES`] names (those the tool gave),
+    /// and edgeload's `min`, `mean`, `stdev` and `max`.
     pub latency_us: BTreeMap<String, f64>,
+    /// edgeload's `--histogram` text (the `Values min: ...` line and the log2 bars).
+    #[serde(default)]
+    pub histogram: Option<String>,
 }
 
 impl LoadResult {
@@ -87,6 +95,23 @@ impl LoadResult {
     pub fn pct(&self, name: &str) -> Option<f64> {
         self.latency_us.get(name).copied()
     }
+}
+
+/// The `--histogram` block of an edgeload report: from the `Values min:` line to the
+/// end of its bars (lines that start with a bucket edge).
+pub fn log2_histogram(report: &str) -> Option<String> {
+    let start = report.find("Values min:")?;
+    let mut out = String::new();
+    for (i, line) in report[start..].lines().enumerate() {
+        let bar =
+            line.contains(" |") && line.trim_start().starts_with(|c: char| c.is_ascii_digit());
+        if i > 0 && !bar {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    Some(out)
 }
 
 impl LoadGen {
@@ -161,6 +186,13 @@ impl LoadGen {
                     a.push("--timeout".into());
                     a.push(t.to_string());
                 }
+                if let Some(n) = spec.requests {
+                    a.push("--requests".into());
+                    a.push(n.to_string());
+                }
+                if spec.histogram {
+                    a.push("--histogram".into());
+                }
                 let t = edgeload_targets(spec.groups, spec.paths)?;
                 if let Some(n) = t.paths {
                     a.push("--paths".into());
@@ -219,8 +251,10 @@ impl PendingLoad<'_> {
             LoadGen::Edgeload(_) => {
                 let text = std::fs::read_to_string(&self.json_path)
                     .ctx(format!("reading {}", self.json_path.display()))?;
-                parse_edgeload_json(&text)
-                    .map_err(|e| Error::runtime(format!("{}: {e}", self.json_path.display())))
+                let mut r = parse_edgeload_json(&text)
+                    .map_err(|e| Error::runtime(format!("{}: {e}", self.json_path.display())))?;
+                r.histogram = log2_histogram(&log);
+                Ok(r)
             }
             LoadGen::Wrk(_) => parse_wrk(&log)
                 .map_err(|e| Error::runtime(format!("{name}: {e}; its output:\n{log}"))),
@@ -330,8 +364,8 @@ pub fn parse_edgeload_json(text: &str) -> std::result::Result<LoadResult, String
     }
     let mut latency_us = BTreeMap::new();
     if let Some(serde_json::Value::Object(m)) = v.get("latency_us") {
-        for p in PERCENTILES {
-            if let Some(x) = m.get(p).and_then(num) {
+        for p in PERCENTILES.iter().chain(&["min", "mean", "stdev", "max"]) {
+            if let Some(x) = m.get(*p).and_then(num) {
                 latency_us.insert(p.to_string(), x);
             }
         }
@@ -344,6 +378,7 @@ pub fn parse_edgeload_json(text: &str) -> std::result::Result<LoadResult, String
         errors: error_detail.values().sum(),
         error_detail,
         latency_us,
+        histogram: None,
     })
 }
 
@@ -493,9 +528,12 @@ Transfer/sec:     71.00MB
         assert_eq!(r.mb_per_s(), 1.0);
         assert_eq!(r.pct("p50"), Some(100.5));
         assert_eq!(r.pct("p99.99"), Some(1200.0));
-        assert!(
-            r.pct("min").is_none(),
-            "only the plotted percentiles are kept"
+        assert_eq!(r.pct("min"), Some(10.0), "min/mean/stdev/max are kept too");
+        assert!(r.pct("p42").is_none(), "unknown figures are not");
+        let report = "Latency ...\nValues min:0.10 avg:0.20 med:0.20 max:0.90 dev:0.05 count:9\n   0.125 | 3 ####\n   0.250 | 6 ########\n  9 requests in 1.00s, 0B read\n";
+        assert_eq!(
+            log2_histogram(report).unwrap(),
+            "Values min:0.10 avg:0.20 med:0.20 max:0.90 dev:0.05 count:9\n   0.125 | 3 ####\n   0.250 | 6 ########\n"
         );
         assert!(parse_edgeload_json("{}").unwrap_err().contains("requests"));
         assert!(parse_edgeload_json("not json").is_err());
@@ -571,6 +609,8 @@ Transfer/sec:     71.00MB
             headers: &[],
             cpus: None,
             timeout: None,
+            requests: Some(500),
+            histogram: true,
         };
         let dir = tempfile::tempdir().unwrap();
         let a = LoadGen::Edgeload("edgeload".into())
@@ -579,7 +619,9 @@ Transfer/sec:     71.00MB
             .join(" ");
         assert!(a.starts_with("-t 1 -c 16 -d 2s --latency --json "), "{a}");
         assert!(
-            a.ends_with("--no-keepalive -R 1000 http://127.0.0.1:8080/obj/1k/1"),
+            a.ends_with(
+                "--no-keepalive -R 1000 --requests 500 --histogram http://127.0.0.1:8080/obj/1k/1"
+            ),
             "{a}"
         );
         assert!(

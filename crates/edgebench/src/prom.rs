@@ -36,10 +36,25 @@ pub fn parse(text: &str, prefixes: &[String]) -> BTreeMap<String, Sample> {
             .find(|c: char| c == '{' || c.is_whitespace())
             .unwrap_or(line.len());
         let name = &line[..name_end];
-        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || name.ends_with("_bucket") {
+        let rest = &line[name_end..];
+        // A prefix with labels (`family{worker="0"}`) selects that one series, kept
+        // apart from the others; a plain prefix sums every series of its families.
+        let series_end = match rest.strip_prefix('{') {
+            Some(r) => r.find('}').map_or(name_end, |i| name_end + i + 2),
+            None => name_end,
+        };
+        let series = &line[..series_end];
+        let exact = prefixes
+            .iter()
+            .any(|p| p.contains('{') && series.starts_with(p.as_str()));
+        if !exact
+            && (!prefixes
+                .iter()
+                .any(|p| !p.contains('{') && name.starts_with(p.as_str()))
+                || name.ends_with("_bucket"))
+        {
             continue;
         }
-        let rest = &line[name_end..];
         let after_labels = match rest.strip_prefix('{') {
             Some(r) => match r.find('}') {
                 Some(i) => &r[i + 1..],
@@ -64,7 +79,8 @@ pub fn parse(text: &str, prefixes: &[String]) -> BTreeMap<String, Sample> {
             Some(_) => false,
             None => name.ends_with("_total"),
         };
-        let e = out.entry(name.to_string()).or_insert(Sample {
+        let key = if exact { series } else { name };
+        let e = out.entry(key.to_string()).or_insert(Sample {
             value: 0.0,
             counter,
         });
@@ -141,5 +157,16 @@ garbage{ 1
         assert_eq!(d["edgecache_aio_reads_total"], 100.0);
         assert_eq!(d["edgecache_aio_queue_depth"], 0.0);
         assert_eq!(d["edgecache_aio_read_seconds_count"], 0.0);
+    }
+
+    #[test]
+    fn a_prefix_with_labels_keeps_that_series_apart() {
+        let text = "# TYPE w_total counter\nw_total{worker=\"0\"} 4\nw_total{worker=\"1\"} 6\n";
+        let all = parse(text, &["w_".to_string()]);
+        assert_eq!(all["w_total"].value, 10.0);
+        let one = parse(text, &["w_total{worker=\"1\"}".to_string()]);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one["w_total{worker=\"1\"}"].value, 6.0);
+        assert!(one["w_total{worker=\"1\"}"].counter);
     }
 }

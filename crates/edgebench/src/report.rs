@@ -506,6 +506,9 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
         }
         let _ = writeln!(m);
         metrics_table(&mut m, res, &w.name);
+        if w.latency_detail {
+            latency_detail(&mut m, res, &w.name);
+        }
     }
 
     if !svg_names.is_empty() {
@@ -542,6 +545,47 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
 
 /// Per workload, the `metrics` families each edgecache row reported (median over
 /// repetitions of the per-cell delta; gauges: the value after the cell).
+/// The whole latency distribution per server (median over repetitions of each figure)
+/// and the first repetition's log2 histogram: for tail experiments, where the spread
+/// matters more than p50.
+fn latency_detail(m: &mut String, res: &Results, w: &str) {
+    let _ = writeln!(
+        m,
+        "Latency distribution (µs; each figure the median over repetitions; stdev is edgeload's over all requests of a cell):\n"
+    );
+    let cols = ["min", "mean", "p50", "p99", "max", "stdev"];
+    let _ = writeln!(m, "| server | {} |", cols.join(" | "));
+    let _ = writeln!(m, "|---|{}", "---|".repeat(cols.len()));
+    let mut hists = Vec::new();
+    for s in res.ran() {
+        let cells: Vec<&Cell> = res.cells_for(w, &s.name).collect();
+        if cells.is_empty() {
+            continue;
+        }
+        let vals: Vec<String> = cols
+            .iter()
+            .map(
+                |k| match summarize(&cells, |c| c.load.latency_us.get(*k).copied()) {
+                    Some(v) => format!("{:.0}", v.median),
+                    None => "–".into(),
+                },
+            )
+            .collect();
+        let _ = writeln!(m, "| {} | {} |", s.name, vals.join(" | "));
+        if let Some(h) = cells.iter().find_map(|c| c.load.histogram.as_deref()) {
+            hists.push((s.name.clone(), h.to_string()));
+        }
+    }
+    let _ = writeln!(m);
+    for (name, h) in hists {
+        let _ = writeln!(
+            m,
+            "{name} (log2 buckets of latency in ms, first repetition):\n"
+        );
+        let _ = writeln!(m, "```\n{}```\n", h);
+    }
+}
+
 fn metrics_table(m: &mut String, res: &Results, w: &str) {
     let p = &res.plan;
     if p.metrics.is_empty() {

@@ -583,6 +583,10 @@ fn first_lines(s: &str, n: usize) -> String {
 
 /// Shortens a metric name for logs and tables: the longest matching plan prefix goes.
 pub fn short_metric<'a>(name: &'a str, prefixes: &[String]) -> &'a str {
+    // One series asked for by its labels: the labels name the column.
+    if let (Some(open), true) = (name.find('{'), prefixes.iter().any(|p| p == name)) {
+        return name[open + 1..].trim_end_matches('}');
+    }
     prefixes
         .iter()
         .filter(|p| name.starts_with(p.as_str()) && name.len() > p.len())
@@ -758,6 +762,8 @@ fn run_cell(
         headers: &w.headers,
         cpus: Some(opts.placement.client.clone()),
         timeout: w.timeout.as_deref(),
+        requests: w.requests,
+        histogram: w.latency_detail,
     };
     if !opts.plan.warmup.is_zero() {
         loadgen.run(&spec(opts.plan.warmup), dir, &format!("{tag}-warmup"))?;
@@ -801,6 +807,8 @@ fn run_cell(
         headers: &w.headers,
         cpus: Some(opts.placement.client.clone()),
         timeout: w.timeout.as_deref(),
+        requests: None,
+        histogram: false,
     });
     let scrape = |admin: Option<SocketAddr>| -> Option<BTreeMap<String, prom::Sample>> {
         if opts.plan.metrics.is_empty() {

@@ -252,16 +252,15 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
 }
 
 fn start_session(w: &Rc<Worker>, stream: tokio::net::TcpStream, peer: std::net::SocketAddr) {
-    // Responses are written whole (head and body in as few writes as possible), so Nagle
-    // only adds delay; background.md notes nginx's 40 ms tcp_nopush stall on loopback.
-    let _ = stream.set_nodelay(true);
+    // TCP_NODELAY is set by the session on the first kept-alive exchange.
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
     let w = w.clone();
-    tokio::task::spawn_local(async move {
+    let fut = async move {
         session::serve(&*w, stream, peer).await;
         w.svc.stats().active.fetch_sub(1, Relaxed);
         w.conn_closed.notify_waiters();
-    });
+    };
+    tokio::task::spawn_local(fut);
 }

@@ -47,6 +47,13 @@ use std::time::SystemTime;
 pub const MAX_JOINS: usize = 4;
 
 /// Entry from the router for a proxied location with caches.
+///
+/// The branches that wait on the origin (misses, revalidations, collapsed followers,
+/// purges, unsafe methods, bypasses) are boxed: their futures are large (~12 KiB of
+/// state), and unboxed they would make every connection's session future that big
+/// (16 KiB measured: allocated and copied at each accept, and held by idle
+/// connections). Boxed, a session is ~4 KiB and only the request that goes to the
+/// origin pays an allocation, next to a network round trip.
 pub async fn handle(
     w: &Rc<Services>,
     conn: &mut Conn,
@@ -57,10 +64,10 @@ pub async fn handle(
 ) -> Result<(), ExchangeError> {
     let loc = &route.cfg;
     if ex.req.method == Method::Purge {
-        return purge::handle_method(w, conn, ex, shared, route, p).await;
+        return Box::pin(purge::handle_method(w, conn, ex, shared, route, p)).await;
     }
     if !is_safe(&ex.req.method) {
-        return invalidate::pass_unsafe(w, conn, ex, shared, route, p).await;
+        return Box::pin(invalidate::pass_unsafe(w, conn, ex, shared, route, p)).await;
     }
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method
@@ -68,14 +75,14 @@ pub async fn handle(
         || policy::request_bypass(&ex.req.headers, &p.policy)
     {
         mark(w, ex, CacheStatus::Bypass);
-        return crate::upstream::relay::proxy_pass(
+        return Box::pin(crate::upstream::relay::proxy_pass(
             w.upstream(),
             conn,
             ex,
             &shared.timeouts,
             &route.add_headers,
             &p.upstream,
-        )
+        ))
         .await;
     }
     let key = cache_key(loc.cache_key.as_deref(), &ex.req);
@@ -105,22 +112,52 @@ pub async fn handle(
         if !store {
             return match first {
                 Lookup::Stale(entry) => {
-                    revalidate::revalidate(&ctx, conn, ex, None, entry, MayStore::No).await
+                    Box::pin(revalidate::revalidate(
+                        &ctx,
+                        conn,
+                        ex,
+                        None,
+                        entry,
+                        MayStore::No,
+                    ))
+                    .await
                 }
                 _ => {
-                    fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, MayStore::No)
-                        .await
+                    Box::pin(fill::fetch_and_fill(
+                        &ctx,
+                        conn,
+                        ex,
+                        None,
+                        CacheStatus::Miss,
+                        MayStore::No,
+                    ))
+                    .await
                 }
             };
         }
         if !loc.cache_lock {
             return match first {
                 Lookup::Stale(entry) => {
-                    revalidate::revalidate(&ctx, conn, ex, None, entry, MayStore::Yes).await
+                    Box::pin(revalidate::revalidate(
+                        &ctx,
+                        conn,
+                        ex,
+                        None,
+                        entry,
+                        MayStore::Yes,
+                    ))
+                    .await
                 }
                 _ => {
-                    fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, MayStore::Yes)
-                        .await
+                    Box::pin(fill::fetch_and_fill(
+                        &ctx,
+                        conn,
+                        ex,
+                        None,
+                        CacheStatus::Miss,
+                        MayStore::Yes,
+                    ))
+                    .await
                 }
             };
         }
@@ -146,18 +183,25 @@ pub async fn handle(
                         hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await
                     }
                     Lookup::Stale(entry) => {
-                        revalidate::revalidate(&ctx, conn, ex, Some(handle), entry, MayStore::Yes)
-                            .await
+                        Box::pin(revalidate::revalidate(
+                            &ctx,
+                            conn,
+                            ex,
+                            Some(handle),
+                            entry,
+                            MayStore::Yes,
+                        ))
+                        .await
                     }
                     Lookup::Miss => {
-                        fill::fetch_and_fill(
+                        Box::pin(fill::fetch_and_fill(
                             &ctx,
                             conn,
                             ex,
                             Some(handle),
                             CacheStatus::Miss,
                             MayStore::Yes,
-                        )
+                        ))
                         .await
                     }
                 };
@@ -169,7 +213,7 @@ pub async fn handle(
                         return hit::serve(&ctx, conn, ex, entry, CacheStatus::Updating).await;
                     }
                 }
-                match stream::follow(&ctx, conn, ex, &f).await {
+                match Box::pin(stream::follow(&ctx, conn, ex, &f)).await {
                     stream::Followed::Done(r) => return r,
                     stream::Followed::Retry => continue,
                     stream::Followed::Alone { store } => {
@@ -182,7 +226,15 @@ pub async fn handle(
     }
     // The fill could not be followed (not storable, timed out, another Vary variant) or
     // kept failing: fetch this response on our own.
-    fill::fetch_and_fill(&ctx, conn, ex, None, CacheStatus::Miss, alone_store).await
+    Box::pin(fill::fetch_and_fill(
+        &ctx,
+        conn,
+        ex,
+        None,
+        CacheStatus::Miss,
+        alone_store,
+    ))
+    .await
 }
 
 /// RFC 9110 9.2.1: GET, HEAD, OPTIONS and TRACE are safe; every other method (POST,
