@@ -130,6 +130,10 @@ impl AcceptStrategy for Shared {
 }
 
 /// Connections queued between an accept thread and its worker before accept() pauses.
+/// Measured (docs/results/accept-tail.md): a queue of 2, so that a busy worker's
+/// acceptor stops taking connections, unbalanced keep-alive connections badly on this
+/// 2-core machine (blocking's p50 went from 1.4 ms to 650 ms) without helping short
+/// ones; so the queue stays deep and the kernel's wake-up order decides.
 const HANDOFF_QUEUE: usize = 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
