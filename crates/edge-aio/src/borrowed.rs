@@ -145,9 +145,22 @@ impl Engine {
     }
 }
 
+/// An engine for the tests below: 2 pool threads, a queue of 8, a ring of 8.
+#[cfg(test)]
+fn test_engine(mode: Mode, queue: crate::QueueKind) -> Engine {
+    let cfg = crate::EngineConfig {
+        mode,
+        threads: 2,
+        max_queue: 8,
+        queue,
+        ring_entries: 8,
+    };
+    Engine::new(&cfg, &crate::SharedPool::new(&cfg)).unwrap().0
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use crate::{Mode, QueueKind};
     use std::io::Write;
 
     #[test]
@@ -161,15 +174,7 @@ mod tests {
             .unwrap();
         let local = tokio::task::LocalSet::new();
         for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
-            let cfg = EngineConfig {
-                mode,
-                threads: 2,
-                max_queue: 16,
-                queue: QueueKind::Mutex,
-                ring_entries: 8,
-            };
-            let pool = SharedPool::new(&cfg);
-            let (engine, _) = Engine::new(&cfg, &pool).unwrap();
+            let engine = super::test_engine(mode, QueueKind::Mutex);
             local.block_on(&rt, async {
                 let (r, buf) = engine
                     .read_exact_at_file(&f, 1000, 150_000, b"head".to_vec())
@@ -190,23 +195,14 @@ mod tests {
 
 #[cfg(test)]
 mod blocking_tests {
-    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use crate::{Engine, Mode, QueueKind};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
     fn engines() -> Vec<(Mode, Engine)> {
         [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto]
             .into_iter()
-            .map(|mode| {
-                let cfg = EngineConfig {
-                    mode,
-                    threads: 2,
-                    max_queue: 8,
-                    queue: QueueKind::LockFree,
-                    ring_entries: 8,
-                };
-                (mode, Engine::new(&cfg, &SharedPool::new(&cfg)).unwrap().0)
-            })
+            .map(|mode| (mode, super::test_engine(mode, QueueKind::LockFree)))
             .collect()
     }
 
@@ -246,7 +242,7 @@ mod blocking_tests {
 
 #[cfg(test)]
 mod sendfile_tests {
-    use crate::{Engine, EngineConfig, Mode, QueueKind, SharedPool};
+    use crate::{Mode, QueueKind};
     use std::io::{Read, Write};
     use std::os::fd::OwnedFd;
     use std::sync::Arc;
@@ -266,14 +262,7 @@ mod sendfile_tests {
             .unwrap();
         let local = tokio::task::LocalSet::new();
         for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
-            let cfg = EngineConfig {
-                mode,
-                threads: 2,
-                max_queue: 8,
-                queue: QueueKind::Mutex,
-                ring_entries: 8,
-            };
-            let (engine, _) = Engine::new(&cfg, &SharedPool::new(&cfg)).unwrap();
+            let engine = super::test_engine(mode, QueueKind::Mutex);
             let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
             a.set_nonblocking(true).unwrap();
             let sock = Arc::new(OwnedFd::from(a));

@@ -109,57 +109,10 @@ pub async fn handle(
             return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
-        if !store {
-            return match first {
-                Lookup::Stale(entry) => {
-                    Box::pin(revalidate::revalidate(
-                        &ctx,
-                        conn,
-                        ex,
-                        None,
-                        entry,
-                        MayStore::No,
-                    ))
-                    .await
-                }
-                _ => {
-                    Box::pin(fill::fetch_and_fill(
-                        &ctx,
-                        conn,
-                        ex,
-                        None,
-                        CacheStatus::Miss,
-                        MayStore::No,
-                    ))
-                    .await
-                }
-            };
-        }
-        if !loc.cache_lock {
-            return match first {
-                Lookup::Stale(entry) => {
-                    Box::pin(revalidate::revalidate(
-                        &ctx,
-                        conn,
-                        ex,
-                        None,
-                        entry,
-                        MayStore::Yes,
-                    ))
-                    .await
-                }
-                _ => {
-                    Box::pin(fill::fetch_and_fill(
-                        &ctx,
-                        conn,
-                        ex,
-                        None,
-                        CacheStatus::Miss,
-                        MayStore::Yes,
-                    ))
-                    .await
-                }
-            };
+        if !store || !loc.cache_lock {
+            // Not stored, or no collapsing: this request goes to the origin on its own.
+            let may = if store { MayStore::Yes } else { MayStore::No };
+            return fetch_alone(&ctx, conn, ex, first, may).await;
         }
         match cache.inflight().join(primary) {
             Join::Leader(handle) => {
@@ -235,6 +188,32 @@ pub async fn handle(
         alone_store,
     ))
     .await
+}
+
+/// A miss or a stale object fetched by this request alone (no collapsing).
+async fn fetch_alone(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    first: Lookup,
+    may: MayStore,
+) -> Result<(), ExchangeError> {
+    match first {
+        Lookup::Stale(entry) => {
+            Box::pin(revalidate::revalidate(ctx, conn, ex, None, entry, may)).await
+        }
+        _ => {
+            Box::pin(fill::fetch_and_fill(
+                ctx,
+                conn,
+                ex,
+                None,
+                CacheStatus::Miss,
+                may,
+            ))
+            .await
+        }
+    }
 }
 
 /// RFC 9110 9.2.1: GET, HEAD, OPTIONS and TRACE are safe; every other method (POST,

@@ -208,14 +208,7 @@ pub async fn stream_fill(
         }
         reader.advance(avail.end - avail.start);
     };
-    let sent = body.sent;
-    ex.body_bytes_sent = sent;
-    let stats = ctx.w.stats();
-    if from_origin {
-        stats.cache_bytes_origin.fetch_add(sent, Relaxed);
-    } else {
-        stats.cache_bytes_hit.fetch_add(sent, Relaxed);
-    }
+    count_sent(ctx, ex, body.sent, from_origin);
     result?;
     if chunked {
         conn.write_all(edge_http::LAST_CHUNK, send).await?;
@@ -299,6 +292,13 @@ async fn multipart(
         conn.write_all(layout.tail(), send).await?;
         sent += layout.tail().len() as u64;
     }
+    count_sent(ctx, ex, sent, from_origin);
+    result
+}
+
+/// Body bytes sent to one client of a fill: the access log's, and the origin or hit
+/// byte counter (the leader's client counts as from the origin).
+fn count_sent(ctx: &Ctx<'_>, ex: &mut Exchange, sent: u64, from_origin: bool) {
     ex.body_bytes_sent = sent;
     let stats = ctx.w.stats();
     if from_origin {
@@ -306,7 +306,6 @@ async fn multipart(
     } else {
         stats.cache_bytes_hit.fetch_add(sent, Relaxed);
     }
-    result
 }
 
 /// Where one client's body goes, and which part of the object it wants.
