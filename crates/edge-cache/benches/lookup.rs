@@ -5,6 +5,11 @@
 //! drop), and a 1 KiB object write (temp file, write, rename, index). Each is run on 1
 //! thread and on N threads (N = available cores) to show the sharded index scales.
 //! Numbers are ns per operation per thread; the machine is shared, so compare ratios.
+//!
+//! The hot-key part: every thread looks up the same object, as every worker does for a
+//! viral object. Through the shared index alone (mutex + LRU move per lookup) and
+//! through each thread's own front ([`edge_cache::local::Local`]: a version load and a
+//! thread-local map), reported as the rate of N threads over the rate of 1.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -84,7 +89,58 @@ fn main() {
             per_op(n, OPS / 4, lookup)
         );
     }
+    hot_key(&cache, &keys[0], threads.max(2));
     cache.shutdown();
+}
+
+/// Lookups per second of `n` threads together on one key, over 1 thread's.
+fn hot_key(cache: &Arc<Cache>, key: &str, n: usize) {
+    use edge_cache::local::{FilesConfig, Local};
+    use std::cell::RefCell;
+    let req = HeaderMap::new();
+    let now = SystemTime::now();
+    let rate = |threads: usize, front: bool| -> f64 {
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let local = RefCell::new(Local::new(
+                        None,
+                        FilesConfig {
+                            max: 16,
+                            inactive_ticks: 1000,
+                        },
+                    ));
+                    for _ in 0..OPS {
+                        if front {
+                            match cache.lookup_in(&local, key, &req, now) {
+                                Lookup::Fresh(h) => {
+                                    std::hint::black_box(h.body_len);
+                                }
+                                _ => panic!("expected a hit"),
+                            }
+                        } else {
+                            std::hint::black_box(cache.index_probe(key_hash(key), key));
+                        }
+                    }
+                });
+            }
+        });
+        (threads * OPS) as f64 / start.elapsed().as_secs_f64()
+    };
+    for (name, front) in [
+        ("shared index (mutex, LRU move)", false),
+        ("worker front + fd cache", true),
+    ] {
+        let one = rate(1, front);
+        let many = rate(n, front);
+        println!(
+            "hot key, {name}: 1 thread {:.1} M/s, {n} threads {:.1} M/s = {:.2}x",
+            one / 1e6,
+            many / 1e6,
+            many / one
+        );
+    }
 }
 
 /// The index part of a lookup without the file open (what an fd cache would leave).

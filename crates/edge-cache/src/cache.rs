@@ -8,6 +8,7 @@
 //! to the same object.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -22,6 +23,7 @@ use edge_http::HeaderMap;
 use crate::index::{Index, NewEntry, Snapshot, UseGuard};
 use crate::inflight::Inflight;
 use crate::key::{key_hash, variant_key, KeyHash};
+use crate::local::Local;
 use crate::meta::ObjectMeta;
 use crate::purge::{lock, PendingRules, RuleVerdict};
 use crate::storage::{self, Committed, Layout, RewriteError, TempObject, WriteErrors};
@@ -41,20 +43,89 @@ pub enum Lookup {
     Miss,
 }
 
-/// A stored object opened for reading. The body is `body_len` bytes at `body_offset`
-/// in `file`: send it with `sendfile`/`pread`, never through an intermediate copy. The
-/// headers are `meta.header_block`, ready to send. While this lives the object is not
-/// evicted (and even if purged, the open file keeps the bytes readable).
+/// A stored object ready to send. The body is `body_len` bytes: at `body_offset` in a
+/// file (send it with `sendfile`/`pread`, never through an intermediate copy), or the
+/// whole of a RAM-tier buffer. The headers are `meta.header_block`, ready to send.
+/// While this lives the object is not evicted (and even if purged, the open file keeps
+/// the bytes readable).
 #[derive(Debug)]
 pub struct HitEntry {
     pub meta: Arc<ObjectMeta>,
-    pub file: File,
+    pub body: HitBody,
+    /// Where the body starts in the file (0 for a RAM body).
     pub body_offset: u64,
     pub body_len: u64,
     /// Hash of the variant key (names the file).
     pub hash: KeyHash,
     ino: u64,
-    _guard: UseGuard,
+    /// The index entry's generation (see [`crate::index::Snapshot::gen`]).
+    gen: u64,
+    /// Marks the entry in use; `None` when a worker's front answered (an object being
+    /// sent may then be evicted: its open file keeps the bytes, a RAM body is a copy).
+    _guard: Option<UseGuard>,
+}
+
+/// Where a hit's body is.
+#[derive(Debug, Clone)]
+pub enum HitBody {
+    /// The object's file (possibly from the worker's open-file cache).
+    File(Arc<File>),
+    /// The worker's RAM tier: exactly the body, `body_len` bytes.
+    Mem(Arc<[u8]>),
+}
+
+impl HitEntry {
+    fn new(f: Found, body: HitBody, body_offset: u64) -> HitEntry {
+        HitEntry {
+            body_len: f.meta.body_len,
+            meta: f.meta,
+            body,
+            body_offset,
+            hash: f.hash,
+            ino: f.ino,
+            gen: f.gen,
+            _guard: f.guard,
+        }
+    }
+
+    /// The object's file, unless the body came from RAM.
+    pub fn file(&self) -> Option<&File> {
+        match &self.body {
+            HitBody::File(f) => Some(f),
+            HitBody::Mem(_) => None,
+        }
+    }
+
+    /// The body, when it came from the RAM tier.
+    pub fn mem(&self) -> Option<&Arc<[u8]>> {
+        match &self.body {
+            HitBody::Mem(b) => Some(b),
+            HitBody::File(_) => None,
+        }
+    }
+}
+
+/// What the index (or a worker's front of it) said of the current version of an object.
+struct Found {
+    hash: KeyHash,
+    meta: Arc<ObjectMeta>,
+    body_offset: u64,
+    ino: u64,
+    gen: u64,
+    guard: Option<UseGuard>,
+}
+
+impl Found {
+    fn from_snap(hash: KeyHash, snap: Snapshot) -> Found {
+        Found {
+            hash,
+            meta: snap.meta,
+            body_offset: snap.body_offset,
+            ino: snap.ino,
+            gen: snap.gen,
+            guard: Some(snap.guard),
+        }
+    }
 }
 
 /// Writes one object; see [`Cache::begin_write`]. Dropping it without
@@ -291,6 +362,18 @@ impl Cache {
         ready(self.lookup_with(&BlockingOpener, primary_key, req, now))
     }
 
+    /// [`Cache::lookup`] through a worker's [`Local`] (front, RAM tier, open files),
+    /// with blocking opens: benchmarks, tests and tools.
+    pub fn lookup_in(
+        &self,
+        local: &RefCell<Local>,
+        primary_key: &str,
+        req: &HeaderMap,
+        now: SystemTime,
+    ) -> Lookup {
+        ready(self.lookup_local(Some(local), &BlockingOpener, primary_key, req, now))
+    }
+
     /// [`Cache::lookup`] with the object's file opened (and `fstat`ed) by `opener`, so
     /// that a cold dentry or inode can be waited for off the event loop. The index part
     /// is memory only.
@@ -301,7 +384,44 @@ impl Cache {
         req: &HeaderMap,
         now: SystemTime,
     ) -> Lookup {
+        self.lookup_local(None, opener, primary_key, req, now).await
+    }
+
+    /// [`Cache::lookup_with`] through a worker's [`Local`]: an object without `Vary`
+    /// that the worker's front remembers, at an unchanged version, is found without
+    /// touching the shared index; then a fresh object's body comes from the worker's
+    /// RAM tier when it holds that version, and otherwise its file from the worker's
+    /// open-file cache when that holds the same inode, before anything is opened.
+    pub async fn lookup_local<O: FileOpener>(
+        &self,
+        local: Option<&RefCell<Local>>,
+        opener: &O,
+        primary_key: &str,
+        req: &HeaderMap,
+        now: SystemTime,
+    ) -> Lookup {
         let ph = key_hash(primary_key);
+        if let Some(l) = local {
+            let version = self.index.version(ph);
+            let remembered = l
+                .borrow_mut()
+                .front
+                .get(self.local_key(ph), primary_key, version)
+                .map(|e| Found {
+                    hash: e.hash,
+                    meta: e.meta.clone(),
+                    body_offset: e.body_offset,
+                    ino: e.ino,
+                    gen: e.gen,
+                    guard: None,
+                });
+            if let Some(found) = remembered {
+                // Replaced or gone since (an error): the index knows better.
+                if let Ok(hit) = self.finish_lookup(local, opener, found, now).await {
+                    return hit;
+                }
+            }
+        }
         let (vkey, vh): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
             Some(vary) => {
                 let k = variant_key(primary_key, &vary, req);
@@ -313,12 +433,31 @@ impl Cache {
         // Two attempts: an object replaced between the index read and the open is
         // looked up again (the index is updated right after the rename).
         for _ in 0..2 {
+            let version = self.index.version(vh);
             let Some(snap) = self.index.get(vh, &vkey) else {
+                if let Some(l) = local {
+                    l.borrow_mut().forget(self.local_key(vh));
+                }
                 break;
             };
-            let opened = opener.open_stat(&self.layout.path_for(vh)).await;
-            match self.check_opened(vh, snap, opened) {
-                Ok(hit) => return classify(hit, now),
+            let mut found = Found::from_snap(vh, snap);
+            if let (Some(l), true) = (local, vh == ph && found.meta.vary.is_empty()) {
+                // Remember it, with a copy of the metadata that is this worker's own.
+                found.meta = Arc::new((*found.meta).clone());
+                let e = crate::local::front::FrontEntry {
+                    version,
+                    seed: self.seed,
+                    hash: vh,
+                    meta: found.meta.clone(),
+                    body_offset: found.body_offset,
+                    ino: found.ino,
+                    gen: found.gen,
+                    touched: false,
+                };
+                l.borrow_mut().front.insert(self.local_key(vh), e);
+            }
+            match self.finish_lookup(local, opener, found, now).await {
+                Ok(hit) => return hit,
                 Err(OpenFail::Replaced) => continue,
                 Err(OpenFail::Gone(ino)) => {
                     self.index.remove(vh, Some(ino));
@@ -336,38 +475,104 @@ impl Cache {
         Lookup::Miss
     }
 
+    /// The body of `found`: the worker's RAM tier (fresh objects only), its open-file
+    /// cache, or the file opened now (and checked against `found`).
+    async fn finish_lookup<O: FileOpener>(
+        &self,
+        local: Option<&RefCell<Local>>,
+        opener: &O,
+        found: Found,
+        now: SystemTime,
+    ) -> Result<Lookup, OpenFail> {
+        let lk = self.local_key(found.hash);
+        if let Some(l) = local {
+            let mut l = l.borrow_mut();
+            if let Some(m) = l.mem.as_mut() {
+                if crate::policy::is_fresh(&found.meta, now) {
+                    if let Some(body) = m.get(lk, found.gen) {
+                        let hit = HitEntry::new(found, HitBody::Mem(body), 0);
+                        return Ok(Lookup::Fresh(hit));
+                    }
+                }
+            }
+            if let Some(file) = l.files.get(lk, found.ino) {
+                let off = found.body_offset;
+                return Ok(classify(
+                    HitEntry::new(found, HitBody::File(file), off),
+                    now,
+                ));
+            }
+        }
+        // Boxed: the backend's open future is large; inline, every RAM or cached-fd hit
+        // would carry (and copy) its state. An open is a syscall anyway.
+        let opened = Box::pin(opener.open_stat(&self.layout.path_for(found.hash))).await;
+        let hit = self.check_opened(found, opened)?;
+        if let (Some(l), HitBody::File(f)) = (local, &hit.body) {
+            l.borrow_mut().files.insert(lk, hit.ino, f.clone());
+        }
+        Ok(classify(hit, now))
+    }
+
+    /// Report the accesses that workers' fronts answered since the last call to the
+    /// index (LRU order and `inactive`); a worker calls this once a second per zone.
+    pub fn flush_touches(&self, local: &RefCell<Local>) {
+        let touched = local.borrow_mut().front.take_touched(self.seed);
+        for h in touched {
+            self.index.touch(h);
+        }
+    }
+
+    /// This cache's keys in a worker's [`Local`] (shared by every cache zone): the
+    /// object hash mixed with the zone's seed.
+    pub fn local_key(&self, hash: KeyHash) -> KeyHash {
+        hash ^ (u128::from(self.seed) << 64 | u128::from(self.seed))
+    }
+
+    /// Whether the worker's RAM tier would take `entry`'s body (read from disk for a
+    /// fresh hit): it has one, the body is in a file, and it is not too large.
+    pub fn memory_wants(&self, local: &RefCell<Local>, entry: &HitEntry) -> bool {
+        entry.file().is_some()
+            && local
+                .borrow()
+                .mem
+                .as_ref()
+                .is_some_and(|m| m.admissible(entry.body_len))
+    }
+
+    /// Offer `entry`'s body, read from its file, to the worker's RAM tier.
+    pub fn offer_to_memory(&self, local: &RefCell<Local>, entry: &HitEntry, body: Arc<[u8]>) {
+        if body.len() as u64 != entry.body_len {
+            return;
+        }
+        if let Some(m) = local.borrow_mut().mem.as_mut() {
+            m.insert(self.local_key(entry.hash), entry.gen, body);
+        }
+    }
+
     fn open_checked(&self, hash: KeyHash, snap: Snapshot) -> Result<HitEntry, OpenFail> {
         let opened = BlockingOpener::open_stat_now(&self.layout.path_for(hash));
-        self.check_opened(hash, snap, opened)
+        self.check_opened(Found::from_snap(hash, snap), opened)
     }
 
     /// The file opened for `snap` must be the one the index names (inode) and whole.
     fn check_opened(
         &self,
-        hash: KeyHash,
-        snap: Snapshot,
+        found: Found,
         opened: io::Result<OpenedFile>,
     ) -> Result<HitEntry, OpenFail> {
-        let body_len = snap.meta.body_len;
+        let body_len = found.meta.body_len;
         let Ok(OpenedFile { file, ino, len }) = opened else {
-            return Err(OpenFail::Gone(snap.ino));
+            return Err(OpenFail::Gone(found.ino));
         };
-        if ino != snap.ino {
+        if ino != found.ino {
             return Err(OpenFail::Replaced);
         }
-        if len != snap.body_offset + body_len {
+        if len != found.body_offset + body_len {
             // Cut short or grown behind our back: never serve it.
-            return Err(OpenFail::Gone(snap.ino));
+            return Err(OpenFail::Gone(found.ino));
         }
-        Ok(HitEntry {
-            meta: snap.meta,
-            file,
-            body_offset: snap.body_offset,
-            body_len,
-            hash,
-            ino: snap.ino,
-            _guard: snap.guard,
-        })
+        let off = found.body_offset;
+        Ok(HitEntry::new(found, HitBody::File(Arc::new(file)), off))
     }
 
     /// Before the loader is done: look for the object's file directly.
@@ -484,11 +689,20 @@ impl Cache {
             Err(RewriteError::NoRoom) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
                 let _stripe = self.stripe(entry.hash);
+                // A RAM body (never stale, so rare here): read the body from the file.
+                let reopened;
+                let file = match entry.file() {
+                    Some(f) => f,
+                    None => {
+                        reopened = File::open(&path)?;
+                        &reopened
+                    }
+                };
                 let c = storage::rewrite_whole(
                     &self.layout,
                     entry.hash,
                     new_meta,
-                    &entry.file,
+                    file,
                     entry.body_offset,
                     &self.token,
                     seq,

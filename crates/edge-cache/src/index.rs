@@ -23,6 +23,10 @@ use crate::purge::{lock, PurgeIndex};
 
 /// Number of shards (a power of two; hashes are uniformly distributed).
 pub const SHARDS: usize = 64;
+/// Version stripes (a power of two): every change to an entry or a primary record
+/// bumps its hash's stripe, so a worker's front ([`crate::local::front`]) can tell,
+/// with one load of a line nobody writes on hits, that what it remembers still holds.
+pub const VERSION_STRIPES: usize = 4096;
 /// Estimated fixed bytes per index entry (entry, LRU slot, map slots, Arc headers),
 /// added to the variable parts (key twice, header block, tags) for the `keys_zone`
 /// budget.
@@ -72,6 +76,9 @@ pub struct Snapshot {
     pub meta: Arc<ObjectMeta>,
     pub body_offset: u64,
     pub ino: u64,
+    /// Changes whenever the entry does (insert, refresh, soft purge): what a worker's
+    /// RAM tier checks its copy against.
+    pub gen: u64,
     pub soft_purged: bool,
     pub uses: u32,
     pub guard: UseGuard,
@@ -98,6 +105,7 @@ pub struct Victim {
 
 struct Entry {
     meta: Arc<ObjectMeta>,
+    gen: u64,
     primary: KeyHash,
     body_offset: u64,
     disk_size: u64,
@@ -249,6 +257,8 @@ struct PrimaryRec {
 /// The sharded index.
 pub struct Index {
     shards: Box<[Mutex<Shard>]>,
+    versions: Box<[AtomicU64]>,
+    next_gen: AtomicU64,
     primaries: Box<[Mutex<HashMapK<PrimaryRec>>]>,
     purge: PurgeIndex,
     epoch: Instant,
@@ -276,6 +286,10 @@ fn shard_of(hash: KeyHash) -> usize {
     (hash as usize) & (SHARDS - 1)
 }
 
+fn stripe_of(hash: KeyHash) -> usize {
+    ((hash >> 64) as usize) & (VERSION_STRIPES - 1)
+}
+
 fn mem_estimate(m: &ObjectMeta) -> u64 {
     ENTRY_OVERHEAD
         + 2 * m.key.len() as u64
@@ -289,6 +303,8 @@ impl Index {
     pub fn new() -> Index {
         Index {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            versions: (0..VERSION_STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            next_gen: AtomicU64::new(1),
             primaries: (0..SHARDS)
                 .map(|_| Mutex::new(HashMapK::default()))
                 .collect(),
@@ -297,6 +313,32 @@ impl Index {
             entries: AtomicU64::new(0),
             mem_bytes: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// The version of `hash`'s stripe (see [`VERSION_STRIPES`]). Read before a lookup
+    /// whose result is remembered; equal later means nothing of that stripe changed.
+    pub fn version(&self, hash: KeyHash) -> u64 {
+        self.versions[stripe_of(hash)].load(Ordering::Acquire)
+    }
+
+    /// Called with the shard lock held, after any change to `hash`'s entry or record.
+    fn bump(&self, hash: KeyHash) {
+        self.versions[stripe_of(hash)].fetch_add(1, Ordering::Release);
+    }
+
+    fn new_gen(&self) -> u64 {
+        self.next_gen.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Record an access to `hash` made without [`Index::get`] (a worker's front
+    /// answered it): its LRU position and last access move, at most once per second
+    /// per object and worker.
+    pub fn touch(&self, hash: KeyHash) {
+        let now = self.now_ns();
+        let mut shard = lock(&self.shards[shard_of(hash)]);
+        if let Some(e) = shard.touch(hash, now) {
+            e.uses = e.uses.saturating_add(1);
         }
     }
 
@@ -361,6 +403,7 @@ impl Index {
             meta: e.meta.clone(),
             body_offset: e.body_offset,
             ino: e.ino,
+            gen: e.gen,
             soft_purged: e.soft_purged,
             uses: e.uses,
             guard: UseGuard(e.readers.clone()),
@@ -394,6 +437,7 @@ impl Index {
         let mem = mem_estimate(&new.meta);
         let entry = Entry {
             soft_purged: new.meta.soft_purged,
+            gen: self.new_gen(),
             meta: new.meta,
             primary,
             body_offset: new.body_offset,
@@ -412,6 +456,7 @@ impl Index {
         let vary: Arc<[String]> = entry.meta.vary.clone().into();
         let disk = entry.disk_size;
         let old = shard.insert(new.hash, entry);
+        self.bump(new.hash);
         self.mem_bytes.fetch_add(mem, Ordering::Relaxed);
         self.disk_bytes.fetch_add(disk, Ordering::Relaxed);
         let victim = match &old {
@@ -450,6 +495,7 @@ impl Index {
             if !rec.variants.contains(&new.hash) {
                 rec.variants.push(new.hash);
             }
+            self.bump(primary);
         }
         drop(shard);
         (true, victim)
@@ -464,6 +510,7 @@ impl Index {
         let mut p = lock(&self.primaries[shard_of(primary)]);
         if let Some(rec) = p.get_mut(&primary) {
             rec.variants.retain(|&h| h != hash);
+            self.bump(primary);
             if rec.variants.is_empty() {
                 let rec = p.remove(&primary).expect("present");
                 self.purge.remove_primary(&rec.key);
@@ -492,6 +539,7 @@ impl Index {
 
     /// Bookkeeping for an entry just removed from its shard (shard lock held).
     fn take_out(&self, hash: KeyHash, e: &Entry) {
+        self.bump(hash);
         self.entries.fetch_sub(1, Ordering::Relaxed);
         self.forget_accounting(e);
         self.purge.remove_tags(hash, &e.meta.tags);
@@ -506,7 +554,10 @@ impl Index {
         let mut m = (*e.meta).clone();
         m.soft_purged = true;
         e.meta = Arc::new(m);
-        Some((e.meta.clone(), e.body_offset, e.ino))
+        e.gen = self.new_gen();
+        let out = (e.meta.clone(), e.body_offset, e.ino);
+        self.bump(hash);
+        Some(out)
     }
 
     /// Replace an entry's metadata after a refresh (same file, same body). With a new
@@ -531,12 +582,14 @@ impl Index {
         e.soft_purged = meta.soft_purged;
         e.meta = meta;
         e.mem = mem;
+        e.gen = self.new_gen();
         if let Some((ino, off, disk)) = new_file {
             e.ino = ino;
             e.body_offset = off;
             e.disk_size = disk;
         }
         let new_disk = e.disk_size;
+        self.bump(hash);
         self.mem_bytes.fetch_add(mem, Ordering::Relaxed);
         self.mem_bytes.fetch_sub(old_mem, Ordering::Relaxed);
         self.disk_bytes.fetch_add(new_disk, Ordering::Relaxed);

@@ -15,7 +15,7 @@
 //!    progress; followers stream from the same temp file.
 //!
 //! Module map: [`policy`] (RFC 9111), [`hit`] (304, Range, multipart on hits),
-//! [`key`] (keys, Vary), [`meta`] (object metadata
+//! [`key`] (keys, Vary), [`local`] (a worker's RAM tier and open-file cache), [`meta`] (object metadata
 //! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded LRU
 //! index), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at start), [`manager`]
 //! (eviction/expiry), [`inflight`] (collapse lock), [`select`] (several caches), and
@@ -28,6 +28,7 @@ pub mod index;
 pub mod inflight;
 pub mod key;
 pub mod loader;
+pub mod local;
 pub mod manager;
 pub mod meta;
 pub mod policy;
@@ -40,7 +41,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cache::{
-    BlockingOpener, Cache, CommitIo, FileOpener, HitEntry, Lookup, ObjectWriter, OpenedFile,
+    BlockingOpener, Cache, CommitIo, FileOpener, HitBody, HitEntry, Lookup, ObjectWriter,
+    OpenedFile,
 };
 pub use inflight::{Fill, FillHandle, FillHead, FillState, Inflight, Join, WaitHead};
 pub use key::{key_hash, variant_key, KeyHash};

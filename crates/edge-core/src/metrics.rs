@@ -29,6 +29,59 @@ pub struct WorkerStats {
     pub cache_bytes_hit: AtomicU64,
     /// Body bytes of cached locations relayed from the origin (misses, bypass).
     pub cache_bytes_origin: AtomicU64,
+    /// The worker's RAM tier and open-file cache (copied from their plain counters
+    /// after each lookup: stores, no read-modify-write).
+    pub local: LocalStats,
+}
+
+/// A worker's RAM tier and open-file cache counters, see `edge_cache::local`.
+#[derive(Default)]
+pub struct LocalStats {
+    pub mem_hits: AtomicU64,
+    pub mem_hit_bytes: AtomicU64,
+    pub mem_misses: AtomicU64,
+    pub mem_admissions: AtomicU64,
+    pub mem_rejections: AtomicU64,
+    pub mem_evictions: AtomicU64,
+    pub mem_invalidations: AtomicU64,
+    pub mem_bytes: AtomicU64,
+    pub mem_objects: AtomicU64,
+    pub files_hits: AtomicU64,
+    pub files_misses: AtomicU64,
+    pub files_closed: AtomicU64,
+    pub files_open: AtomicU64,
+}
+
+impl LocalStats {
+    /// Publish a worker's current counters.
+    pub fn publish(&self, l: &edge_cache::local::Local) {
+        // Without a RAM tier (or after a reload removed it) every figure is 0.
+        {
+            let s = l.mem.as_ref().map(|m| m.stats()).unwrap_or_default();
+            for (a, v) in [
+                (&self.mem_hits, s.hits),
+                (&self.mem_hit_bytes, s.hit_bytes),
+                (&self.mem_misses, s.misses),
+                (&self.mem_admissions, s.admissions),
+                (&self.mem_rejections, s.rejections),
+                (&self.mem_evictions, s.evictions),
+                (&self.mem_invalidations, s.invalidations),
+                (&self.mem_bytes, s.bytes),
+                (&self.mem_objects, s.objects),
+            ] {
+                a.store(v, Relaxed);
+            }
+        }
+        let f = l.files.stats();
+        for (a, v) in [
+            (&self.files_hits, f.hits),
+            (&self.files_misses, f.misses),
+            (&self.files_closed, f.closed),
+            (&self.files_open, f.open),
+        ] {
+            a.store(v, Relaxed);
+        }
+    }
 }
 
 /// The `status` label values of `edgecache_cache_requests_total`, in the order of

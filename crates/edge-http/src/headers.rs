@@ -133,6 +133,17 @@ impl HeaderMap {
     /// value is a sub-slice of `buf`; should one not be (never seen), the fields are
     /// copied one by one instead.
     pub(crate) fn from_parsed(buf: &[u8], fields: &[httparse::Header<'_>]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.refill_from_parsed(buf, fields);
+        map
+    }
+
+    /// [`HeaderMap::from_parsed`] into this map, reusing its allocations (a worker
+    /// recycles request heads, so a request usually allocates nothing for its fields).
+    pub(crate) fn refill_from_parsed(&mut self, buf: &[u8], fields: &[httparse::Header<'_>]) {
+        self.buf.clear();
+        self.entries.clear();
+        self.dead = 0;
         let base = buf.as_ptr() as usize;
         // Offset of `part` in `buf`, if it lies inside it.
         let offset = |part: &[u8]| {
@@ -144,10 +155,10 @@ impl HeaderMap {
                 .zip(offset(last.value))
                 .map(|(s, v)| (s, v + last.value.len()))
                 .filter(|(s, e)| s <= e),
-            _ => return HeaderMap::new(),
+            _ => return,
         };
         if let Some((start, end)) = region {
-            let mut entries = Vec::with_capacity(fields.len());
+            self.entries.reserve(fields.len());
             let inside = |off: Option<usize>, len: usize| {
                 off.filter(|&o| o >= start && o + len <= end)
                     .map(|o| o - start)
@@ -156,31 +167,29 @@ impl HeaderMap {
                 let name = inside(offset(h.name.as_bytes()), h.name.len());
                 let value = inside(offset(h.value), h.value.len());
                 let (Some(name_start), Some(value_start)) = (name, value) else {
-                    entries.clear();
+                    self.entries.clear();
                     break;
                 };
-                entries.push(Entry {
+                self.entries.push(Entry {
                     name_start,
                     name_len: h.name.len(),
                     value_start,
                     value_len: h.value.len(),
                 });
             }
-            if entries.len() == fields.len() {
-                let live: usize = entries.iter().map(Entry::live).sum();
-                return HeaderMap {
-                    buf: buf[start..end].to_vec(),
-                    entries,
-                    dead: (end - start).saturating_sub(live),
-                };
+            if self.entries.len() == fields.len() {
+                let live: usize = self.entries.iter().map(Entry::live).sum();
+                self.buf.extend_from_slice(&buf[start..end]);
+                self.dead = (end - start).saturating_sub(live);
+                return;
             }
         }
         let bytes = fields.iter().map(|h| h.name.len() + h.value.len()).sum();
-        let mut map = HeaderMap::with_capacity(fields.len(), bytes);
+        self.buf.reserve(bytes);
+        self.entries.reserve(fields.len());
         for h in fields {
-            map.push_raw(h.name.as_bytes(), h.value);
+            self.push_raw(h.name.as_bytes(), h.value);
         }
-        map
     }
 
     /// Mutable access to the value of field `i` (wire order), for in-place fix-ups by the
@@ -308,6 +317,11 @@ impl HeaderMap {
     }
 
     /// Number of fields (a name that appears twice counts twice).
+    /// Bytes this map holds allocated (its field storage and its index).
+    pub fn capacity_bytes(&self) -> usize {
+        self.buf.capacity() + self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -112,6 +112,17 @@ pub fn parse_request(
     buf: &[u8],
     limits: &Limits,
 ) -> Result<Option<(RequestHead, usize)>, ParseError> {
+    parse_request_reusing(buf, limits, None)
+}
+
+/// [`parse_request`] that builds the head in `spare`'s allocations (its target string
+/// and field storage) when given one: a server recycles the heads of answered requests,
+/// so parsing a request allocates nothing. `spare` is consumed either way.
+pub fn parse_request_reusing(
+    buf: &[u8],
+    limits: &Limits,
+    spare: Option<RequestHead>,
+) -> Result<Option<(RequestHead, usize)>, ParseError> {
     let Some(start) = request_line_start(buf) else {
         return wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE);
     };
@@ -130,7 +141,7 @@ pub fn parse_request(
         if n > limits.max_header_bytes {
             return Err(ERR_HEAD_TOO_LARGE);
         }
-        build_head(buf, &req, limits).map(|head| Some((head, n)))
+        build_head(buf, &req, limits, spare).map(|head| Some((head, n)))
     })
 }
 
@@ -162,6 +173,7 @@ fn build_head(
     buf: &[u8],
     req: &httparse::Request<'_, '_>,
     limits: &Limits,
+    spare: Option<RequestHead>,
 ) -> Result<RequestHead, ParseError> {
     let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(bad("incomplete request line"));
@@ -260,10 +272,22 @@ fn build_head(
     };
 
     // Copied last, so a refused request costs no allocation for its fields.
-    let headers = HeaderMap::from_parsed(buf, fields);
+    let (target, headers) = match spare {
+        Some(RequestHead {
+            mut target,
+            mut headers,
+            ..
+        }) => {
+            target.clear();
+            target.push_str(path);
+            headers.refill_from_parsed(buf, fields);
+            (target, headers)
+        }
+        None => (path.to_owned(), HeaderMap::from_parsed(buf, fields)),
+    };
     Ok(RequestHead {
         method,
-        target: path.to_owned(),
+        target,
         version,
         keep_alive: conn.persistent(version),
         expect_continue: expect_continue && version == Version::Http11,

@@ -56,7 +56,7 @@ fn put(c: &Arc<Cache>, key: &str, body: &[u8]) {
 }
 
 fn body_of(hit: &HitEntry) -> Vec<u8> {
-    read_body(&hit.file, hit.body_offset, hit.body_len).unwrap()
+    read_body(hit.file().expect("file"), hit.body_offset, hit.body_len).unwrap()
 }
 
 fn get(c: &Cache, key: &str) -> Option<Vec<u8>> {

@@ -127,11 +127,7 @@ async fn serve(
     edge_http::write_header(&mut out, "Date", &edge_http::http_date_now());
     edge_http::write_header(&mut out, "Server", b"edgecache");
     edge_http::write_header(&mut out, "Content-Type", ctype.as_bytes());
-    edge_http::write_header(
-        &mut out,
-        "Content-Length",
-        payload.len().to_string().as_bytes(),
-    );
+    edge_http::write_header_u64(&mut out, "Content-Length", payload.len() as u64);
     edge_http::write_header(&mut out, "Connection", b"close");
     out.extend_from_slice(b"\r\n");
     if req.method != edge_http::Method::Head {
@@ -239,6 +235,13 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "accepted": w.accepted.load(Relaxed),
                 "active": w.active.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
+                "memory_cache": {
+                    "hits": w.local.mem_hits.load(Relaxed),
+                    "misses": w.local.mem_misses.load(Relaxed),
+                    "bytes": w.local.mem_bytes.load(Relaxed),
+                    "objects": w.local.mem_objects.load(Relaxed),
+                },
+                "open_files": w.local.files_open.load(Relaxed),
                 "aio": m.aio.get(i).and_then(|a| a.get()).map(|(mode, a)| {
                     let s = a.snapshot();
                     serde_json::json!({
@@ -274,6 +277,31 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');
     s
+}
+
+/// The RAM tier and open-file cache families of `/metrics` (sums over workers).
+fn local_metrics(o: &mut String, m: &Metrics) {
+    use crate::metrics::LocalStats;
+    type Get = fn(&LocalStats) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, &str, Get); 13] = [
+        ("edgecache_memory_cache_hits_total", "counter", "Fresh hits answered from a worker's RAM tier.", |l| &l.mem_hits),
+        ("edgecache_memory_cache_hit_bytes_total", "counter", "Body bytes of the objects answered from RAM.", |l| &l.mem_hit_bytes),
+        ("edgecache_memory_cache_misses_total", "counter", "Fresh lookups the RAM tier could not answer.", |l| &l.mem_misses),
+        ("edgecache_memory_cache_admissions_total", "counter", "Objects taken into the RAM tier.", |l| &l.mem_admissions),
+        ("edgecache_memory_cache_rejections_total", "counter", "Objects refused by the RAM tier (too large, or less popular than what they would evict).", |l| &l.mem_rejections),
+        ("edgecache_memory_cache_evictions_total", "counter", "Objects evicted from the RAM tier by its policy.", |l| &l.mem_evictions),
+        ("edgecache_memory_cache_invalidations_total", "counter", "RAM entries dropped because the index names another version (purge, refresh, replacement).", |l| &l.mem_invalidations),
+        ("edgecache_memory_cache_bytes", "gauge", "Bytes held by the RAM tier (bodies plus per-entry overhead).", |l| &l.mem_bytes),
+        ("edgecache_memory_cache_objects", "gauge", "Objects held by the RAM tier.", |l| &l.mem_objects),
+        ("edgecache_open_file_cache_hits_total", "counter", "Disk hits that found their file already open.", |l| &l.files_hits),
+        ("edgecache_open_file_cache_misses_total", "counter", "Disk hits that had to open their file.", |l| &l.files_misses),
+        ("edgecache_open_file_cache_closed_total", "counter", "Cached descriptors closed (LRU, inactive, stale inode).", |l| &l.files_closed),
+        ("edgecache_open_file_cache_open", "gauge", "Descriptors held open by the open-file cache.", |l| &l.files_open),
+    ];
+    for (name, kind, help, get) in families {
+        prom_header(o, name, kind, help);
+        prom(o, name, "", m.sum(|w| get(&w.local)));
+    }
 }
 
 /// The cache families of `/metrics`.
@@ -523,6 +551,7 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         m.sum(|w| &w.upstream_bad_responses),
     );
     cache_metrics(&mut o, m, shared);
+    local_metrics(&mut o, m);
     aio_metrics(&mut o, m, ctx.aio.queue_depth());
     o
 }

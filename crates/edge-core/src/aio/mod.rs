@@ -113,6 +113,28 @@ impl FileBackend {
         self.engine.stats()
     }
 
+    /// Drops `len` bytes of `file` at `offset` from the page cache (their copy lives
+    /// in the RAM tier now). Clean pages are only unmapped: no I/O, no wait.
+    pub fn drop_cached_pages(&self, file: &File, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is
+        // valid for the duration of the call because `file` is borrowed.
+        let r = unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if r != 0 {
+            tracing::debug!(
+                "posix_fadvise(DONTNEED): {}",
+                io::Error::from_raw_os_error(r)
+            );
+        }
+    }
+
     /// Reads exactly `len` bytes of `file` at `offset`, appended to `buf`; returns the
     /// buffer in every case. A file shorter than asked is `UnexpectedEof` (the bytes
     /// read so far stay appended).

@@ -53,10 +53,31 @@ pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
     Ok(cfg)
 }
 
-/// Line of the first `key =` (last dotted part of `key`), or 1 when absent (a default).
+/// Line of `key` (dotted): for `table.key`, the `key =` under `[table]`, or the line of
+/// an inline `table = { ... }`; otherwise the first `key =` (last dotted part). 1 when
+/// absent (a default).
 fn find_key_line(text: &str, key: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
     let last = key.rsplit('.').next().unwrap_or(key);
-    text.lines()
+    if let Some((table, _)) = key.rsplit_once('.') {
+        let header = format!("[{table}]");
+        let first = table.split('.').next().unwrap_or(table);
+        for (i, l) in lines.iter().enumerate() {
+            if l.trim() == header {
+                let under = lines[i + 1..]
+                    .iter()
+                    .take_while(|l| !l.trim_start().starts_with('['))
+                    .position(|l| line_key(l).as_deref() == Some(last));
+                return under.map_or(i + 1, |j| i + 2 + j);
+            }
+            let inline = !l.trim_start().starts_with('[') && l.contains('{');
+            if inline && !table.contains('.') && line_key(l).as_deref() == Some(first) {
+                return i + 1; // an inline table
+            }
+        }
+    }
+    lines
+        .iter()
         .position(|l| line_key(l).as_deref() == Some(last))
         .map(|i| i + 1)
         .unwrap_or(1)

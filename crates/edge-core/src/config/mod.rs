@@ -306,6 +306,90 @@ impl Default for Aio {
     }
 }
 
+/// `[memory_cache]`: the RAM tier over the disk caches (one share per worker).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryCache {
+    /// Bytes of RAM for bodies, over all workers (each worker gets `size / workers`).
+    pub size: Size,
+    /// Larger bodies stay on disk.
+    #[serde(default = "default_mem_max_object")]
+    pub max_object_size: Size,
+    #[serde(default)]
+    pub policy: MemPolicy,
+}
+fn default_mem_max_object() -> Size {
+    Size(1 << 20)
+}
+
+/// `[memory_cache] policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemPolicy {
+    /// S3-FIFO (SOSP '23): small FIFO, main CLOCK, ghost queue.
+    #[default]
+    S3fifo,
+    /// W-TinyLFU: 1% window, segmented LRU, count-min admission.
+    Tinylfu,
+    Lru,
+}
+
+/// `open_file_cache = { max = 1000, inactive = "20s" }` or `"off"`: descriptors of
+/// cached objects kept open per worker (nginx `open_file_cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFileCache {
+    /// Per worker; 0 when off.
+    pub max: usize,
+    pub inactive: std::time::Duration,
+}
+
+impl Default for OpenFileCache {
+    fn default() -> Self {
+        OpenFileCache {
+            max: 1000,
+            inactive: std::time::Duration::from_secs(20),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OpenFileCache {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            #[serde(default = "default_ofc_max")]
+            max: usize,
+            #[serde(default = "default_ofc_inactive")]
+            inactive: Dur,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            T(Table),
+        }
+        match Raw::deserialize(d)? {
+            Raw::S(s) if s == "off" => Ok(OpenFileCache {
+                max: 0,
+                inactive: std::time::Duration::from_secs(20),
+            }),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "invalid value {s:?}: expected \"off\" or {{ max = N, inactive = \"20s\" }}"
+            ))),
+            Raw::T(t) => Ok(OpenFileCache {
+                max: t.max,
+                inactive: t.inactive.0,
+            }),
+        }
+    }
+}
+fn default_ofc_max() -> usize {
+    1000
+}
+fn default_ofc_inactive() -> Dur {
+    Dur(std::time::Duration::from_secs(20))
+}
+
 /// A `[[cache]]` zone: one directory (one disk) with its own index budget.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -602,6 +686,10 @@ pub struct Config {
     pub aio: Aio,
     #[serde(default)]
     pub cache: Vec<CacheZone>,
+    #[serde(default)]
+    pub memory_cache: Option<MemoryCache>,
+    #[serde(default)]
+    pub open_file_cache: OpenFileCache,
     #[serde(default)]
     pub upstream: Vec<Upstream>,
     #[serde(default)]

@@ -175,6 +175,31 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     if cfg.aio.thread_pool.max_queue == 0 {
         return err(None, "aio.thread_pool.max_queue", "must be at least 1");
     }
+    if let Some(m) = &cfg.memory_cache {
+        if m.size.0 < 1 << 20 {
+            return err(None, "memory_cache.size", "must be at least 1m");
+        }
+        if m.max_object_size.0 == 0 || m.max_object_size.0 > m.size.0 {
+            return err(
+                None,
+                "memory_cache.max_object_size",
+                "must be between 1 and memory_cache.size",
+            );
+        }
+        if cfg.cache.is_empty() {
+            return err(
+                None,
+                "memory_cache",
+                "the RAM tier holds objects of the [[cache]] zones: define one",
+            );
+        }
+    }
+    if cfg.open_file_cache.max > 1_000_000 {
+        return err(None, "open_file_cache.max", "must be at most 1000000");
+    }
+    if cfg.open_file_cache.max > 0 && cfg.open_file_cache.inactive.as_secs() == 0 {
+        return err(None, "open_file_cache.inactive", "must be at least 1s");
+    }
     if let Some(d) = &cfg.demo_origin {
         if let Err(m) = parse_addr(d.get_ref()) {
             return err(Some(d.span()), "demo_origin", m);

@@ -30,18 +30,19 @@ pub async fn dispatch(
     ex: &mut Exchange,
     shared: &Arc<Shared>,
 ) -> Result<(), ExchangeError> {
-    let Some(route) = shared.router.find(ex.req.path()).cloned() else {
+    // Borrowed from the snapshot the session holds: no reference count touched.
+    let Some(route) = shared.router.find(ex.req.path()) else {
         return finish_without_body(conn, ex, &shared.timeouts, 404).await;
     };
     match &route.handler {
         Handler::Proxy(p) if !p.caches.is_empty() => {
-            cache::handle(w, conn, ex, shared, &route, p).await
+            cache::handle(w, conn, ex, shared, route, p).await
         }
-        Handler::Proxy(p) => proxy::handle(w, conn, ex, shared, &route, p).await,
+        Handler::Proxy(p) => proxy::handle(w, conn, ex, shared, route, p).await,
         Handler::Static { root, index } => {
-            static_files::handle(w, conn, ex, shared, &route, root, index).await
+            static_files::handle(w, conn, ex, shared, route, root, index).await
         }
-        Handler::Return(r) => simple::handle_return(conn, ex, shared, &route, r).await,
-        Handler::EmptyGif => simple::handle_empty_gif(conn, ex, shared, &route).await,
+        Handler::Return(r) => simple::handle_return(conn, ex, shared, route, r).await,
+        Handler::EmptyGif => simple::handle_empty_gif(conn, ex, shared, route).await,
     }
 }

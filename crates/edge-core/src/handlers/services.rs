@@ -2,7 +2,9 @@
 
 use crate::aio::FileBackend;
 use crate::metrics::{Metrics, WorkerStats};
+use crate::state::LocalSettings;
 use crate::upstream::UpstreamPool;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// What a worker lends its handlers: its counters, its upstream keep-alive pool and its
@@ -13,11 +15,61 @@ pub struct Services {
     pub pool: UpstreamPool,
     /// The file I/O backend (`aio.mode`), chosen once.
     pub file_io: FileBackend,
+    /// This worker's RAM tier and open-file cache. Borrowed only between awaits.
+    pub local: RefCell<edge_cache::local::Local>,
+    /// The settings `local` was built from (rebuilt by [`Services::tick`] on a reload
+    /// that changes them).
+    pub local_settings: Cell<LocalSettings>,
+    /// A response-head buffer reused from one response to the next (see
+    /// [`Services::take_buf`]).
+    pub scratch: RefCell<Vec<u8>>,
 }
+
+/// Largest scratch buffer kept between responses.
+const SCRATCH_KEEP: usize = 64 * 1024;
 
 impl Services {
     pub fn stats(&self) -> &WorkerStats {
         &self.metrics.workers[self.id]
+    }
+
+    /// An empty buffer with room for `cap` bytes: the worker's scratch buffer if no
+    /// response holds it now, a new one otherwise.
+    pub fn take_buf(&self, cap: usize) -> Vec<u8> {
+        let mut b = std::mem::take(&mut *self.scratch.borrow_mut());
+        b.clear();
+        b.reserve(cap);
+        b
+    }
+
+    /// Returns a buffer from [`Services::take_buf`] for the next response.
+    pub fn give_buf(&self, b: Vec<u8>) {
+        if b.capacity() <= SCRATCH_KEEP {
+            let mut s = self.scratch.borrow_mut();
+            if s.capacity() < b.capacity() {
+                *s = b;
+            }
+        }
+    }
+
+    /// Copy the RAM tier's and open-file cache's counters to `/metrics`.
+    pub fn publish_local(&self) {
+        self.stats().local.publish(&self.local.borrow());
+    }
+
+    /// Once a second: apply new settings, close idle cached descriptors, and report
+    /// the accesses the front answered to each zone's index.
+    pub fn tick(&self, shared: &crate::state::Shared) {
+        let settings = shared.local;
+        if self.local_settings.get() != settings {
+            self.local_settings.set(settings);
+            *self.local.borrow_mut() = settings.build(self.metrics.workers.len());
+        }
+        self.local.borrow_mut().files.sweep();
+        for c in shared.caches.values() {
+            c.flush_touches(&self.local);
+        }
+        self.publish_local();
     }
 
     /// The upstream client's view of this worker.

@@ -250,7 +250,7 @@ pub async fn handle(
         RangeOutcome::Full(_) => {
             ex.begin_head(&mut head, 200);
             edge_http::write_header(&mut head, "Content-Type", ctype.as_bytes());
-            edge_http::write_header(&mut head, "Content-Length", size.to_string().as_bytes());
+            edge_http::write_header_u64(&mut head, "Content-Length", size);
             edge_http::write_header(&mut head, "Accept-Ranges", b"bytes");
             head.extend_from_slice(&validators);
             ex.end_head(&mut head);
@@ -273,11 +273,7 @@ pub async fn handle(
             let (a, b) = (ranges[0].first(), ranges[0].last());
             ex.begin_head(&mut head, 206);
             edge_http::write_header(&mut head, "Content-Type", ctype.as_bytes());
-            edge_http::write_header(
-                &mut head,
-                "Content-Length",
-                (b - a + 1).to_string().as_bytes(),
-            );
+            edge_http::write_header_u64(&mut head, "Content-Length", b - a + 1);
             edge_http::write_header(
                 &mut head,
                 "Content-Range",
@@ -306,11 +302,7 @@ pub async fn handle(
             let mp = MultipartLayout::new(&ranges, size, Some(ctype.as_bytes()), boundary.as_str());
             ex.begin_head(&mut head, 206);
             edge_http::write_header(&mut head, "Content-Type", mp.content_type());
-            edge_http::write_header(
-                &mut head,
-                "Content-Length",
-                mp.content_length().to_string().as_bytes(),
-            );
+            edge_http::write_header_u64(&mut head, "Content-Length", mp.content_length());
             head.extend_from_slice(&validators);
             ex.end_head(&mut head);
             conn.write_all(&head, shared.timeouts.send).await?;

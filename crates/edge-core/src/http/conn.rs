@@ -42,18 +42,33 @@ impl Conn {
         }
     }
 
+    /// Reads more bytes into the buffer with no timeout (the caller bounds the wait).
+    pub async fn fill_untimed(&mut self) -> io::Result<usize> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(READ_BUF);
+        }
+        self.io.read_buf(&mut self.rbuf).await
+    }
+
     /// Writes all of `buf`; each write must make progress within `limit`.
     pub async fn write_all(&mut self, buf: &[u8], limit: Duration) -> io::Result<()> {
         write_all_timed(&mut self.io, buf, limit).await
     }
 }
 
-/// `write_all` where each write must make progress within `limit`.
+/// `write_all` where each write must make progress within `limit`. The first attempt
+/// is a plain non-blocking write (a response usually fits the socket buffer at once):
+/// no deadline is computed and no timer armed unless the socket is full.
 pub async fn write_all_timed(
     io: &mut TcpStream,
     mut buf: &[u8],
     limit: Duration,
 ) -> io::Result<()> {
+    match io.try_write(buf) {
+        Ok(n) => buf = &buf[n..],
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
     while !buf.is_empty() {
         match tokio::time::timeout(limit, io.write(buf)).await {
             Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
@@ -66,6 +81,44 @@ pub async fn write_all_timed(
 }
 
 impl Conn {
+    /// Writes `a` then `b` with `writev` (a head and a body from memory in one
+    /// syscall); each write must make progress within `limit`.
+    pub async fn write_two(
+        &mut self,
+        mut a: &[u8],
+        mut b: &[u8],
+        limit: Duration,
+    ) -> io::Result<()> {
+        let mut first = true;
+        while !a.is_empty() {
+            let iov = [io::IoSlice::new(a), io::IoSlice::new(b)];
+            let r = if first {
+                first = false;
+                match self.io.try_write_vectored(&iov) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => r,
+                }
+            } else {
+                match tokio::time::timeout(limit, self.io.write_vectored(&iov)).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(timed_out("send")),
+                }
+            };
+            match r? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n if n >= a.len() => {
+                    b = &b[n - a.len()..];
+                    a = &[];
+                }
+                n => a = &a[n..],
+            }
+        }
+        if b.is_empty() {
+            return Ok(());
+        }
+        self.write_all(b, limit).await
+    }
+
     /// [`Conn::write_all`] with `MSG_MORE` on every send: the kernel holds the last
     /// partial segment for the bytes sent next (a sendfile'd body, which pushes when it
     /// ends), as nginx's `tcp_nopush` does.

@@ -24,7 +24,7 @@ pub struct Exchange {
     pub continue_sent: bool,
     /// Flips to true when the server starts draining: responses written after that
     /// close the connection even if the request arrived before.
-    draining: tokio::sync::watch::Receiver<bool>,
+    draining: std::rc::Rc<super::idle::IdleTimers>,
 }
 
 /// Why an exchange ended without a clean response.
@@ -70,7 +70,7 @@ impl Exchange {
         req: RequestHead,
         keep_alive: bool,
         max_body: Option<u64>,
-        draining: tokio::sync::watch::Receiver<bool>,
+        draining: std::rc::Rc<super::idle::IdleTimers>,
     ) -> Exchange {
         let body = match req.body {
             BodyKind::Empty | BodyKind::Length(0) => None,
@@ -88,6 +88,11 @@ impl Exchange {
             continue_sent: false,
             draining,
         }
+    }
+
+    /// The request, once the exchange is over (its allocations are reused).
+    pub fn into_request(self) -> RequestHead {
+        self.req
     }
 
     pub fn is_head(&self) -> bool {
@@ -160,7 +165,7 @@ impl Exchange {
 
     /// Connection header (when needed) and the blank line.
     pub fn end_head(&mut self, out: &mut Vec<u8>) {
-        if *self.draining.borrow() {
+        if self.draining.is_draining() {
             self.keep_alive = false;
         }
         if !self.keep_alive {

@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod exchange;
+pub mod idle;
 pub mod respond;
 pub mod send;
 pub mod session;

@@ -54,11 +54,7 @@ pub async fn write_response(
     let no_body = bodiless(status);
     if !no_body {
         edge_http::write_header(&mut out, "Content-Type", content_type.as_bytes());
-        edge_http::write_header(
-            &mut out,
-            "Content-Length",
-            body.len().to_string().as_bytes(),
-        );
+        edge_http::write_header_u64(&mut out, "Content-Length", body.len() as u64);
     }
     out.extend_from_slice(extra_headers);
     ex.end_head(&mut out);

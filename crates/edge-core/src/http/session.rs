@@ -9,11 +9,13 @@
 
 use super::conn::Conn;
 use super::exchange::{Exchange, ExchangeError};
+use super::idle::{IdleEnd, IdleTimers};
 use super::Timeouts;
 use crate::metrics::WorkerStats;
 use bytes::Buf;
 use edge_http::Limits;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -38,8 +40,8 @@ pub trait Service {
     fn config(&self) -> Self::Config;
     fn params(cfg: &Self::Config) -> SessionParams<'_>;
     fn stats(&self) -> &WorkerStats;
-    /// Flips to true when the worker starts draining.
-    fn shutdown(&self) -> &tokio::sync::watch::Receiver<bool>;
+    /// The worker's idle timers and drain flag.
+    fn idle(&self) -> &Rc<IdleTimers>;
     /// Answers one request (routing included).
     async fn call(
         &self,
@@ -50,13 +52,21 @@ pub trait Service {
     /// Called once per answered request, after the response.
     fn log(&self, peer: &SocketAddr, ex: &Exchange);
 
+    /// A request head of an earlier request, for the parser to reuse its allocations.
+    fn spare_head(&self) -> Option<edge_http::RequestHead> {
+        None
+    }
+
+    /// An answered request's head, for [`Service::spare_head`].
+    fn recycle_head(&self, _head: edge_http::RequestHead) {}
+
     fn draining(&self) -> bool {
-        *self.shutdown().borrow()
+        self.idle().is_draining()
     }
 }
 
 enum HeadOutcome {
-    Request(Box<edge_http::RequestHead>, usize),
+    Request(edge_http::RequestHead, usize),
     /// Clean end: EOF or idle timeout between requests, or shutdown while idle.
     Close,
     /// Answer with this status and close.
@@ -102,12 +112,8 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
                     let _ = conn.io.set_nodelay(true);
                     nodelay = true;
                 }
-                let mut ex = Exchange::new(
-                    *req,
-                    keep_alive,
-                    params.limits.max_body,
-                    w.shutdown().clone(),
-                );
+                let mut ex =
+                    Exchange::new(req, keep_alive, params.limits.max_body, w.idle().clone());
                 let result = w.call(&cfg, &mut conn, &mut ex).await;
                 let stats = w.stats();
                 stats.requests.fetch_add(1, Relaxed);
@@ -116,8 +122,10 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
                 }
                 stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
                 w.log(&conn.peer, &ex);
+                let ex_keep = ex.keep_alive && ex.body.is_none();
+                w.recycle_head(ex.into_request());
                 match result {
-                    Ok(()) if ex.keep_alive && ex.body.is_none() => continue,
+                    Ok(()) if ex_keep => continue,
                     Ok(()) => break,
                     Err(ExchangeError::Client(e)) => {
                         tracing::debug!("client {peer}: {e}");
@@ -150,13 +158,18 @@ async fn read_head<S: Service>(
         } else {
             params.timeouts.keepalive
         };
-        let mut shutdown = w.shutdown().clone();
         if served > 0 && w.draining() {
             return HeadOutcome::Close;
         }
+        // The wait is a coarse worker-local timer (see `idle`), not a runtime timer:
+        // a keep-alive request arms and disarms nothing in tokio's wheel.
         let r = tokio::select! {
-            r = conn.fill(idle) => r,
-            _ = shutdown.changed(), if served > 0 => return HeadOutcome::Close,
+            biased;
+            r = conn.fill_untimed() => r,
+            end = w.idle().wait(idle, served > 0) => match end {
+                // Nothing was received: nginx closes silently here too.
+                IdleEnd::Expired | IdleEnd::Draining => return HeadOutcome::Close,
+            },
         };
         match r {
             Ok(0) => return HeadOutcome::Close,
@@ -167,20 +180,24 @@ async fn read_head<S: Service>(
             Err(_) => return HeadOutcome::Close,
         }
     }
-    let deadline = tokio::time::Instant::now() + params.timeouts.client_header;
+    // The head's deadline, from the first time it is found incomplete (a head that
+    // arrives whole, the usual case, costs no clock read).
+    let mut deadline = None;
     // parse_request starts from the beginning each time, so parse again only when the
     // new bytes hold a line end (a head cannot complete without one). A client trickling
     // a head one byte at a time then costs one parse per line, not one per byte.
     let mut reparse = true;
     loop {
         if reparse {
-            match edge_http::parse_request(&conn.rbuf, params.limits) {
-                Ok(Some((head, n))) => return HeadOutcome::Request(Box::new(head), n),
+            match edge_http::parse_request_reusing(&conn.rbuf, params.limits, w.spare_head()) {
+                Ok(Some((head, n))) => return HeadOutcome::Request(head, n),
                 Ok(None) => {}
                 Err(e) => return HeadOutcome::Error(e.status()),
             }
         }
         let before = conn.rbuf.len();
+        let deadline = *deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + params.timeouts.client_header);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match conn.fill(left).await {
             Ok(0) => return HeadOutcome::Close, // EOF mid-head: nobody to answer

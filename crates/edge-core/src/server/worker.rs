@@ -6,6 +6,7 @@
 //! the kernel's backlog, nothing is refused by us) and resumes when one closes.
 
 use crate::handlers::services::Services;
+use crate::http::idle::IdleTimers;
 use crate::http::session::{self, Service, SessionParams};
 use crate::http::{Conn, Exchange, ExchangeError};
 use crate::log::access::{AccessLogBuf, Entry};
@@ -29,20 +30,39 @@ pub struct Worker {
     pub svc: Rc<Services>,
     pub access_log: Rc<RefCell<AccessLogBuf>>,
     pub shutdown: watch::Receiver<bool>,
+    /// The worker-local view of `shutdown`, and the idle connections' timers.
+    pub idle: Rc<IdleTimers>,
+    /// The config snapshot sessions get: refreshed when `shared` changes, so taking it
+    /// per request touches no reference count other workers share (the `Rc` is this
+    /// worker's, the `Arc` inside it is cloned once per reload).
+    #[allow(clippy::redundant_allocation)]
+    snapshot: RefCell<Rc<Arc<Shared>>>,
     pub max_connections: usize,
     conn_closed: Notify,
+    /// Heads of answered requests whose allocations the next requests reuse (per
+    /// worker, not per connection: an idle connection holds none).
+    spare_heads: RefCell<Vec<edge_http::RequestHead>>,
 }
+
+/// Most recycled request heads a worker keeps, and the largest it keeps.
+const SPARE_HEADS: usize = 64;
+const SPARE_HEAD_BYTES: usize = 8 * 1024;
 
 /// The session loop's view of a worker: the config snapshot, the counters, the
 /// shutdown signal, the router and the access log.
 impl Service for Worker {
-    type Config = Arc<Shared>;
+    type Config = Rc<Arc<Shared>>;
 
-    fn config(&self) -> Arc<Shared> {
-        self.shared.load_full()
+    fn config(&self) -> Rc<Arc<Shared>> {
+        let current = self.shared.load();
+        let mut snap = self.snapshot.borrow_mut();
+        if !Arc::ptr_eq(&snap, &current) {
+            *snap = Rc::new(arc_swap::Guard::into_inner(current));
+        }
+        snap.clone()
     }
 
-    fn params(cfg: &Arc<Shared>) -> SessionParams<'_> {
+    fn params(cfg: &Rc<Arc<Shared>>) -> SessionParams<'_> {
         SessionParams {
             limits: &cfg.limits,
             timeouts: &cfg.timeouts,
@@ -54,17 +74,28 @@ impl Service for Worker {
         self.svc.stats()
     }
 
-    fn shutdown(&self) -> &watch::Receiver<bool> {
-        &self.shutdown
+    fn idle(&self) -> &Rc<IdleTimers> {
+        &self.idle
     }
 
     async fn call(
         &self,
-        cfg: &Arc<Shared>,
+        cfg: &Rc<Arc<Shared>>,
         conn: &mut Conn,
         ex: &mut Exchange,
     ) -> Result<(), ExchangeError> {
         crate::handlers::dispatch(&self.svc, conn, ex, cfg).await
+    }
+
+    fn spare_head(&self) -> Option<edge_http::RequestHead> {
+        self.spare_heads.borrow_mut().pop()
+    }
+
+    fn recycle_head(&self, head: edge_http::RequestHead) {
+        let mut spare = self.spare_heads.borrow_mut();
+        if spare.len() < SPARE_HEADS && head.headers.capacity_bytes() <= SPARE_HEAD_BYTES {
+            spare.push(head);
+        }
     }
 
     fn log(&self, peer: &SocketAddr, ex: &Exchange) {
@@ -132,21 +163,31 @@ async fn run(spec: WorkerSpec) {
     if let Some(slot) = spec.metrics.aio.get(spec.id) {
         let _ = slot.set((file_io.mode().as_str(), file_io.stats().clone()));
     }
+    let settings = spec.shared.load().local;
+    let local = settings.build(spec.metrics.workers.len());
     let worker = Rc::new(Worker {
         id: spec.id,
-        shared: spec.shared,
+        shared: spec.shared.clone(),
         svc: Rc::new(Services {
             id: spec.id,
             metrics: spec.metrics,
             pool: UpstreamPool::default(),
             file_io,
+            local: RefCell::new(local),
+            local_settings: std::cell::Cell::new(settings),
+            scratch: RefCell::new(Vec::new()),
         }),
         access_log: Rc::new(RefCell::new(spec.access_log)),
+        snapshot: RefCell::new(Rc::new(spec.shared.load_full())),
         shutdown: spec.shutdown,
+        idle: Rc::new(IdleTimers::default()),
         max_connections: spec.max_connections,
         conn_closed: Notify::new(),
+        spare_heads: RefCell::new(Vec::new()),
     });
     tokio::task::spawn_local(crate::log::access::flusher(worker.access_log.clone()));
+    tokio::task::spawn_local(local_ticker(worker.clone()));
+    tokio::task::spawn_local(watch_shutdown(worker.clone()));
     match spec.acceptor {
         WorkerAcceptor::Sockets(socks) => {
             let mut tasks = Vec::new();
@@ -174,6 +215,37 @@ async fn run(spec: WorkerSpec) {
         worker.conn_closed.notified().await;
     }
     worker.access_log.borrow_mut().flush();
+}
+
+/// Relays the process-wide shutdown signal to the worker's own [`Drain`].
+async fn watch_shutdown(w: Rc<Worker>) {
+    let mut shutdown = w.shutdown.clone();
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            break;
+        }
+    }
+    w.idle.start_draining();
+}
+
+/// The worker's clock: every [`crate::http::idle::TICK`] the idle timers advance; once a
+/// second the open-file cache's clock, reloads of `[memory_cache]`/`open_file_cache`,
+/// and the counters. Runs until the worker's runtime ends (draining connections still
+/// need their timeouts).
+async fn local_ticker(w: Rc<Worker>) {
+    use crate::http::idle::TICK;
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let per_second = (std::time::Duration::from_secs(1).as_millis() / TICK.as_millis()) as u64;
+    let mut n = 0u64;
+    loop {
+        every.tick().await;
+        w.idle.tick();
+        n += 1;
+        if n.is_multiple_of(per_second) {
+            w.svc.tick(&w.shared.load());
+        }
+    }
 }
 
 async fn wait_for_capacity(w: &Worker) {

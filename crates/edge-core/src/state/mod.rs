@@ -35,6 +35,50 @@ pub struct Shared {
     pub send: SendPolicy,
     /// Config generation (1 at start, +1 per reload), shown in /status.
     pub generation: u64,
+    /// `[memory_cache]` and `open_file_cache`, for all workers together.
+    pub local: LocalSettings,
+}
+
+/// What each worker keeps of the cache for itself (`edge_cache::local`): the RAM tier
+/// (its total size is shared out between the workers) and the open-file cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalSettings {
+    /// Total bytes, largest object, policy.
+    pub mem: Option<(u64, u64, edge_cache::local::Policy)>,
+    pub files: edge_cache::local::FilesConfig,
+}
+
+impl LocalSettings {
+    pub fn from_config(cfg: &Config) -> LocalSettings {
+        use crate::config::MemPolicy;
+        use edge_cache::local::Policy;
+        LocalSettings {
+            mem: cfg.memory_cache.as_ref().map(|m| {
+                let p = match m.policy {
+                    MemPolicy::S3fifo => Policy::S3Fifo,
+                    MemPolicy::Tinylfu => Policy::TinyLfu,
+                    MemPolicy::Lru => Policy::Lru,
+                };
+                (m.size.0, m.max_object_size.0, p)
+            }),
+            files: edge_cache::local::FilesConfig {
+                max: cfg.open_file_cache.max,
+                inactive_ticks: cfg.open_file_cache.inactive.as_secs().max(1),
+            },
+        }
+    }
+
+    /// One worker's `Local`, out of `workers`.
+    pub fn build(&self, workers: usize) -> edge_cache::local::Local {
+        let mem = self
+            .mem
+            .map(|(size, max_object, policy)| edge_cache::local::MemConfig {
+                budget: size / workers.max(1) as u64,
+                max_object,
+                policy,
+            });
+        edge_cache::local::Local::new(mem, self.files)
+    }
 }
 
 impl Shared {
@@ -88,6 +132,7 @@ impl Shared {
                 directio: cfg.aio.directio.0,
             },
             generation,
+            local: LocalSettings::from_config(cfg),
         })
     }
 

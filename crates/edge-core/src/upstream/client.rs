@@ -312,9 +312,7 @@ pub fn request_head(
     edge_http::write_header(&mut out, "X-Forwarded-For", &v);
     out.extend_from_slice(opts.extra);
     match req.body {
-        BodyKind::Length(n) => {
-            edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
-        }
+        BodyKind::Length(n) => edge_http::write_header_u64(&mut out, "Content-Length", n),
         BodyKind::Chunked => edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked"),
         _ => {}
     }

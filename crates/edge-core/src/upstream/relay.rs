@@ -107,9 +107,7 @@ pub fn client_head(
                 edge_http::write_header(out, "Content-Length", cl);
             }
         }
-        BodyKind::Length(n) => {
-            edge_http::write_header(out, "Content-Length", n.to_string().as_bytes())
-        }
+        BodyKind::Length(n) => edge_http::write_header_u64(out, "Content-Length", n),
         BodyKind::Chunked | BodyKind::CloseDelimited => {
             if ex.chunked_ok() && !ex.is_head() {
                 edge_http::write_header(out, "Transfer-Encoding", b"chunked");

@@ -563,7 +563,7 @@ fn range_head(
         None => (format!("bytes */{len}"), 0),
     };
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
-    edge_http::write_header(out, "Content-Length", n.to_string().as_bytes());
+    edge_http::write_header_u64(out, "Content-Length", n);
     out.extend_from_slice(&ctx.route.add_headers);
     ex.write_cache_status(out);
     ex.end_head(out);

@@ -17,7 +17,7 @@ use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::bodiless;
 use crate::http::send::send_file_range;
 use edge_cache::hit::{content_type, not_modified, validators};
-use edge_cache::{policy, HitEntry, ObjectMeta};
+use edge_cache::{policy, HitBody, HitEntry, ObjectMeta};
 use edge_http::{Boundary, MultipartLayout, RangeIgnored, RangeOutcome};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -36,10 +36,14 @@ pub async fn serve(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
-    entry: HitEntry,
+    mut entry: HitEntry,
     st: CacheStatus,
 ) -> Result<(), ExchangeError> {
     mark(ctx.w, ex, st);
+    if entry.mem().is_some() {
+        // RFC 9211 `detail`: which tier answered (X-Cache-Status stays HIT).
+        ex.cache.detail = Some("memory");
+    }
     let shared = ctx.shared;
     // A GET with a body: consume it so the next request parses (or close).
     if ex.body.is_some()
@@ -61,6 +65,9 @@ pub async fn serve(
         conn.write_all(&out, shared.timeouts.send).await?;
         return Ok(());
     }
+    if st == CacheStatus::Hit && !ex.is_head() && ctx.cache.memory_wants(&ctx.w.local, &entry) {
+        Box::pin(admit_to_memory(ctx, &mut entry)).await?;
+    }
     let len = entry.body_len;
     let outcome = if meta.status == 200 {
         edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &validators(&meta), len)
@@ -69,11 +76,11 @@ pub async fn serve(
     };
     let sent = match outcome {
         RangeOutcome::Full(_) => {
-            let mut out = head_buf(&meta, 0);
+            let mut out = head_buf(ctx, &meta, 0);
             ex.begin_stored_head(&mut out, meta.status);
             out.extend_from_slice(&meta.header_block);
             if !bodiless(meta.status) {
-                edge_http::write_header(&mut out, "Content-Length", len.to_string().as_bytes());
+                edge_http::write_header_u64(&mut out, "Content-Length", len);
             }
             finish_head(ctx, ex, age, &mut out);
             if bodiless(meta.status) || ex.is_head() {
@@ -85,7 +92,7 @@ pub async fn serve(
         }
         RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
             let r = ranges[0].as_range();
-            let mut out = head_buf(&meta, 64);
+            let mut out = head_buf(ctx, &meta, 64);
             write_partial_head(ex, &mut out, &meta, &r, len);
             finish_head(ctx, ex, age, &mut out);
             if ex.is_head() {
@@ -98,7 +105,7 @@ pub async fn serve(
         RangeOutcome::Partial(ranges) => {
             let boundary = Boundary::from_seed(entry.hash as u64);
             let layout = MultipartLayout::new(&ranges, len, content_type(&meta), boundary.as_str());
-            let mut out = head_buf(&meta, 128);
+            let mut out = head_buf(ctx, &meta, 128);
             write_multipart_head(ctx, ex, &meta, &layout, age, &mut out);
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
@@ -109,14 +116,15 @@ pub async fn serve(
                     out.extend_from_slice(part.head);
                     sent += part.head.len() as u64;
                     let body = part.range.as_range();
-                    sent += send_body(ctx, conn, &entry, std::mem::take(&mut out), body).await?;
+                    let part = send_body(ctx, conn, &entry, std::mem::take(&mut out), body);
+                    sent += Box::pin(part).await?;
                 }
                 conn.write_all(layout.tail(), shared.timeouts.send).await?;
                 sent + layout.tail().len() as u64
             }
         }
         RangeOutcome::Unsatisfiable => {
-            let mut out = head_buf(&meta, 64);
+            let mut out = head_buf(ctx, &meta, 64);
             write_unsatisfiable(ctx, ex, &meta, len, age, &mut out);
             conn.write_all(&out, shared.timeouts.send).await?;
             0
@@ -139,11 +147,7 @@ pub fn write_partial_head(
     out.extend_from_slice(&meta.header_block);
     let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
-    edge_http::write_header(
-        out,
-        "Content-Length",
-        (r.end - r.start).to_string().as_bytes(),
-    );
+    edge_http::write_header_u64(out, "Content-Length", r.end - r.start);
 }
 
 /// The head of a multipart/byteranges 206: the stored headers but those describing the
@@ -160,23 +164,25 @@ pub fn write_multipart_head(
     copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
     let total = layout.content_length();
     edge_http::write_header(out, "Content-Type", layout.content_type());
-    edge_http::write_header(out, "Content-Length", total.to_string().as_bytes());
+    edge_http::write_header_u64(out, "Content-Length", total);
     finish_head(ctx, ex, age, out);
 }
 
-/// A head buffer with room for the stored block, our headers and an inline body.
-fn head_buf(meta: &ObjectMeta, extra: usize) -> Vec<u8> {
+/// A head buffer with room for the stored block, our headers and an inline body: the
+/// worker's scratch buffer when no other response holds it (no allocation per hit).
+fn head_buf(ctx: &Ctx<'_>, meta: &ObjectMeta, extra: usize) -> Vec<u8> {
     let inline = if meta.body_len <= INLINE_BODY {
         meta.body_len as usize
     } else {
         0
     };
-    Vec::with_capacity(256 + extra + meta.header_block.len() + inline)
+    ctx.w
+        .take_buf(256 + extra + meta.header_block.len() + inline)
 }
 
 /// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head.
 pub fn finish_head(ctx: &Ctx<'_>, ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
-    edge_http::write_header(out, "Age", age.to_string().as_bytes());
+    edge_http::write_header_u64(out, "Age", age);
     out.extend_from_slice(&ctx.route.add_headers);
     ex.write_cache_status(out);
     ex.end_head(out);
@@ -224,9 +230,36 @@ fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
     }
 }
 
-/// Sends `head` followed by the body bytes in `range`: a small range is read into the
-/// head's buffer (one write), a large one follows it by sendfile/pread. Returns the body
-/// bytes sent.
+/// A fresh hit whose body is on disk and that the worker's RAM tier would take: read the
+/// whole body once, offer it, and serve this response from it. With `aio.directio` set
+/// the file's pages are then dropped from the page cache, so the body is not held
+/// twice (RAM tier and page cache).
+async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), ExchangeError> {
+    let Some(file) = entry.file() else {
+        return Ok(());
+    };
+    let len = entry.body_len as usize;
+    let (read, body) = ctx
+        .w
+        .file_io
+        .read_exact_append(file, entry.body_offset, len, Vec::with_capacity(len))
+        .await;
+    read.map_err(abort)?;
+    if ctx.shared.send.directio.is_some() {
+        ctx.w
+            .file_io
+            .drop_cached_pages(file, entry.body_offset, entry.body_len);
+    }
+    let body: std::sync::Arc<[u8]> = body.into();
+    ctx.cache.offer_to_memory(&ctx.w.local, entry, body.clone());
+    entry.body = HitBody::Mem(body);
+    entry.body_offset = 0;
+    Ok(())
+}
+
+/// Sends `head` followed by the body bytes in `range`: a RAM body leaves with the head
+/// in one `writev`; a small range on disk is read into the head's buffer (one write), a
+/// large one follows it by sendfile/pread. Returns the body bytes sent.
 async fn send_body(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -236,30 +269,41 @@ async fn send_body(
 ) -> Result<u64, ExchangeError> {
     let send = ctx.shared.timeouts.send;
     let n = range.end - range.start;
+    let file = match &entry.body {
+        HitBody::Mem(body) => {
+            let part = &body[range.start as usize..range.end as usize];
+            conn.write_two(&head, part, send).await?;
+            ctx.w.give_buf(head);
+            return Ok(n);
+        }
+        HitBody::File(f) => &**f,
+    };
     let off = entry.body_offset + range.start;
     let io = &ctx.w.file_io;
     if n <= INLINE_BODY {
-        let (read, head) = io
-            .read_exact_append(&entry.file, off, n as usize, head)
-            .await;
+        let (read, head) = io.read_exact_append(file, off, n as usize, head).await;
         read.map_err(abort)?;
         conn.write_all(&head, send).await?;
+        ctx.w.give_buf(head);
         return Ok(n);
     }
     // The body follows at once: let the head share its first segment (nginx's
     // `tcp_nopush`) instead of leaving as a tiny packet that wakes the client alone.
     conn.write_all_more(&head, send).await?;
+    ctx.w.give_buf(head);
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
-    match send_file_range(
+    // Boxed: the sendfile/pool future is large, and inline it would be copied into
+    // every hit's state, small RAM hits included; a large body pays one allocation.
+    match Box::pin(send_file_range(
         conn,
         io,
-        &entry.file,
+        file,
         off,
         n,
         ctx.shared.send.mode_for(entry.body_len),
         send,
-    )
+    ))
     .await
     {
         Ok(k) => Ok(k),

@@ -13,17 +13,20 @@ pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
 /// [`cache_key`] for a URI given by its host and its path and query (`pq`, origin
 /// form): the key a GET of that URI would be cached under.
 pub fn cache_key_for(template: Option<&str>, host: &str, pq: &str) -> String {
+    let Some(t) = template else {
+        // The common case: one allocation, the host lower-cased in place.
+        let mut k = String::with_capacity(7 + host.len() + pq.len());
+        k.push_str("http://");
+        let at = k.len();
+        k.push_str(host);
+        k[at..].make_ascii_lowercase();
+        k.push_str(pq);
+        return k;
+    };
     let host = host.to_ascii_lowercase();
     let (path, query) = match pq.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (pq, None),
-    };
-    let Some(t) = template else {
-        let mut k = String::with_capacity(7 + host.len() + pq.len());
-        k.push_str("http://");
-        k.push_str(&host);
-        k.push_str(pq);
-        return k;
     };
     let mut out = String::with_capacity(t.len() + 64);
     let mut rest = t;

@@ -102,9 +102,7 @@ pub async fn handle(
     let mut alone_store = MayStore::No;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
-        let first = cache
-            .lookup_with(&ctx.w.file_io, &ctx.key, &ex.req.headers, now)
-            .await;
+        let first = lookup(&ctx, &ex.req.headers, now).await;
         if let Lookup::Fresh(hit) = first {
             return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
@@ -118,16 +116,7 @@ pub async fn handle(
             Join::Leader(handle) => {
                 // A fill may have completed between the lookup and the join.
                 let again = match first {
-                    Lookup::Miss => {
-                        cache
-                            .lookup_with(
-                                &ctx.w.file_io,
-                                &ctx.key,
-                                &ex.req.headers,
-                                SystemTime::now(),
-                            )
-                            .await
-                    }
+                    Lookup::Miss => lookup(&ctx, &ex.req.headers, SystemTime::now()).await,
                     other => other,
                 };
                 return match again {
@@ -188,6 +177,16 @@ pub async fn handle(
         alone_store,
     ))
     .await
+}
+
+/// The cache lookup through this worker's RAM tier and open-file cache.
+async fn lookup(ctx: &Ctx<'_>, req: &edge_http::HeaderMap, now: SystemTime) -> Lookup {
+    let found = ctx
+        .cache
+        .lookup_local(Some(&ctx.w.local), &ctx.w.file_io, &ctx.key, req, now)
+        .await;
+    ctx.w.publish_local();
+    found
 }
 
 /// A miss or a stale object fetched by this request alone (no collapsing).

@@ -158,9 +158,7 @@ pub async fn stream_fill(
         out.extend_from_slice(&meta.header_block);
         match known_len(meta) {
             _ if no_body => {}
-            Some(n) => {
-                edge_http::write_header(&mut out, "Content-Length", n.to_string().as_bytes())
-            }
+            Some(n) => edge_http::write_header_u64(&mut out, "Content-Length", n),
             None if ex.chunked_ok() && !ex.is_head() => {
                 edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
                 chunked = true;

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Cost of one small cache hit: user-space instructions (callgrind) and syscalls
+(strace -c), edgecache (RAM tier, disk tier) against nginx proxy_cache, same load.
+
+Usage (root not needed; valgrind, strace and nginx installed, binaries built with
+`cargo build --release`):
+
+    python3 bench/hit-cost.py [--size 1k] [--out docs/results/hit-cost.json]
+
+What it does, per server (edgecache with `[memory_cache]`, edgecache without it, nginx
+with `proxy_cache` and `open_file_cache`; one worker each, access logs off, keep-alive):
+1. Start the origin (edgeorigin), then the server under `valgrind --tool=callgrind
+   --separate-threads=yes`, warm the object until `X-Cache-Status: HIT` and send 500
+   warm-up requests (edgeload, 1 connection).
+2. Instructions: zero the counters, send N1 requests, dump; zero, send N2, dump. The
+   busiest thread's (Ir(N2) - Ir(N1)) / (N2 - N1) is the cost of one request with the
+   fixed costs (connection set-up, the dump itself) cancelled out. Twice, median kept.
+3. Syscalls: the server again without valgrind, `strace -c -f -p PID` around N
+   requests on 1 connection and on 16 connections; calls per request, with and
+   without `epoll_wait` (a wake-up serves several requests when connections queue).
+
+Deterministic enough to compare: callgrind counts instructions, not time.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"port {port} did not open")
+
+
+def get(port, path, headers=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def load(port, path, requests, connections=1):
+    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(connections), "-T", "120s",
+           "--requests", str(requests), f"http://127.0.0.1:{port}{path}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"(\d+) requests in", out)
+    return int(m.group(1)) if m else requests
+
+
+def edgecache_config(dir, port, origin, memory):
+    mem = '[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\npolicy = "s3fifo"\n' if memory else ""
+    text = f'''workers = 1
+worker_cpu_affinity = "off"
+access_log = "off"
+keepalive_requests = 1000000
+error_log = {{ path = "{dir}/error.log", level = "warn" }}
+[[listen]]
+addr = "127.0.0.1:{port}"
+[[cache]]
+name = "c1"
+path = "{dir}/cache"
+{mem}
+[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:{origin}"]
+keepalive = 4
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["c1"]
+cache_valid = {{ "200" = "10m" }}
+'''
+    path = os.path.join(dir, "edgecache.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return [os.path.join(BIN, "edgecache"), "-c", path]
+
+
+def nginx_config(dir, port, origin):
+    text = f'''daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/cbt; proxy_temp_path {dir}/pt;
+    fastcgi_temp_path {dir}/ft; uwsgi_temp_path {dir}/ut; scgi_temp_path {dir}/st;
+    sendfile on; tcp_nodelay on;
+    keepalive_timeout 75s; keepalive_requests 1000000;
+    open_file_cache max=1000 inactive=60s;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:64m max_size=4g inactive=1h use_temp_path=off;
+    upstream origin {{ server 127.0.0.1:{origin}; keepalive 4; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://origin; proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache bench; proxy_cache_valid 200 10m;
+            add_header X-Cache-Status $upstream_cache_status;
+        }}
+    }}
+}}
+'''
+    path = os.path.join(dir, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(text)
+    return ["nginx", "-c", path, "-p", dir]
+
+
+def warm(port, path):
+    for _ in range(50):
+        _, h, _ = get(port, path)
+        if h.get("X-Cache-Status") == "HIT":
+            break
+        time.sleep(0.05)
+    # The RAM tier admits on the first disk hit: a few more make the steady state.
+    for _ in range(5):
+        get(port, path)
+    load(port, path, 500)
+
+
+def callgrind_ir(cmd, port, path, n1, n2, reps, work):
+    out = os.path.join(work, "cg.out")
+    vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
+          f"--callgrind-out-file={out}.%p"] + cmd
+    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=work, start_new_session=True)
+    try:
+        wait_port(port, 120)
+        warm(port, path)
+        per_req = []
+        for rep in range(reps):
+            totals = {}
+            for n in (n1, n2):
+                subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
+                load(port, path, n)
+                tag = f"r{rep}n{n}"
+                subprocess.run(["callgrind_control", f"--dump={tag}", str(p.pid)],
+                               capture_output=True)
+                time.sleep(0.5)
+                totals[n] = busiest(work, p.pid, tag)
+            per_req.append((totals[n2] - totals[n1]) / (n2 - n1))
+        return sorted(per_req)[len(per_req) // 2], per_req
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def busiest(work, pid, tag):
+    """Largest Ir among the dumps (one per thread) carrying this tag."""
+    best = 0
+    for name in os.listdir(work):
+        if not name.startswith(f"cg.out.{pid}"):
+            continue
+        with open(os.path.join(work, name), errors="replace") as f:
+            text = f.read()
+        if f"desc: Trigger: Client Request: {tag}" not in text and tag not in text[:2000]:
+            continue
+        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best
+
+
+def strace_calls(cmd, port, path, n, connections, work):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=work, start_new_session=True)
+    try:
+        wait_port(port)
+        warm(port, path)
+        log = os.path.join(work, f"strace-{connections}.txt")
+        s = subprocess.Popen(["strace", "-c", "-f", "-p", str(p.pid), "-o", log],
+                             stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        done = load(port, path, n, connections)
+        s.send_signal(signal.SIGINT)
+        s.wait()
+        calls = {}
+        with open(log) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier() and parts[-1] != "total":
+                    calls[parts[-1]] = int(parts[3])
+        # Noise floor: calls made a handful of times are timers and housekeeping.
+        per = {k: v / done for k, v in calls.items() if v >= done / 20}
+        return per
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="1k")
+    ap.add_argument("--n1", type=int, default=2000)
+    ap.add_argument("--n2", type=int, default=12000)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--strace-requests", type=int, default=20000)
+    ap.add_argument("--out")
+    ap.add_argument("--servers", default="edgecache-ram,edgecache-disk,nginx")
+    a = ap.parse_args()
+    path = f"/obj/{a.size}/1"
+    results = {}
+    origin_port = free_port()
+    origin = subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
+                               f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_port(origin_port)
+        for name in a.servers.split(","):
+            if name == "nginx" and not shutil.which("nginx"):
+                print("nginx not installed (bench/peers/install.sh): skipped", file=sys.stderr)
+                continue
+            res = {}
+            for phase in ("callgrind", "strace"):
+                work = tempfile.mkdtemp(prefix=f"hitcost-{name}-")
+                port = free_port()
+                if name == "nginx":
+                    cmd = nginx_config(work, port, origin_port)
+                else:
+                    cmd = edgecache_config(work, port, origin_port, name == "edgecache-ram")
+                if phase == "callgrind":
+                    med, all_ = callgrind_ir(cmd, port, path, a.n1, a.n2, a.reps, work)
+                    res["ir_per_request"] = round(med)
+                    res["ir_samples"] = [round(x) for x in all_]
+                else:
+                    for c in (1, 16):
+                        per = strace_calls(cmd, port, path, a.strace_requests, c, work)
+                        res[f"syscalls_c{c}"] = {k: round(v, 3) for k, v in sorted(per.items())}
+                        res[f"syscalls_c{c}_total"] = round(sum(per.values()), 2)
+                        res[f"syscalls_c{c}_no_epoll"] = round(
+                            sum(v for k, v in per.items() if not k.startswith("epoll")), 2)
+                shutil.rmtree(work, ignore_errors=True)
+            results[name] = res
+            print(name, json.dumps(res), flush=True)
+    finally:
+        origin.kill()
+    if "nginx" in results:
+        base = results["nginx"]["ir_per_request"]
+        for name, r in results.items():
+            r["ir_vs_nginx"] = round(r["ir_per_request"] / base, 3)
+    print("\n| server | Ir/request | vs nginx | syscalls/req (1 conn) | without epoll_wait | syscalls/req (16 conns) | without epoll_wait |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['ir_per_request']} | {r.get('ir_vs_nginx', '')} | "
+              f"{r['syscalls_c1_total']} | {r['syscalls_c1_no_epoll']} | "
+              f"{r['syscalls_c16_total']} | {r['syscalls_c16_no_epoll']} |")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"size": a.size, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+//! A worker's front of the shared index: what it last learned about its hot objects,
+//! answered without a lock.
+//!
+//! How it fits: the index is shared by every worker; a lookup there takes the shard's
+//! mutex and moves the entry in its LRU list, so two workers hitting one hot object
+//! write the same cache lines on every request. The front remembers, per worker, the
+//! index's answer for an object without `Vary` (its metadata, file and generation)
+//! with the version of the object's stripe at the time ([`crate::index::Index::version`]).
+//! A hit here is one load of that version (a line only writers touch) and a lookup in
+//! a worker-local map. The metadata is the worker's own copy, so even its reference
+//! count is never shared. The accesses it answers are reported to the index once per
+//! second ([`crate::Cache::flush_touches`]), which keeps LRU and `inactive` working
+//! without a write per hit.
+
+use crate::index::HashMapK;
+use crate::key::KeyHash;
+use crate::meta::ObjectMeta;
+use std::sync::Arc;
+
+/// Entries a worker's front keeps by default (each holds a copy of an object's
+/// metadata, a few hundred bytes).
+pub const FRONT_ENTRIES: usize = 8192;
+
+/// What the front remembers of one object.
+#[derive(Debug, Clone)]
+pub struct FrontEntry {
+    pub(crate) version: u64,
+    /// The cache zone's seed (the worker's front serves every zone).
+    pub(crate) seed: u64,
+    pub(crate) hash: KeyHash,
+    pub(crate) meta: Arc<ObjectMeta>,
+    pub(crate) body_offset: u64,
+    pub(crate) ino: u64,
+    pub(crate) gen: u64,
+    pub(crate) touched: bool,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrontStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: u64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Front {
+    map: HashMapK<FrontEntry>,
+    max: usize,
+    stats: FrontStats,
+}
+
+impl Front {
+    pub fn new(max: usize) -> Front {
+        Front {
+            map: HashMapK::default(),
+            max,
+            stats: FrontStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> FrontStats {
+        FrontStats {
+            entries: self.map.len() as u64,
+            ..self.stats
+        }
+    }
+
+    /// The remembered answer for `lk` if its stripe is still at `version` and it is
+    /// the object of `key` (hash collisions).
+    pub(crate) fn get(&mut self, lk: KeyHash, key: &str, version: u64) -> Option<&FrontEntry> {
+        let valid = match self.map.get(&lk) {
+            Some(e) => e.version == version && e.meta.key == key,
+            None => {
+                self.stats.misses += 1;
+                return None;
+            }
+        };
+        if !valid {
+            self.map.remove(&lk);
+            self.stats.misses += 1;
+            return None;
+        }
+        self.stats.hits += 1;
+        let e = self.map.get_mut(&lk)?;
+        e.touched = true;
+        Some(e)
+    }
+
+    pub(crate) fn insert(&mut self, lk: KeyHash, e: FrontEntry) {
+        if self.max == 0 {
+            return;
+        }
+        if self.map.len() >= self.max && !self.map.contains_key(&lk) {
+            // Full: forget one entry (the map's first; keys are hashes, so this is an
+            // arbitrary one). A forgotten object is looked up in the index again.
+            if let Some(&k) = self.map.keys().next() {
+                self.map.remove(&k);
+            }
+        }
+        self.map.insert(lk, e);
+    }
+
+    pub(crate) fn remove(&mut self, lk: KeyHash) {
+        self.map.remove(&lk);
+    }
+
+    /// The hashes of zone `seed`'s objects answered since the last call.
+    pub(crate) fn take_touched(&mut self, seed: u64) -> Vec<KeyHash> {
+        let mut out = Vec::new();
+        for e in self.map.values_mut() {
+            if e.touched && e.seed == seed {
+                e.touched = false;
+                out.push(e.hash);
+            }
+        }
+        out
+    }
+}
