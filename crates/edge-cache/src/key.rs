@@ -24,7 +24,19 @@ pub fn key_hash(key: &str) -> KeyHash {
 
 /// The 32 lowercase hex digits of a hash (the object's file name).
 pub fn hash_hex(hash: KeyHash) -> String {
-    format!("{hash:032x}")
+    let hex = hash_hex_bytes(hash);
+    // The bytes are ASCII hex digits.
+    String::from_utf8_lossy(&hex).into_owned()
+}
+
+/// [`hash_hex`] on the stack: 32 lowercase hex digits, most significant first.
+pub fn hash_hex_bytes(hash: KeyHash) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = HEX[((hash >> (4 * (31 - i))) & 0xf) as usize];
+    }
+    out
 }
 
 /// Parse a file name made by [`hash_hex`].
@@ -142,6 +154,13 @@ mod tests {
         );
         assert_eq!(parse_vary(["Origin, *"]), None);
         assert_eq!(parse_vary([""]), Some(vec![]));
+    }
+
+    #[test]
+    fn hash_hex_bytes_matches_format() {
+        for h in [0u128, 1, 0xabc, u128::MAX, key_hash("x"), key_hash("http://a/b")] {
+            assert_eq!(&hash_hex_bytes(h)[..], format!("{h:032x}").as_bytes());
+        }
     }
 
     #[test]

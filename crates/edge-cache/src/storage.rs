@@ -81,21 +81,30 @@ pub fn validate_levels(levels: &[u8]) -> Result<(), String> {
 impl Layout {
     /// The directory an object lives in.
     pub fn dir_for(&self, hash: KeyHash) -> PathBuf {
-        let hex = hash_hex(hash);
-        let mut dir = self.root.clone();
-        let mut end = hex.len();
-        for &l in &self.levels {
-            let start = end - l as usize;
-            dir.push(&hex[start..end]);
-            end = start;
-        }
+        let mut dir = PathBuf::with_capacity(self.root.as_os_str().len() + 8);
+        self.push_dirs(&mut dir, &crate::key::hash_hex_bytes(hash));
         dir
     }
 
-    /// The final path of an object.
+    fn push_dirs(&self, dir: &mut PathBuf, hex: &[u8; 32]) {
+        use std::os::unix::ffi::OsStrExt;
+        dir.push(&self.root);
+        let mut end = hex.len();
+        for &l in &self.levels {
+            let start = end - l as usize;
+            dir.push(std::ffi::OsStr::from_bytes(&hex[start..end]));
+            end = start;
+        }
+    }
+
+    /// The final path of an object: one allocation, the hex digits formatted on the
+    /// stack.
     pub fn path_for(&self, hash: KeyHash) -> PathBuf {
-        let mut p = self.dir_for(hash);
-        p.push(hash_hex(hash));
+        use std::os::unix::ffi::OsStrExt;
+        let hex = crate::key::hash_hex_bytes(hash);
+        let mut p = PathBuf::with_capacity(self.root.as_os_str().len() + 8 + hex.len());
+        self.push_dirs(&mut p, &hex);
+        p.push(std::ffi::OsStr::from_bytes(&hex));
         p
     }
 }

@@ -241,6 +241,56 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_tiers_experiment_resolves() {
+        let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench");
+        let (o, _) = Cli::parse_from(["edgebench", "tiers", "--bench-dir", bench])
+            .options(&[])
+            .unwrap();
+        let p = &o.plan;
+        assert_eq!(p.servers.len(), 5);
+        assert_eq!(
+            p.workloads
+                .iter()
+                .map(|w| w.name.as_str())
+                .collect::<Vec<_>>(),
+            ["zipf-0.8", "zipf-1.0", "scan", "after-scan", "1k", "100k"]
+        );
+        assert!(p.metrics.iter().any(|m| m == "edgecache_memory_cache_"));
+        let w = |n: &str| p.workloads.iter().find(|w| w.name == n).unwrap();
+        let t = crate::load::edgeload_targets(&w("zipf-0.8").groups, &[]).unwrap();
+        assert_eq!(
+            (t.url_path.as_str(), t.paths, t.zipf),
+            ("/obj/10k", Some(20000), Some(0.8))
+        );
+        let t = crate::load::edgeload_targets(&w("scan").groups, &[]).unwrap();
+        assert_eq!((t.paths, t.zipf), (Some(20000), None));
+        assert_eq!(
+            w("zipf-0.8").warm_passes,
+            1,
+            "the first 10 KiB workload fills"
+        );
+        assert!(["zipf-1.0", "scan", "after-scan"]
+            .iter()
+            .all(|n| w(n).warm_passes == 0));
+        let b = w("after-scan").before.as_ref().unwrap();
+        assert_eq!((b.paths.len(), b.requests), (20000, Some(20000)));
+        // A bound on the run time: cells × (warm-up + cell) stays under ~6 minutes.
+        let cells: f64 = p
+            .workloads
+            .iter()
+            .map(|w| (p.warmup + w.duration).as_secs_f64())
+            .sum::<f64>()
+            * p.servers.len() as f64
+            * p.repetitions as f64;
+        assert!(cells <= 360.0, "{cells} s of cells");
+        let (q, _) = Cli::parse_from(["edgebench", "tiers", "--quick", "--bench-dir", bench])
+            .options(&[])
+            .unwrap();
+        assert_eq!(q.plan.servers.len(), 4, "edgecache variants only");
+        assert_eq!(q.plan.workloads[0].groups[0].ids, Some(5000));
+    }
+
+    #[test]
     fn usage_errors_exit_2() {
         let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench");
         for args in [

@@ -18,6 +18,8 @@ use crate::servers::ServerKind;
 
 /// Upper bound on the distinct paths one workload may expand to (warm-up requests each).
 pub const MAX_PATHS: usize = 100_000;
+/// Largest `zipf` exponent (edgeload's `--zipf` bound).
+pub const MAX_ZIPF: f64 = 3.0;
 /// Upper bound on repetitions, so a typo cannot run for a day.
 pub const MAX_REPETITIONS: u32 = 100;
 /// Upper bound on one cell's duration.
@@ -231,6 +233,29 @@ pub struct UrlGroup {
     pub ids: Option<u32>,
     #[serde(default = "one")]
     pub weight: u32,
+    /// Zipf popularity over the ids (edgeload `--zipf`): P(id) ∝ id^-zipf, id 1 the most
+    /// popular; absent: uniform. Needs the `/{id}` shape (see [`zipf_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zipf: Option<f64>,
+}
+
+/// `before = {...}`: a load run right before each measured cell (after the warm-up load)
+/// and thrown away, e.g. a scan over the whole catalogue, so that every cell measures
+/// what survived it.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeforeSpec {
+    #[serde(default = "default_connections")]
+    pub connections: u32,
+    #[serde(default = "one")]
+    pub threads: u32,
+    pub urls: Vec<UrlGroup>,
+    /// Stop after this many requests (edgeload `--requests`); the duration bounds it.
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Default: the workload's cell duration.
+    #[serde(default)]
+    pub duration: Option<String>,
 }
 
 /// One load shape: a column group of the report.
@@ -273,6 +298,13 @@ pub struct WorkloadSpec {
     /// edgeload's log2 histogram per server, not only p50/p99.
     #[serde(default)]
     pub latency_detail: bool,
+    /// Overrides the experiment's `warm_passes` for this workload; 0 skips the fill (the
+    /// workload measures the caches as the previous workloads left them).
+    #[serde(default)]
+    pub warm_passes: Option<u32>,
+    /// A discarded load right before each measured cell (a scan, say).
+    #[serde(default)]
+    pub before: Option<BeforeSpec>,
 }
 
 /// What `--quick` changes.
@@ -330,6 +362,22 @@ pub struct Workload {
     pub timeout: Option<String>,
     pub requests: Option<u64>,
     pub latency_detail: bool,
+    /// Passes of the cache fill before the workload's first cell (0: no fill).
+    pub warm_passes: u32,
+    pub before: Option<BeforePlan>,
+}
+
+/// A `before` load with its paths expanded and its duration resolved.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BeforePlan {
+    pub connections: u32,
+    pub threads: u32,
+    pub groups: Vec<UrlGroup>,
+    #[serde(skip_serializing)]
+    pub paths: Vec<(String, u32)>,
+    pub requests: Option<u64>,
+    #[serde(with = "secs")]
+    pub duration: Duration,
 }
 
 /// A probe with its paths expanded.
@@ -540,6 +588,21 @@ impl Experiment {
                 parse_duration(d).map_err(|e| format!("workload {:?}: duration: {e}", w.name))?;
             }
             expand_paths(&w.urls).map_err(|e| format!("workload {:?}: {e}", w.name))?;
+            zipf_of(&w.urls).map_err(|e| format!("workload {:?}: {e}", w.name))?;
+            if let Some(b) = &w.before {
+                let what = format!("workload {:?}: before", w.name);
+                if b.connections == 0 || b.threads == 0 || b.threads > b.connections {
+                    return Err(format!("{what}: need 1 <= threads <= connections"));
+                }
+                if b.requests == Some(0) {
+                    return Err(format!("{what}: requests must be at least 1"));
+                }
+                if let Some(d) = &b.duration {
+                    parse_duration(d).map_err(|e| format!("{what}: duration: {e}"))?;
+                }
+                expand_paths(&b.urls).map_err(|e| format!("{what}: {e}"))?;
+                zipf_of(&b.urls).map_err(|e| format!("{what}: {e}"))?;
+            }
             if let Some(p) = &w.probe {
                 if p.connections == 0 || p.threads == 0 || p.threads > p.connections {
                     return Err(format!(
@@ -551,6 +614,7 @@ impl Experiment {
                     return Err(format!("workload {:?}: probe: rate must be > 0", w.name));
                 }
                 expand_paths(&p.urls).map_err(|e| format!("workload {:?}: probe: {e}", w.name))?;
+                zipf_of(&p.urls).map_err(|e| format!("workload {:?}: probe: {e}", w.name))?;
             }
             if let Some(s) = &w.object_size {
                 parse_size(s).map_err(|e| format!("workload {:?}: object_size: {e}", w.name))?;
@@ -713,6 +777,23 @@ impl Experiment {
                 (None, Some(d), false) => parse_duration(d).map_err(bad)?,
                 _ => base_duration,
             };
+            let before = match &w.before {
+                Some(b) => {
+                    let bg = cap(&b.urls);
+                    Some(BeforePlan {
+                        connections: b.connections,
+                        threads: b.threads,
+                        paths: expand_paths(&bg).map_err(bad)?,
+                        groups: bg,
+                        requests: b.requests,
+                        duration: match &b.duration {
+                            Some(d) => parse_duration(d).map_err(bad)?,
+                            None => duration,
+                        },
+                    })
+                }
+                None => None,
+            };
             workloads.push(Workload {
                 name: w.name.clone(),
                 label: w.label.clone().unwrap_or_else(|| w.name.clone()),
@@ -729,6 +810,8 @@ impl Experiment {
                 timeout: w.timeout.clone(),
                 requests: w.requests,
                 latency_detail: w.latency_detail,
+                warm_passes: w.warm_passes.unwrap_or(self.warm_passes),
+                before,
             });
         }
 
@@ -831,6 +914,61 @@ fn expand_paths(groups: &[UrlGroup]) -> std::result::Result<Vec<(String, u32)>, 
         }
     }
     Ok(out)
+}
+
+/// `Some(ids)` when every group ends in `/{id}` (its only placeholder) with the same
+/// `ids`: the shape edgeload draws itself (`--paths ids`, the prefixes in a `--mix`).
+pub fn id_range(groups: &[UrlGroup]) -> Option<u32> {
+    let ids = groups.first().and_then(|g| g.ids)?;
+    groups
+        .iter()
+        .all(|g| {
+            g.ids == Some(ids) && g.path.ends_with("/{id}") && g.path.matches("{id}").count() == 1
+        })
+        .then_some(ids)
+}
+
+/// The workload's Zipf exponent (None: no group sets `zipf`, ids are uniform). edgeload
+/// draws the id itself, one law for every mix line, so `zipf` needs every group in the
+/// [`id_range`] shape and the same `zipf` on each; anything else is refused here rather
+/// than silently run uniform.
+pub fn zipf_of(groups: &[UrlGroup]) -> std::result::Result<Option<f64>, String> {
+    let Some(first) = groups.iter().find_map(|g| g.zipf) else {
+        return Ok(None);
+    };
+    for g in groups {
+        if let Some(a) = g.zipf {
+            if !(a.is_finite() && a > 0.0 && a <= MAX_ZIPF) {
+                return Err(format!(
+                    "path {:?}: zipf = {a} must be in (0, {MAX_ZIPF}]",
+                    g.path
+                ));
+            }
+        }
+    }
+    if id_range(groups).is_none() {
+        return Err(format!(
+            "zipf needs every URL group of the workload to end in \"/{{id}}\" with the same `ids` \
+             (edgeload draws the id itself over 1..=ids); here: {}",
+            groups
+                .iter()
+                .map(|g| match g.ids {
+                    Some(n) => format!("{:?} ids {n}", g.path),
+                    None => format!("{:?} no ids", g.path),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(g) = groups.iter().find(|g| g.zipf != Some(first)) {
+        return Err(format!(
+            "zipf must be the same on every URL group of the workload (edgeload draws one \
+             law for all of them): {:?} has {}, not {first}",
+            g.path,
+            g.zipf.map_or("none".to_string(), |a| a.to_string())
+        ));
+    }
+    Ok(Some(first))
 }
 
 #[cfg(test)]
@@ -1190,12 +1328,132 @@ max_ids = 100
         assert!(Experiment::parse(&no_fio).unwrap_err().contains("[fio]"));
     }
 
+    const TIERS: &str = r#"
+name = "t"
+title = "T"
+duration = "3s"
+warm_passes = 2
+[[server]]
+name = "edgecache"
+kind = "edgecache"
+[[workload]]
+name = "zipf"
+urls = [{ path = "/obj/10k/{id}", ids = 20000, zipf = 0.8 }]
+[[workload]]
+name = "after"
+warm_passes = 0
+requests = 20000
+urls = [{ path = "/obj/10k/{id}", ids = 20000, zipf = 1.0 }]
+before = { urls = [{ path = "/obj/10k/{id}", ids = 20000 }], requests = 20000 }
+[quick]
+max_ids = 5000
+duration = "1s"
+"#;
+
+    #[test]
+    fn zipf_warm_passes_and_before_reach_the_plan() {
+        let e = Experiment::parse(TIERS).unwrap();
+        let p = e.plan(&PlanOptions::default()).unwrap();
+        let (z, a) = (&p.workloads[0], &p.workloads[1]);
+        assert_eq!(z.groups[0].zipf, Some(0.8));
+        assert_eq!(zipf_of(&z.groups), Ok(Some(0.8)));
+        assert_eq!(z.paths.len(), 20000, "the fill still covers every id");
+        assert_eq!((z.warm_passes, a.warm_passes), (2, 0));
+        assert!(z.before.is_none());
+        let b = a.before.as_ref().unwrap();
+        assert_eq!((b.connections, b.threads, b.requests), (16, 1, Some(20000)));
+        assert_eq!(b.paths.len(), 20000);
+        assert_eq!(
+            b.duration,
+            Duration::from_secs(3),
+            "the workload's duration"
+        );
+        assert_eq!(zipf_of(&b.groups), Ok(None));
+        // --quick caps every group alike: the shape (and so zipf) survives.
+        let q = e
+            .plan(&PlanOptions {
+                quick: true,
+                ..Default::default()
+            })
+            .unwrap();
+        let a = &q.workloads[1];
+        assert_eq!(a.groups[0].ids, Some(5000));
+        assert_eq!(zipf_of(&a.groups), Ok(Some(1.0)));
+        let b = a.before.as_ref().unwrap();
+        assert_eq!((b.paths.len(), b.duration), (5000, Duration::from_secs(1)));
+        // The report's JSON keeps zipf on the groups that have it.
+        let j = serde_json::to_value(&q).unwrap();
+        assert_eq!(j["workloads"][1]["groups"][0]["zipf"], 1.0);
+        assert!(j["workloads"][1]["before"]["groups"][0]
+            .get("zipf")
+            .is_none());
+    }
+
+    #[test]
+    fn zipf_that_cannot_be_honoured_is_a_config_error() {
+        let z = "urls = [{ path = \"/obj/10k/{id}\", ids = 20000, zipf = 0.8 }]";
+        assert!(TIERS.contains(z));
+        let cases = [
+            (
+                TIERS.replace(
+                    z,
+                    "urls = [{ path = \"/obj/10k/{id}\", ids = 20000, zipf = 0.8 }, { path = \"/a\" }]",
+                ),
+                "end in \"/{id}\" with the same `ids`",
+            ),
+            (
+                TIERS.replace(
+                    z,
+                    "urls = [{ path = \"/obj/10k/{id}\", ids = 20000, zipf = 0.8 }, { path = \"/obj/1k/{id}\", ids = 100, zipf = 0.8 }]",
+                ),
+                "same `ids`",
+            ),
+            (
+                TIERS.replace(
+                    z,
+                    "urls = [{ path = \"/obj/10k/{id}\", ids = 20000, zipf = 0.8 }, { path = \"/obj/1k/{id}\", ids = 20000 }]",
+                ),
+                "same on every URL group",
+            ),
+            (
+                TIERS.replace(z, "urls = [{ path = \"/obj/{id}/x\", ids = 9, zipf = 0.8 }]"),
+                "end in",
+            ),
+            (TIERS.replace("zipf = 0.8", "zipf = 0"), "(0, 3]"),
+            (TIERS.replace("zipf = 0.8", "zipf = 3.5"), "(0, 3]"),
+            (TIERS.replace("zipf = 0.8", "zipf = -1"), "(0, 3]"),
+            (
+                TIERS.replace("ids = 20000 }], requests", "ids = 20000, zipf = 9 }], requests"),
+                "before",
+            ),
+            (
+                TIERS.replace("requests = 20000 }", "requests = 0 }"),
+                "before: requests",
+            ),
+            (
+                TIERS.replace("requests = 20000 }", "requests = 20000, duration = \"x\" }"),
+                "before: duration",
+            ),
+            (
+                TIERS.replace("requests = 20000 }", "requests = 1, threads = 2, connections = 1 }"),
+                "before: need",
+            ),
+            (TIERS.replace("warm_passes = 0", "warm_passes = \"no\""), "warm_passes"),
+        ];
+        for (text, needle) in cases {
+            assert_ne!(text, TIERS, "replacement for {needle:?} did not apply");
+            let err = Experiment::parse(&text).unwrap_err();
+            assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+        }
+    }
+
     #[test]
     fn path_expansion_is_bounded() {
         let g = [UrlGroup {
             path: "/x/{id}".into(),
             ids: Some(MAX_PATHS as u32 + 1),
             weight: 1,
+            zipf: None,
         }];
         assert!(expand_paths(&g).unwrap_err().contains("more than"));
     }

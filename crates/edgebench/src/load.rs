@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::cpus::CpuSet;
 use crate::error::{Context, Error, Result};
-use crate::experiment::UrlGroup;
+use crate::experiment::{id_range, zipf_of, UrlGroup};
 use crate::process::{SpawnSpec, Spawned};
 
 /// Time a load run may take beyond its duration (start-up, connection drain).
@@ -198,6 +198,10 @@ impl LoadGen {
                     a.push("--paths".into());
                     a.push(n.to_string());
                 }
+                if let Some(z) = t.zipf {
+                    a.push("--zipf".into());
+                    a.push(z.to_string());
+                }
                 if let Some(text) = t.mix {
                     let mix = dir.join(format!("{tag}.mix"));
                     std::fs::write(&mix, text).ctx(format!("writing {}", mix.display()))?;
@@ -211,6 +215,11 @@ impl LoadGen {
                 if spec.rate.is_some() {
                     return Err(Error::usage(
                         "wrk has no open-loop rate (-R); use edgeload for this workload",
+                    ));
+                }
+                if zipf_of(spec.groups).map_err(Error::usage)?.is_some() {
+                    return Err(Error::usage(
+                        "wrk cannot draw Zipf ids (`zipf` in a URL group); use edgeload for this workload",
                     ));
                 }
                 if !spec.keepalive {
@@ -263,7 +272,7 @@ impl PendingLoad<'_> {
 }
 
 /// How edgeload is told what to request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EdgeloadTargets {
     /// Path of the main URL.
     pub url_path: String,
@@ -271,17 +280,18 @@ pub struct EdgeloadTargets {
     pub paths: Option<u32>,
     /// `--mix` file contents (`WEIGHT PATH` lines).
     pub mix: Option<String>,
+    /// `--zipf ALPHA`: ids drawn with Zipf popularity over `--paths`.
+    pub zipf: Option<f64>,
 }
 
 /// Groups whose paths all end in `/{id}` with the same `ids` map onto edgeload's own
-/// `--paths N` (prefixes in the mix file); anything else is listed path by path, up to
-/// [`EDGELOAD_MAX_MIX_LINES`].
+/// `--paths N` (prefixes in the mix file), with `--zipf` when the groups set `zipf`;
+/// anything else is listed path by path, up to [`EDGELOAD_MAX_MIX_LINES`] (and cannot
+/// carry `zipf`: [`zipf_of`] refuses it).
 pub fn edgeload_targets(groups: &[UrlGroup], paths: &[(String, u32)]) -> Result<EdgeloadTargets> {
-    let ids = groups.first().and_then(|g| g.ids);
-    let uniform = ids.is_some()
-        && groups.iter().all(|g| {
-            g.ids == ids && g.path.ends_with("/{id}") && g.path.matches("{id}").count() == 1
-        });
+    let zipf = zipf_of(groups).map_err(Error::usage)?;
+    let ids = id_range(groups);
+    let uniform = ids.is_some();
     let lines: Vec<(String, u32)> = if uniform {
         groups
             .iter()
@@ -306,8 +316,9 @@ pub fn edgeload_targets(groups: &[UrlGroup], paths: &[(String, u32)]) -> Result<
     });
     Ok(EdgeloadTargets {
         url_path: lines[0].0.clone(),
-        paths: if uniform { ids } else { None },
+        paths: ids,
         mix,
+        zipf,
     })
 }
 
@@ -544,6 +555,59 @@ Transfer/sec:     71.00MB
             path: path.into(),
             ids,
             weight,
+            zipf: None,
+        }
+    }
+
+    fn zipf_group(path: &str, ids: u32, weight: u32, zipf: f64) -> UrlGroup {
+        UrlGroup {
+            zipf: Some(zipf),
+            ..group(path, Some(ids), weight)
+        }
+    }
+
+    #[test]
+    fn zipf_groups_become_edgeload_zipf() {
+        let g = [zipf_group("/obj/1k/{id}", 20000, 1, 0.8)];
+        let t = edgeload_targets(&g, &[]).unwrap();
+        assert_eq!(
+            (t.url_path.as_str(), t.paths, t.mix, t.zipf),
+            ("/obj/1k", Some(20000), None, Some(0.8))
+        );
+        // Several prefixes with one law: a --mix of prefixes, one --zipf for all.
+        let g = [
+            zipf_group("/obj/10k/{id}", 100, 3, 1.0),
+            zipf_group("/obj/1m/{id}", 100, 1, 1.0),
+        ];
+        let t = edgeload_targets(&g, &[]).unwrap();
+        assert_eq!((t.paths, t.zipf), (Some(100), Some(1.0)));
+        assert!(t.mix.unwrap().ends_with("3 /obj/10k\n1 /obj/1m\n"));
+        // Shapes edgeload cannot draw Zipf ids for are refused, not run uniform.
+        for (g, why) in [
+            (
+                vec![zipf_group("/obj/1k/{id}", 10, 1, 0.8), group("/a", None, 1)],
+                "end in",
+            ),
+            (
+                vec![
+                    zipf_group("/obj/1k/{id}", 10, 1, 0.8),
+                    zipf_group("/obj/2k/{id}", 20, 1, 0.8),
+                ],
+                "same `ids`",
+            ),
+            (vec![zipf_group("/x/{id}/y", 10, 1, 0.8)], "end in"),
+            (
+                vec![
+                    zipf_group("/obj/1k/{id}", 10, 1, 0.8),
+                    group("/obj/2k/{id}", Some(10), 1),
+                ],
+                "same on every URL group",
+            ),
+            (vec![zipf_group("/obj/1k/{id}", 10, 1, 0.0)], "(0, 3]"),
+            (vec![zipf_group("/obj/1k/{id}", 10, 1, 3.5)], "(0, 3]"),
+        ] {
+            let e = edgeload_targets(&g, &[]).unwrap_err();
+            assert!(e.msg.contains(why), "{g:?}: {}", e.msg);
         }
     }
 
@@ -630,5 +694,26 @@ Transfer/sec:     71.00MB
                 .is_err(),
             "wrk cannot do -R"
         );
+        let groups = vec![zipf_group("/obj/10k/{id}", 20000, 1, 0.8)];
+        let spec = LoadSpec {
+            groups: &groups,
+            rate: None,
+            requests: None,
+            histogram: false,
+            keepalive: true,
+            ..spec
+        };
+        let a = LoadGen::Edgeload("edgeload".into())
+            .args(&spec, dir.path(), "c2")
+            .unwrap()
+            .join(" ");
+        assert!(
+            a.ends_with("--paths 20000 --zipf 0.8 http://127.0.0.1:8080/obj/10k"),
+            "{a}"
+        );
+        let e = LoadGen::Wrk("wrk".into())
+            .args(&spec, dir.path(), "c2")
+            .unwrap_err();
+        assert!(e.msg.contains("Zipf"), "{}", e.msg);
     }
 }

@@ -396,16 +396,45 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
             .rate
             .map(|r| format!(", open loop at {r} req/s"))
             .unwrap_or_default();
+        let popularity =
+            |groups: &[crate::experiment::UrlGroup]| match crate::experiment::zipf_of(groups) {
+                Ok(Some(a)) => format!(" (Zipf {a} popularity, id 1 the most popular)"),
+                _ => String::new(),
+            };
+        let requests = w
+            .requests
+            .map(|n| format!(", at most {n} requests"))
+            .unwrap_or_default();
         let _ = writeln!(
             m,
-            "### {} (`{}`)\n\n{} connections, {} load thread(s), {ka}{rate}, {} path(s), {} cells.\n",
+            "### {} (`{}`)\n\n{} connections, {} load thread(s), {ka}{rate}, {} path(s){}, {} cells{requests}.\n",
             w.label,
             w.name,
             w.connections,
             w.threads,
             w.paths.len(),
+            popularity(&w.groups),
             fmt_duration(w.duration.as_secs_f64())
         );
+        if w.warm_passes == 0 {
+            let _ = writeln!(
+                m,
+                "No cache fill before this workload (`warm_passes = 0`): it starts from the caches as the workloads before it left them.\n"
+            );
+        }
+        if let Some(b) = &w.before {
+            let _ = writeln!(
+                m,
+                "Before each measured cell (after the warm-up load), a discarded load: {} connection(s), {} path(s){}{}, at most {}.\n",
+                b.connections,
+                b.paths.len(),
+                popularity(&b.groups),
+                b.requests
+                    .map(|n| format!(", {n} requests"))
+                    .unwrap_or_default(),
+                fmt_duration(b.duration.as_secs_f64())
+            );
+        }
         if let Some(pr) = &w.probe {
             let rate = pr
                 .rate

@@ -671,22 +671,30 @@ fn fetch_all(
     ))
 }
 
-/// The cache fill: fetches every path of the workload (and of its probe)
-/// `warm_passes` times, then probes the first one for a HIT.
+/// The cache fill: fetches every path of the workload (and of its probe and its
+/// `before` load) `warm_passes` times (the workload's, else the experiment's; 0: no
+/// fill), then probes the first one for a HIT.
 fn warm(plan: &Plan, w: &Workload, r: &Running, warnings: &mut Vec<String>) -> Result<Probe> {
     let mut paths: Vec<&str> = w.paths.iter().map(|(p, _)| p.as_str()).collect();
     if let Some(pr) = &w.probe {
         paths.extend(pr.paths.iter().map(|(p, _)| p.as_str()));
     }
+    if let Some(b) = &w.before {
+        paths.extend(b.paths.iter().map(|(p, _)| p.as_str()));
+    }
     let label = format!("fill {} · {}", w.name, r.spec.name);
-    if paths.len() * plan.warm_passes as usize >= 1000 {
+    if paths.len() * w.warm_passes as usize >= 1000 {
         eprintln!(
             "edgebench: {label}: {} paths × {} pass(es)",
             paths.len(),
-            plan.warm_passes
+            w.warm_passes
         );
     }
-    let (failures, first_error) = fetch_all(r.addr, &paths, plan.warm_passes, &label)?;
+    let (failures, first_error) = if w.warm_passes == 0 {
+        (0, None)
+    } else {
+        fetch_all(r.addr, &paths, w.warm_passes, &label)?
+    };
     if failures > 0 {
         warn(
             warnings,
@@ -767,6 +775,38 @@ fn run_cell(
     };
     if !opts.plan.warmup.is_zero() {
         loadgen.run(&spec(opts.plan.warmup), dir, &format!("{tag}-warmup"))?;
+    }
+    // The workload's `before` load (a scan, say): thrown away, right before the cell.
+    if let Some(b) = &w.before {
+        let before = LoadSpec {
+            target: r.addr,
+            groups: &b.groups,
+            paths: &b.paths,
+            connections: b.connections,
+            threads: b.threads,
+            duration: b.duration,
+            keepalive: true,
+            rate: None,
+            headers: &w.headers,
+            cpus: Some(opts.placement.client.clone()),
+            timeout: w.timeout.as_deref(),
+            requests: b.requests,
+            histogram: false,
+        };
+        let done = loadgen.run(&before, dir, &format!("{tag}-before"))?;
+        if done.errors > 0 {
+            warn(
+                warnings,
+                format!(
+                    "{} · {} · rep {}: before load: {} errors {:?}",
+                    w.name,
+                    r.spec.name,
+                    rep + 1,
+                    done.errors,
+                    done.error_detail
+                ),
+            );
+        }
     }
     if let Some(st) = r.proc.try_wait() {
         return Err(Error::runtime(format!(

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS};
-use crate::target::{check_header, Class, Url};
+use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS, MAX_ZIPF};
+use crate::target::{check_header, Class, Ids, Url};
 
 /// Most requests a connection keeps in flight with `--pipeline`.
 pub const MAX_PIPELINE: usize = 256;
@@ -51,6 +51,10 @@ pub struct Args {
     /// Spread requests over <URL path>/1..N (per mix line with --mix).
     #[arg(long = "paths", value_name = "N")]
     pub paths: Option<u64>,
+    /// With --paths: draw the number with Zipf(ALPHA) popularity (0 < ALPHA <= 3), 1 the
+    /// most popular; without it, uniformly.
+    #[arg(long = "zipf", value_name = "ALPHA")]
+    pub zipf: Option<f64>,
     /// A new connection per request (sends Connection: close).
     #[arg(long = "no-keepalive")]
     pub no_keepalive: bool,
@@ -136,6 +140,10 @@ pub struct Config {
     pub url: Url,
     pub addr: SocketAddr,
     pub classes: Vec<Class>,
+    /// `--paths N`.
+    pub paths: Option<u64>,
+    /// `--zipf ALPHA`: ids drawn with Zipf popularity instead of uniformly.
+    pub zipf: Option<f64>,
     /// True when `--mix` or `--paths` was given (the report adds a class table).
     pub show_classes: bool,
 }
@@ -202,6 +210,18 @@ where
             return Err(usage(format!("--paths must be between 1 and {MAX_PATHS}")));
         }
     }
+    if let Some(a) = args.zipf {
+        if args.paths.is_none() {
+            return Err(usage(
+                "--zipf needs --paths N (the ids 1..N it draws from)".into(),
+            ));
+        }
+        if !(a.is_finite() && a > 0.0 && a <= MAX_ZIPF) {
+            return Err(usage(format!(
+                "--zipf must be an exponent in (0, {MAX_ZIPF}], got {a}"
+            )));
+        }
+    }
     if args.requests == Some(0) {
         return Err(usage("--requests must be at least 1".into()));
     }
@@ -222,7 +242,7 @@ where
     let classes = build_classes(
         &url,
         mix_text.as_ref().map(|(n, t)| (n.as_str(), t.as_str())),
-        args.paths,
+        args.paths.map(|n| Ids::new(n, args.zipf)),
         &headers,
         args.no_keepalive,
     )
@@ -243,6 +263,8 @@ where
         timeout: args.timeout,
         requests: args.requests,
         show_classes: args.mix.is_some() || args.paths.is_some(),
+        paths: args.paths,
+        zipf: args.zipf,
         url,
         addr,
         classes,
@@ -324,6 +346,18 @@ mod tests {
             (Some(100.0), Some(7), "/obj/*")
         );
         assert!(c.show_classes && c.latency);
+        assert_eq!((c.paths, c.zipf), (Some(10), None));
+        let c = parse([
+            "edgeload",
+            "--paths",
+            "20000",
+            "--zipf",
+            "0.8",
+            "http://127.0.0.1:1/obj/10k",
+        ])
+        .unwrap();
+        assert_eq!((c.paths, c.zipf), (Some(20000), Some(0.8)));
+        assert_eq!(c.classes[0].name, "/obj/10k/*");
     }
 
     #[test]
@@ -338,6 +372,21 @@ mod tests {
         assert!(usage_err(&["https://127.0.0.1/"]).contains("https:// is not supported"));
         assert!(usage_err(&["--mix", "/nonexistent/mix", u]).contains("--mix /nonexistent/mix"));
         assert!(usage_err(&["--bogus", u]).contains("--bogus"));
+        assert!(usage_err(&["--zipf", "1", u]).contains("--zipf needs --paths"));
+        for bad in [
+            "--zipf=0",
+            "--zipf=-1",
+            "--zipf=3.5",
+            "--zipf=NaN",
+            "--zipf=inf",
+        ] {
+            let e = usage_err(&["--paths", "10", bad, u]);
+            assert!(
+                e.contains("--zipf must be an exponent in (0, 3]"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(usage_err(&["--paths", "10", "--zipf", "x", u]).contains("--zipf"));
         assert!(usage_err(&[]).contains("URL"));
     }
 }

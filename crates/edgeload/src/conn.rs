@@ -280,7 +280,7 @@ impl Conn {
     #[inline]
     fn push_request(&mut self, intended: Instant, sent: Instant) {
         let class = self.shared.picker.pick(self.rng.next_u64());
-        self.shared.cfg.classes[class].write_request(self.rng.next_u64(), &mut self.wbuf);
+        self.shared.cfg.classes[class].write_request(&mut self.rng, &mut self.wbuf);
         self.inflight.push_back(InFlight {
             class,
             intended,

@@ -34,6 +34,10 @@ pub struct JsonReport {
     pub mode: &'static str,
     /// The `-R` target, if any.
     pub target_rps: Option<f64>,
+    /// `--paths N`, if any.
+    pub paths: Option<u64>,
+    /// `--zipf ALPHA`, if any (absent: ids uniform over `--paths`).
+    pub zipf: Option<f64>,
     pub requests: u64,
     pub duration_s: f64,
     pub bytes: u64,
@@ -72,6 +76,8 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
             "closed"
         },
         target_rps: cfg.open_loop.map(|o| o.rate),
+        paths: cfg.paths,
+        zipf: cfg.zipf,
         requests: st.completed,
         duration_s: runtime.as_secs_f64(),
         bytes: st.bytes,
@@ -162,5 +168,21 @@ mod tests {
         assert_eq!(v["service_us"]["p50"], 900);
         assert_eq!(v["classes"][0]["url"], "/");
         assert_eq!(v["verify"]["ok"], 1);
+        assert!(v["paths"].is_null() && v["zipf"].is_null());
+        let cfg = crate::cli::parse([
+            "edgeload",
+            "--paths",
+            "100",
+            "--zipf",
+            "0.8",
+            "http://127.0.0.1:1/o",
+        ])
+        .unwrap();
+        let v = serde_json::to_value(build(&cfg, &ThreadStats::new(1), Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(
+            (v["paths"].as_u64(), v["zipf"].as_f64()),
+            (Some(100), Some(0.8))
+        );
     }
 }

@@ -1,12 +1,13 @@
-//! Request mixes: `--mix FILE` (weighted URL lines), `--paths N`, the weighted picker
-//! and the small PRNG that drives it.
+//! Request mixes: `--mix FILE` (weighted URL lines), `--paths N` (with `--zipf ALPHA`),
+//! the weighted picker and the small PRNG that drives it.
 //!
 //! How it fits: [`build_classes`] runs once at startup and yields the [`Class`]es that
 //! every connection shares; [`Picker`] chooses one per request with a [`SplitMix64`]
 //! owned by the connection (no locks, no allocation, one multiply-shift and a binary
-//! search over at most [`MAX_MIX_LINES`] weights).
+//! search over at most [`MAX_MIX_LINES`] weights). The id a class appends under
+//! `--paths` is drawn by its [`Ids`] with the same connection-owned generator.
 
-use crate::target::{Class, Url};
+use crate::target::{Class, Ids, Url};
 
 /// Most lines a mix file may have (each is a class with its own histograms).
 pub const MAX_MIX_LINES: usize = 256;
@@ -14,27 +15,14 @@ pub const MAX_MIX_LINES: usize = 256;
 pub const MAX_MIX_BYTES: u64 = 1 << 20;
 /// Largest `--paths` value (the number is generated per request, nothing is stored).
 pub const MAX_PATHS: u64 = 1 << 40;
+/// Largest `--zipf` exponent (beyond it nearly every request is id 1).
+pub const MAX_ZIPF: f64 = 3.0;
 /// Weights are fixed point with this many steps per unit, so `0.5` is a valid weight.
 const WEIGHT_SCALE: f64 = 1000.0;
 
-/// SplitMix64: tiny, fast, statistically fine for picking URLs (not for crypto).
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+/// SplitMix64 (from `edge-rand`, shared with edgeorigin): tiny, fast, statistically fine
+/// for picking URLs (not for crypto). Each connection owns one.
+pub use edge_rand::SplitMix64;
 
 /// Weighted choice over classes: cumulative weights and a binary search.
 #[derive(Debug, Clone)]
@@ -68,12 +56,13 @@ impl Picker {
     }
 }
 
-/// Builds the URL classes from the main URL, an optional mix file's text and `--paths`.
+/// Builds the URL classes from the main URL, an optional mix file's text and `--paths`
+/// (`ids`: how each class's path number is drawn, the same for every line).
 /// `mix` is `(file name, contents)`; errors name the file and line.
 pub fn build_classes(
     url: &Url,
     mix: Option<(&str, &str)>,
-    paths: Option<u64>,
+    ids: Option<Ids>,
     headers: &[String],
     close: bool,
 ) -> Result<Vec<Class>, String> {
@@ -83,7 +72,7 @@ pub fn build_classes(
     };
     Ok(lines
         .into_iter()
-        .map(|(w, path)| Class::new(&path, w, &url.authority, headers, close, paths))
+        .map(|(w, path)| Class::new(&path, w, &url.authority, headers, close, ids.clone()))
         .collect())
 }
 
@@ -196,7 +185,7 @@ mod tests {
     #[test]
     fn single_class_is_the_url() {
         let u = Url::parse("http://h/obj/10k").unwrap();
-        let c = build_classes(&u, None, Some(1000), &[], false).unwrap();
+        let c = build_classes(&u, None, Some(Ids::new(1000, None)), &[], false).unwrap();
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].name, "/obj/10k/*");
         assert_eq!(Picker::new(&c).pick(12345), 0);

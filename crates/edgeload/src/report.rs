@@ -46,6 +46,9 @@ pub fn header(cfg: &Config) -> String {
     if let Some(r) = cfg.ramp {
         let _ = writeln!(out, "  Ramp: {r:.2} connections/sec");
     }
+    if let (Some(a), Some(n)) = (cfg.zipf, cfg.paths) {
+        let _ = writeln!(out, "  Zipf {a:.2} popularity over paths 1..{n}");
+    }
     out
 }
 
@@ -233,6 +236,8 @@ mod tests {
             header(&c),
             "Running 10s test @ http://127.0.0.1:8080/\n  2 threads and 10 connections\n"
         );
+        assert!(header(&cfg(&["--paths", "20000", "--zipf", "0.8"]))
+            .ends_with("  Zipf 0.80 popularity over paths 1..20000\n"));
         let mut st = ThreadStats::new(1);
         for us in [100u64, 200, 300, 400, 12_000] {
             st.response(

@@ -3,10 +3,13 @@
 //! How it fits: the CLI parses the URL once ([`Url::parse`]); [`crate::mix`] turns the
 //! URL, `--mix` and `--paths` into [`Class`]es; each class pre-serialises its request
 //! line and headers once, so the hot path only copies bytes (and, with `--paths`, writes
-//! the path number) into a reused write buffer. Nothing is allocated per request.
+//! the path number drawn by [`Ids`]: uniform, or Zipf with `--zipf`) into a reused write
+//! buffer. Nothing is allocated per request.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
+
+use edge_rand::{SplitMix64, Zipf};
 
 /// Longest URL accepted on the command line or in a mix file.
 pub const MAX_URL_LEN: usize = 8192;
@@ -171,9 +174,38 @@ pub fn check_header(h: &str) -> Result<String, String> {
     Ok(format!("{name}: {}", value.trim()))
 }
 
+/// How the number appended to a class's path is drawn (`--paths N`, `--zipf ALPHA`).
+/// Immutable once built: every connection shares it and brings its own generator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ids {
+    /// Uniform over `1..=N`.
+    Uniform(u64),
+    /// Zipf popularity over `1..=N`: P(id) ∝ id^-α, id 1 the most popular.
+    Zipf(Zipf),
+}
+
+impl Ids {
+    /// `--paths n` (n ≥ 1), with `--zipf alpha` when given.
+    pub fn new(n: u64, zipf: Option<f64>) -> Ids {
+        match zipf {
+            None => Ids::Uniform(n.max(1)),
+            Some(alpha) => Ids::Zipf(Zipf::new(n, alpha)),
+        }
+    }
+
+    /// The next id, in `1..=N`. No allocation, no lock.
+    #[inline]
+    pub fn draw(&self, rng: &mut SplitMix64) -> u64 {
+        match self {
+            Ids::Uniform(n) => rng.next_u64() % n + 1,
+            Ids::Zipf(z) => z.sample(rng),
+        }
+    }
+}
+
 /// One URL class: a weighted line of the mix (or the single URL). Its request is
-/// pre-serialised as `prefix [number] suffix`; `paths` (from `--paths N`) makes the
-/// number `1..=N`, chosen per request.
+/// pre-serialised as `prefix [number] suffix`; `ids` (from `--paths N`, `--zipf`) makes
+/// the number `1..=N`, drawn per request.
 #[derive(Debug, Clone)]
 pub struct Class {
     /// What the report shows: the path, plus `/*` when spread over `--paths`.
@@ -181,7 +213,7 @@ pub struct Class {
     pub weight: u64,
     prefix: Vec<u8>,
     suffix: Vec<u8>,
-    paths: Option<u64>,
+    ids: Option<Ids>,
 }
 
 impl Class {
@@ -193,11 +225,11 @@ impl Class {
         host: &str,
         extra: &[String],
         close: bool,
-        paths: Option<u64>,
+        ids: Option<Ids>,
     ) -> Class {
         let mut prefix = format!("GET {path}").into_bytes();
         let mut name = path.to_string();
-        if paths.is_some() {
+        if ids.is_some() {
             if !path.ends_with('/') {
                 prefix.push(b'/');
                 name.push('/');
@@ -224,17 +256,17 @@ impl Class {
             weight,
             prefix,
             suffix: suffix.into_bytes(),
-            paths,
+            ids,
         }
     }
 
-    /// Appends this class's request to `out`; `pick` is a random number used to choose
-    /// the path number under `--paths`. No allocation once `out` has grown.
+    /// Appends this class's request to `out`; under `--paths` the path number is drawn
+    /// with `rng` (the connection's own). No allocation once `out` has grown.
     #[inline]
-    pub fn write_request(&self, pick: u64, out: &mut Vec<u8>) {
+    pub fn write_request(&self, rng: &mut SplitMix64, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.prefix);
-        if let Some(n) = self.paths {
-            push_decimal(pick % n + 1, out);
+        if let Some(ids) = &self.ids {
+            push_decimal(ids.draw(rng), out);
         }
         out.extend_from_slice(&self.suffix);
     }
@@ -306,18 +338,106 @@ mod tests {
 
     #[test]
     fn request_bytes_are_preserialised() {
-        let c = Class::new("/obj/10k", 1, "h:1", &["X-T: 1".into()], true, Some(3));
+        let c = Class::new(
+            "/obj/10k",
+            1,
+            "h:1",
+            &["X-T: 1".into()],
+            true,
+            Some(Ids::new(3, None)),
+        );
         assert_eq!(c.name, "/obj/10k/*");
+        let mut rng = SplitMix64::new(1);
+        let want = SplitMix64::new(1).next_u64() % 3 + 1;
         let mut out = Vec::new();
-        c.write_request(4, &mut out);
+        c.write_request(&mut rng, &mut out);
         assert_eq!(
             out,
-            b"GET /obj/10k/2 HTTP/1.1\r\nHost: h:1\r\nX-T: 1\r\nConnection: close\r\n\r\n"
+            format!(
+                "GET /obj/10k/{want} HTTP/1.1\r\nHost: h:1\r\nX-T: 1\r\nConnection: close\r\n\r\n"
+            )
+            .into_bytes()
         );
         let c = Class::new("/", 1, "h", &["host: other".into()], false, None);
         out.clear();
-        c.write_request(0, &mut out);
+        c.write_request(&mut rng, &mut out);
         assert_eq!(out, b"GET / HTTP/1.1\r\nhost: other\r\n\r\n");
+    }
+
+    /// Draws `draws` ids from `ids` and counts them (index = id).
+    fn histogram(ids: &Ids, n: usize, draws: u32, seed: u64) -> Vec<u32> {
+        let mut rng = SplitMix64::new(seed);
+        let mut counts = vec![0u32; n + 1];
+        for _ in 0..draws {
+            let id = ids.draw(&mut rng) as usize;
+            assert!((1..=n).contains(&id), "id {id} outside 1..={n}");
+            counts[id] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn uniform_ids_cover_the_range_evenly() {
+        let counts = histogram(&Ids::new(10, None), 10, 100_000, 5);
+        assert!(
+            counts[1..].iter().all(|&c| (9_400..10_600).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn zipf_ids_follow_the_law() {
+        // P(id) = id^-α / H(N, α): id 1 is 2^α times as popular as id 2.
+        for alpha in [0.8, 1.0, 1.5] {
+            let n = 20_000;
+            let draws = 400_000;
+            let counts = histogram(&Ids::new(n as u64, Some(alpha)), n, draws, 11);
+            let h: f64 = (1..=n).map(|i| (i as f64).powf(-alpha)).sum();
+            let p1 = counts[1] as f64 / draws as f64;
+            assert!(
+                (p1 * h - 1.0).abs() < 0.03,
+                "α {alpha}: P(1) = {p1}, law {}",
+                1.0 / h
+            );
+            let ratio = counts[1] as f64 / counts[2] as f64;
+            let want = 2f64.powf(alpha);
+            assert!(
+                (ratio / want - 1.0).abs() < 0.06,
+                "α {alpha}: count(1)/count(2) = {ratio}, law {want}"
+            );
+            assert!(
+                counts[1] > counts[2] && counts[2] > counts[10] && counts[10] > counts[1000],
+                "popularity falls with the id"
+            );
+            assert!(
+                counts[n / 2..].iter().any(|&c| c > 0),
+                "the tail is reachable"
+            );
+        }
+    }
+
+    #[test]
+    fn zipf_class_writes_popular_ids() {
+        let c = Class::new("/o/", 1, "h", &[], false, Some(Ids::new(1000, Some(1.2))));
+        assert_eq!(c.name, "/o/*");
+        let mut rng = SplitMix64::new(3);
+        let mut out = Vec::new();
+        let mut ones = 0;
+        for _ in 0..1000 {
+            out.clear();
+            c.write_request(&mut rng, &mut out);
+            let line = std::str::from_utf8(&out).unwrap().lines().next().unwrap();
+            let id: u64 = line
+                .strip_prefix("GET /o/")
+                .and_then(|r| r.strip_suffix(" HTTP/1.1"))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((1..=1000).contains(&id));
+            ones += (id == 1) as u32;
+        }
+        // P(1) ≈ 0.22 for α 1.2 over 1000 ids.
+        assert!((150..300).contains(&ones), "{ones}");
     }
 
     #[test]

@@ -415,6 +415,54 @@ fn mix_and_paths_spread_requests_and_report_classes() {
 }
 
 #[test]
+fn zipf_paths_favour_the_low_ids() {
+    // Zipf(1) over 100 ids: P(1) = 1 / H(100) ≈ 0.193, P(2) half of that.
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "4",
+            "--requests",
+            "6000",
+            "--paths",
+            "100",
+            "--zipf",
+            "1.0",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/z"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("  Zipf 1.00 popularity over paths 1..100\n"),
+        "{}",
+        r.stdout
+    );
+    let paths = srv.seen.paths.lock().unwrap().clone();
+    let count = |i: u64| paths.get(&format!("/z/{i}")).copied().unwrap_or(0);
+    let total: u64 = (1..=100).map(count).sum();
+    assert_eq!(total, 6000, "unexpected paths: {paths:?}");
+    let share1 = count(1) as f64 / 6000.0;
+    assert!((0.16..0.23).contains(&share1), "P(1) = {share1}");
+    let ratio = count(1) as f64 / count(2) as f64;
+    assert!((1.6..2.5).contains(&ratio), "count(1)/count(2) = {ratio}");
+    let top10: u64 = (1..=10).map(count).sum();
+    assert!(top10 > 3000, "ids 1..10 take ~56% of requests, got {top10}");
+    let v = json_of(&json);
+    assert_eq!(
+        (v["paths"].as_u64(), v["zipf"].as_f64()),
+        (Some(100), Some(1.0))
+    );
+}
+
+#[test]
 fn silent_server_gives_timeouts() {
     let srv = TestServer::start(Framing::Silent, None);
     let r = edgeload(
@@ -490,6 +538,14 @@ fn bad_flags_and_urls_exit_2_with_a_message() {
             "/no/such/file",
         ),
         (vec!["--frobnicate", "http://127.0.0.1/"], "--frobnicate"),
+        (
+            vec!["--zipf", "0.8", "http://127.0.0.1/"],
+            "--zipf needs --paths",
+        ),
+        (
+            vec!["--paths", "10", "--zipf", "4", "http://127.0.0.1/"],
+            "--zipf must be",
+        ),
         (vec![], "URL"),
     ] {
         let r = edgeload(&args, LIMIT);

@@ -94,4 +94,35 @@ mod tests {
         assert_eq!(t["aio"]["mode"].as_str(), Some("threads"));
         assert_eq!(t["workers"].as_integer(), Some(1));
     }
+
+    #[test]
+    fn the_tiers_experiment_adds_a_ram_tier_per_policy() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/experiments/tiers.toml"
+        );
+        let exp = crate::experiment::Experiment::load(std::path::Path::new(path)).unwrap();
+        let mut policies = Vec::new();
+        for s in exp
+            .servers
+            .iter()
+            .filter(|s| s.kind == ServerKind::Edgecache)
+        {
+            let (_, dir) = render(ServerKind::Edgecache, &[], s.config.as_deref());
+            let t: toml::Table = std::fs::read_to_string(dir.path().join("edgecache.toml"))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(t["cache"][0]["name"].as_str(), Some("bench"), "{}", s.name);
+            match t.get("memory_cache") {
+                Some(m) => {
+                    assert_eq!(m["size"].as_str(), Some("32m"), "{}", s.name);
+                    assert_eq!(m["max_object_size"].as_str(), Some("1m"), "{}", s.name);
+                    policies.push(m["policy"].as_str().unwrap().to_string());
+                }
+                None => policies.push("none".into()),
+            }
+        }
+        assert_eq!(policies, ["s3fifo", "tinylfu", "lru", "none"]);
+    }
 }
