@@ -71,7 +71,7 @@ pub enum HitBody {
     /// The object's file (possibly from the worker's open-file cache).
     File(Arc<File>),
     /// The worker's RAM tier: exactly the body, `body_len` bytes.
-    Mem(Arc<[u8]>),
+    Mem(bytes::Bytes),
 }
 
 impl HitEntry {
@@ -97,7 +97,7 @@ impl HitEntry {
     }
 
     /// The body, when it came from the RAM tier.
-    pub fn mem(&self) -> Option<&Arc<[u8]>> {
+    pub fn mem(&self) -> Option<&bytes::Bytes> {
         match &self.body {
             HitBody::Mem(b) => Some(b),
             HitBody::File(_) => None,
@@ -540,7 +540,7 @@ impl Cache {
     }
 
     /// Offer `entry`'s body, read from its file, to the worker's RAM tier.
-    pub fn offer_to_memory(&self, local: &RefCell<Local>, entry: &HitEntry, body: Arc<[u8]>) {
+    pub fn offer_to_memory(&self, local: &RefCell<Local>, entry: &HitEntry, body: bytes::Bytes) {
         if body.len() as u64 != entry.body_len {
             return;
         }

@@ -158,7 +158,14 @@ mod tests {
 
     #[test]
     fn hash_hex_bytes_matches_format() {
-        for h in [0u128, 1, 0xabc, u128::MAX, key_hash("x"), key_hash("http://a/b")] {
+        for h in [
+            0u128,
+            1,
+            0xabc,
+            u128::MAX,
+            key_hash("x"),
+            key_hash("http://a/b"),
+        ] {
             assert_eq!(&hash_hex_bytes(h)[..], format!("{h:032x}").as_bytes());
         }
     }

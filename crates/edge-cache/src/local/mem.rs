@@ -26,8 +26,8 @@
 use super::list::{Links, Lists, NIL};
 use crate::index::HashMapK;
 use crate::key::KeyHash;
+use bytes::Bytes;
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 /// Bytes charged per entry on top of its body (slot, map slot, Arc header, ghost share).
 pub const ENTRY_OVERHEAD: u64 = 128;
@@ -91,7 +91,7 @@ pub struct MemStats {
 
 struct Obj {
     gen: u64,
-    body: Arc<[u8]>,
+    body: Bytes,
 }
 
 struct Slot {
@@ -180,7 +180,7 @@ impl MemTier {
 
     /// The body of `key` if the tier holds exactly this version (`gen`, the index
     /// entry's generation). A held older version is dropped.
-    pub fn get(&mut self, key: KeyHash, gen: u64) -> Option<Arc<[u8]>> {
+    pub fn get(&mut self, key: KeyHash, gen: u64) -> Option<Bytes> {
         let Some(&i) = self.map.get(&key) else {
             self.stats.misses += 1;
             if self.cfg.policy == Policy::TinyLfu {
@@ -230,7 +230,7 @@ impl MemTier {
 
     /// Offer a body read from disk for the version `gen` of `key`. The policy decides
     /// whether it stays; the byte budget holds when this returns.
-    pub fn insert(&mut self, key: KeyHash, gen: u64, body: Arc<[u8]>) {
+    pub fn insert(&mut self, key: KeyHash, gen: u64, body: Bytes) {
         if !self.admissible(body.len() as u64) {
             self.stats.rejections += 1;
             return;

@@ -9,7 +9,7 @@
 
 use super::mem::{MemConfig, MemTier, Policy};
 use crate::key::KeyHash;
-use std::sync::Arc;
+use bytes::Bytes;
 
 /// A small deterministic PRNG (splitmix64).
 #[derive(Debug, Clone)]
@@ -99,19 +99,13 @@ pub fn simulate(policy: Policy, budget: u64, w: &Workload) -> SimResult {
     let sizes: Vec<usize> = (0..w.objects)
         .map(|_| w.min_size + (rng.next_u64() as usize) % (w.max_size - w.min_size + 1))
         .collect();
-    let blob: Arc<[u8]> = vec![0u8; w.max_size].into();
-    let bodies: Vec<Arc<[u8]>> = {
+    let blob = Bytes::from(vec![0u8; w.max_size]);
+    let bodies: Vec<Bytes> = {
         // Distinct lengths share few allocations: one per size actually used.
-        let mut by_size: std::collections::HashMap<usize, Arc<[u8]>> =
-            std::collections::HashMap::new();
+        let mut by_size: std::collections::HashMap<usize, Bytes> = std::collections::HashMap::new();
         sizes
             .iter()
-            .map(|&s| {
-                by_size
-                    .entry(s)
-                    .or_insert_with(|| Arc::from(&blob[..s]))
-                    .clone()
-            })
+            .map(|&s| by_size.entry(s).or_insert_with(|| blob.slice(..s)).clone())
             .collect()
     };
     let zipf = ZipfTable::new(w.objects, w.alpha);

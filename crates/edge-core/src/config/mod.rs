@@ -312,14 +312,16 @@ impl Default for Aio {
 pub struct MemoryCache {
     /// Bytes of RAM for bodies, over all workers (each worker gets `size / workers`).
     pub size: Size,
-    /// Larger bodies stay on disk.
+    /// Larger bodies stay on disk. The default is where sending from memory stops
+    /// beating `sendfile` from the page cache (`hit::INLINE_BODY`; see
+    /// docs/results/tiers.md).
     #[serde(default = "default_mem_max_object")]
     pub max_object_size: Size,
     #[serde(default)]
     pub policy: MemPolicy,
 }
 fn default_mem_max_object() -> Size {
-    Size(1 << 20)
+    Size(32 << 10)
 }
 
 /// `[memory_cache] policy`.

@@ -1,7 +1,7 @@
 use super::*;
 use crate::local::sim::{budget_for, simulate, workloads, Rng};
 
-fn body(n: usize) -> Arc<[u8]> {
+fn body(n: usize) -> Bytes {
     vec![7u8; n].into()
 }
 

@@ -231,9 +231,10 @@ fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
 }
 
 /// A fresh hit whose body is on disk and that the worker's RAM tier would take: read the
-/// whole body once, offer it, and serve this response from it. With `aio.directio` set
-/// the file's pages are then dropped from the page cache, so the body is not held
-/// twice (RAM tier and page cache).
+/// whole body once, offer it, and serve this response from it. A body at least as
+/// large as `aio.directio` then has its pages dropped from the page cache, so it is not
+/// held twice (RAM tier and page cache); smaller ones stay there (evicted from RAM, they
+/// come back without a disk read).
 async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), ExchangeError> {
     let Some(file) = entry.file() else {
         return Ok(());
@@ -245,12 +246,18 @@ async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), Exch
         .read_exact_append(file, entry.body_offset, len, Vec::with_capacity(len))
         .await;
     read.map_err(abort)?;
-    if ctx.shared.send.directio.is_some() {
-        ctx.w
-            .file_io
-            .drop_cached_pages(file, entry.body_offset, entry.body_len);
+    if ctx
+        .shared
+        .send
+        .directio
+        .is_some_and(|at| entry.body_len >= at)
+    {
+        // An object `aio.directio` keeps out of the page cache stays out of it.
+        let io = &ctx.w.file_io;
+        io.drop_cached_pages(file, entry.body_offset, entry.body_len);
     }
-    let body: std::sync::Arc<[u8]> = body.into();
+    // Ownership of the buffer moves: no copy.
+    let body = bytes::Bytes::from(body);
     ctx.cache.offer_to_memory(&ctx.w.local, entry, body.clone());
     entry.body = HitBody::Mem(body);
     entry.body_offset = 0;
