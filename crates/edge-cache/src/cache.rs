@@ -401,6 +401,22 @@ impl Cache {
         now: SystemTime,
     ) -> Lookup {
         let ph = key_hash(primary_key);
+        self.lookup_hashed(local, opener, primary_key, ph, req, now)
+            .await
+    }
+
+    /// [`Cache::lookup_local`] with the primary key's hash already computed (`ph`
+    /// = [`key_hash`]`(primary_key)`): a server hashes the key once per request.
+    pub async fn lookup_hashed<O: FileOpener>(
+        &self,
+        local: Option<&RefCell<Local>>,
+        opener: &O,
+        primary_key: &str,
+        ph: KeyHash,
+        req: &HeaderMap,
+        now: SystemTime,
+    ) -> Lookup {
+        debug_assert_eq!(ph, key_hash(primary_key));
         if let Some(l) = local {
             let version = self.index.version(ph);
             let remembered = l

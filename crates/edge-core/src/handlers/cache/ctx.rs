@@ -85,6 +85,8 @@ pub struct Ctx<'a> {
     pub p: &'a ProxyRoute,
     /// The primary cache key (`http://host/path?query` or the location's template).
     pub key: String,
+    /// Its hash, computed once per request.
+    pub key_hash: edge_cache::KeyHash,
     pub cache: &'a Arc<Cache>,
 }
 
@@ -102,6 +104,7 @@ pub struct OwnedCtx {
     pub shared: Arc<Shared>,
     pub route: Arc<Route>,
     pub key: String,
+    pub key_hash: edge_cache::KeyHash,
     pub cache: Arc<Cache>,
 }
 
@@ -114,6 +117,7 @@ impl OwnedCtx {
             shared: ctx.shared.clone(),
             route: ctx.shared.router.find(path)?.clone(),
             key: ctx.key.clone(),
+            key_hash: ctx.key_hash,
             cache: ctx.cache.clone(),
         })
     }
@@ -130,6 +134,7 @@ impl OwnedCtx {
             route: &self.route,
             p,
             key: self.key.clone(),
+            key_hash: self.key_hash,
             cache: &self.cache,
         })
     }

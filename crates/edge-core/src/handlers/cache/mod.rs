@@ -94,6 +94,7 @@ pub async fn handle(
         route,
         p,
         key,
+        key_hash: primary,
         cache,
     };
     // Whether a miss may be stored: `no_cache` conditions forbid it, and so does
@@ -183,7 +184,14 @@ pub async fn handle(
 async fn lookup(ctx: &Ctx<'_>, req: &edge_http::HeaderMap, now: SystemTime) -> Lookup {
     let found = ctx
         .cache
-        .lookup_local(Some(&ctx.w.local), &ctx.w.file_io, &ctx.key, req, now)
+        .lookup_hashed(
+            Some(&ctx.w.local),
+            &ctx.w.file_io,
+            &ctx.key,
+            ctx.key_hash,
+            req,
+            now,
+        )
         .await;
     ctx.w.publish_local();
     found
