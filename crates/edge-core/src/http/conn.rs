@@ -26,7 +26,9 @@ impl Conn {
     pub fn new(io: TcpStream, peer: SocketAddr) -> Conn {
         Conn {
             io,
-            rbuf: BytesMut::with_capacity(READ_BUF),
+            // Allocated when the first bytes are about to arrive (see the session: an
+            // idle connection holds no read buffer).
+            rbuf: BytesMut::new(),
             peer,
         }
     }

@@ -60,10 +60,22 @@ pub trait Service {
     /// An answered request's head, for [`Service::spare_head`].
     fn recycle_head(&self, _head: edge_http::RequestHead) {}
 
+    /// A read buffer for a connection whose next bytes are arriving.
+    fn take_rbuf(&self) -> bytes::BytesMut {
+        bytes::BytesMut::with_capacity(super::conn::READ_BUF)
+    }
+
+    /// The empty read buffer of a connection going idle, for [`Service::take_rbuf`].
+    fn recycle_rbuf(&self, _buf: bytes::BytesMut) {}
+
     fn draining(&self) -> bool {
         self.idle().is_draining()
     }
 }
+
+/// How long a connection waits for its next bytes with its read buffer in place before
+/// it gives the buffer back (a busy connection's next request comes well within it).
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 enum HeadOutcome {
     Request(edge_http::RequestHead, usize),
@@ -161,15 +173,50 @@ async fn read_head<S: Service>(
         if served > 0 && w.draining() {
             return HeadOutcome::Close;
         }
-        // The wait is a coarse worker-local timer (see `idle`), not a runtime timer:
-        // a keep-alive request arms and disarms nothing in tokio's wheel.
-        let r = tokio::select! {
+        // A busy keep-alive connection's next request comes soon: wait for it with the
+        // read buffer in place. The wait is a coarse worker-local timer (see `idle`),
+        // not a runtime timer: a request arms and disarms nothing in tokio's wheel.
+        let grace = idle.min(IDLE_GRACE);
+        if conn.rbuf.capacity() == 0 {
+            // A new connection, or one back from idle: a buffer from the worker's spares.
+            conn.rbuf = w.take_rbuf();
+        }
+        let first = tokio::select! {
             biased;
-            r = conn.fill_untimed() => r,
-            end = w.idle().wait(idle, served > 0) => match end {
-                // Nothing was received: nginx closes silently here too.
-                IdleEnd::Expired | IdleEnd::Draining => return HeadOutcome::Close,
+            r = conn.fill_untimed() => Some(r),
+            end = w.idle().wait(grace, served > 0) => match end {
+                IdleEnd::Draining => return HeadOutcome::Close,
+                IdleEnd::Expired => None,
             },
+        };
+        let r = match first {
+            Some(r) => r,
+            // Nothing was received: nginx closes silently here too.
+            None if idle <= grace => return HeadOutcome::Close,
+            None => {
+                // Idle: the connection gives its read buffer back to the worker while
+                // it waits, so an idle connection is little more than its task.
+                let rest = idle - grace;
+                if conn.rbuf.capacity() > 0 {
+                    w.recycle_rbuf(std::mem::take(&mut conn.rbuf));
+                }
+                let ready = tokio::select! {
+                    biased;
+                    r = conn.io.readable() => r,
+                    _ = w.idle().wait(rest, served > 0) => return HeadOutcome::Close,
+                };
+                if ready.is_err() {
+                    return HeadOutcome::Close;
+                }
+                conn.rbuf = w.take_rbuf();
+                // Readable: this read returns at once (a spurious wake-up waits again,
+                // still under the idle timeout).
+                tokio::select! {
+                    biased;
+                    r = conn.fill_untimed() => r,
+                    _ = w.idle().wait(rest, served > 0) => return HeadOutcome::Close,
+                }
+            }
         };
         match r {
             Ok(0) => return HeadOutcome::Close,

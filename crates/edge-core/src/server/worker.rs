@@ -42,6 +42,8 @@ pub struct Worker {
     /// Heads of answered requests whose allocations the next requests reuse (per
     /// worker, not per connection: an idle connection holds none).
     spare_heads: RefCell<Vec<edge_http::RequestHead>>,
+    /// Read buffers of connections gone idle, for the next connection that reads.
+    spare_rbufs: RefCell<Vec<bytes::BytesMut>>,
 }
 
 /// Most recycled request heads a worker keeps, and the largest it keeps.
@@ -95,6 +97,22 @@ impl Service for Worker {
         let mut spare = self.spare_heads.borrow_mut();
         if spare.len() < SPARE_HEADS && head.headers.capacity_bytes() <= SPARE_HEAD_BYTES {
             spare.push(head);
+        }
+    }
+
+    fn take_rbuf(&self) -> bytes::BytesMut {
+        let mut b = self.spare_rbufs.borrow_mut().pop().unwrap_or_default();
+        b.reserve(crate::http::conn::READ_BUF);
+        b
+    }
+
+    fn recycle_rbuf(&self, buf: bytes::BytesMut) {
+        let mut spare = self.spare_rbufs.borrow_mut();
+        if spare.len() < SPARE_HEADS
+            && buf.is_empty()
+            && buf.capacity() <= 4 * crate::http::conn::READ_BUF
+        {
+            spare.push(buf);
         }
     }
 
@@ -184,6 +202,7 @@ async fn run(spec: WorkerSpec) {
         max_connections: spec.max_connections,
         conn_closed: Notify::new(),
         spare_heads: RefCell::new(Vec::new()),
+        spare_rbufs: RefCell::new(Vec::new()),
     });
     tokio::task::spawn_local(crate::log::access::flusher(worker.access_log.clone()));
     tokio::task::spawn_local(local_ticker(worker.clone()));
