@@ -12,6 +12,9 @@ use std::time::Instant;
 pub struct WorkerStats {
     pub accepted: AtomicU64,
     pub active: AtomicU64,
+    /// Of `active`, idle keep-alive connections parked without a task (updated once a
+    /// second).
+    pub parked: AtomicU64,
     pub requests: AtomicU64,
     pub status: [AtomicU64; 5], // 1xx..5xx
     pub bytes_in: AtomicU64,

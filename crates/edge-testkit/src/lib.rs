@@ -241,7 +241,7 @@ impl Client {
 
     fn fill(&mut self) -> usize {
         let mut tmp = [0u8; 65536];
-        match self.stream.read(&mut tmp) {
+        match read_retrying(&mut self.stream, &mut tmp) {
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);
                 n
@@ -267,7 +267,7 @@ impl Client {
 
     fn fill_opt(&mut self) -> Option<usize> {
         let mut tmp = [0u8; 65536];
-        match self.stream.read(&mut tmp) {
+        match read_retrying(&mut self.stream, &mut tmp) {
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);
                 Some(n)
@@ -403,4 +403,15 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write file");
     p
+}
+
+/// `read`, again after EINTR (a signal sent to another test's child process may
+/// interrupt this test's blocking read).
+fn read_retrying(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }

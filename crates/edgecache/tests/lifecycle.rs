@@ -124,6 +124,44 @@ fn idle_connections_do_not_delay_a_stop() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
+/// An idle keep-alive connection leaves its task after a grace period and the worker
+/// keeps only its socket ("parked", counted in /status); a request on it later is served
+/// as on any keep-alive connection, and a stop closes it at once.
+#[test]
+fn parked_idle_connections_resume_and_do_not_delay_a_stop() {
+    let (_o, oaddr) = origin();
+    let cfg = proxy_config(oaddr, "shutdown_timeout = \"30s\"", "");
+    let (mut e, addr, admin) = edgecache(&cfg);
+    let mut idle = Client::connect(addr);
+    let first = idle.get("/obj/1k/1", &[]);
+    assert_eq!(first.status, 200);
+    // Parked after 300 ms of silence; /status counts it within a second more.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = common::get_text(admin, "/status");
+        if common::json_number(&status, "parked").is_some_and(|n| n >= 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never parked: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Resumed: two requests on the same connection, bytes as before.
+    let again = idle.get("/obj/1k/1", &[]);
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, first.body);
+    assert_eq!(idle.get("/obj/1k/2", &[]).status, 200);
+    // Parked again, then a stop: no waiting for the idle connection.
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = std::time::Instant::now();
+    e.signal("INT");
+    assert_eq!(e.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(idle.is_closed());
+}
+
 #[test]
 fn embedded_default_serves_the_demo_origin() {
     // The README's first command: no -c, the demo origin in-process on :8081.

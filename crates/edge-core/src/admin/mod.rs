@@ -31,13 +31,18 @@ pub struct AdminCtx {
     pub aio: crate::aio::AioSetup,
 }
 
-/// Binds (now, so errors stop startup) and serves on a background thread.
-pub fn start(addr: SocketAddr, ctx: AdminCtx) -> std::io::Result<()> {
-    let listener = crate::net::bind_listener(
+/// Binds the admin listener. The server does it before its data listeners, so that
+/// whoever sees the data port open can already ask `/status`.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    crate::net::bind_listener(
         crate::net::ListenSpec { addr, backlog: 128 },
         crate::net::PortSharing::Exclusive,
         crate::net::Blocking::NonBlocking,
-    )?;
+    )
+}
+
+/// Serves on `listener` (from [`bind`]) on a background thread.
+pub fn start(listener: std::net::TcpListener, ctx: AdminCtx) -> std::io::Result<()> {
     let ctx = Arc::new(ctx);
     std::thread::Builder::new()
         .name("admin".into())
@@ -234,6 +239,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "cpu": ctx.cpus.get(i).copied().flatten(),
                 "accepted": w.accepted.load(Relaxed),
                 "active": w.active.load(Relaxed),
+                "parked": w.parked.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
                 "memory_cache": {
                     "hits": w.local.mem_hits.load(Relaxed),

@@ -68,6 +68,13 @@ pub trait Service {
     /// The empty read buffer of a connection going idle, for [`Service::take_rbuf`].
     fn recycle_rbuf(&self, _buf: bytes::BytesMut) {}
 
+    /// Whether a connection idle past [`IDLE_GRACE`] may leave its task and be
+    /// [`Parked`] by the caller of [`serve`] (which then resumes it with [`resume`]
+    /// when it becomes readable). Without it the task waits.
+    fn can_park(&self) -> bool {
+        false
+    }
+
     fn draining(&self) -> bool {
         self.idle().is_draining()
     }
@@ -77,24 +84,75 @@ pub trait Service {
 /// it gives the buffer back (a busy connection's next request comes well within it).
 const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
+/// An idle keep-alive connection taken out of its task: all that is kept while it
+/// waits (a few hundred bytes with the runtime's registration) until [`resume`].
+pub struct Parked {
+    pub io: TcpStream,
+    pub peer: SocketAddr,
+    pub served: u64,
+    pub nodelay: bool,
+    /// What is left of its idle timeout.
+    pub idle_left: std::time::Duration,
+}
+
 enum HeadOutcome {
     Request(edge_http::RequestHead, usize),
+    /// Idle past the grace period and the service parks idle connections: leave the
+    /// task, with this much of the idle timeout left.
+    Park(std::time::Duration),
     /// Clean end: EOF or idle timeout between requests, or shutdown while idle.
     Close,
     /// Answer with this status and close.
     Error(u16),
 }
 
-/// Serves one client connection until it closes.
-pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
-    let mut conn = Conn::new(stream, peer);
-    let mut served: u64 = 0;
-    let mut nodelay = false;
+/// Serves one client connection until it closes, or until it is idle and the service
+/// parks idle connections ([`Service::can_park`]): then its state is returned.
+pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) -> Option<Parked> {
+    serve_conn(w, Conn::new(stream, peer), 0, false).await
+}
+
+/// How a session task starts.
+pub enum Start {
+    New(TcpStream, SocketAddr),
+    Resume(Parked),
+}
+
+/// A [`Start`] for a parked connection.
+pub fn resume_owned(p: Parked) -> Start {
+    Start::Resume(p)
+}
+
+/// [`serve`] for a [`Parked`] connection that became readable.
+pub async fn resume<S: Service>(w: &S, p: Parked) -> Option<Parked> {
+    serve_conn(w, Conn::new(p.io, p.peer), p.served, p.nodelay).await
+}
+
+async fn serve_conn<S: Service>(
+    w: &S,
+    mut conn: Conn,
+    mut served: u64,
+    mut nodelay: bool,
+) -> Option<Parked> {
+    let peer = conn.peer;
     loop {
         let cfg = w.config();
         let params = S::params(&cfg);
         match read_head(w, &mut conn, &params, served).await {
             HeadOutcome::Close => break,
+            HeadOutcome::Park(idle_left) => {
+                let Conn { io, rbuf, peer } = conn;
+                if rbuf.capacity() > 0 {
+                    w.recycle_rbuf(rbuf);
+                }
+                return Some(Parked {
+                    io,
+                    peer,
+                    served,
+                    nodelay,
+                    idle_left,
+                });
+            }
             HeadOutcome::Error(status) => {
                 w.stats().bad_requests.fetch_add(1, Relaxed);
                 w.stats().count_status(status);
@@ -106,7 +164,7 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
                 // The FIN goes out before the close, ahead of whatever the client
                 // still sends after its bad request.
                 let _ = conn.io.shutdown().await;
-                return;
+                return None;
             }
             HeadOutcome::Request(req, n) => {
                 conn.rbuf.advance(n);
@@ -141,12 +199,12 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
                     Ok(()) => break,
                     Err(ExchangeError::Client(e)) => {
                         tracing::debug!("client {peer}: {e}");
-                        return; // no graceful shutdown on a broken socket
+                        return None; // no graceful shutdown on a broken socket
                     }
                     Err(ExchangeError::Aborted(why)) => {
                         tracing::warn!("client {peer}: response aborted: {why}");
                         crate::net::sys::close_with_reset(conn.io);
-                        return;
+                        return None;
                     }
                 }
             }
@@ -154,6 +212,7 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) {
     }
     // A plain close (the FIN follows the response): a separate shutdown() first would
     // only cost a syscall per connection (nginx does not either).
+    None
 }
 
 async fn read_head<S: Service>(
@@ -194,9 +253,13 @@ async fn read_head<S: Service>(
             // Nothing was received: nginx closes silently here too.
             None if idle <= grace => return HeadOutcome::Close,
             None => {
+                let rest = idle - grace;
+                if w.can_park() {
+                    // Idle: the worker keeps the socket, not this task.
+                    return HeadOutcome::Park(rest);
+                }
                 // Idle: the connection gives its read buffer back to the worker while
                 // it waits, so an idle connection is little more than its task.
-                let rest = idle - grace;
                 if conn.rbuf.capacity() > 0 {
                     w.recycle_rbuf(std::mem::take(&mut conn.rbuf));
                 }

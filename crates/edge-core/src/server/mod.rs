@@ -7,6 +7,7 @@
 //! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
 //! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
 
+mod parking;
 pub mod worker;
 
 use crate::config::validate::BadValue;
@@ -112,6 +113,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             config::Steering::Off => Vec::new(),
         },
     };
+    let admin_listener = match &cfg.admin {
+        Some(a) => {
+            let addr = config::validate::parse_addr(a.listen.get_ref())?;
+            Some(crate::admin::bind(addr).map_err(err("admin listen"))?)
+        }
+        None => None,
+    };
     let acceptors = strategy.prepare(&listens, &plan).map_err(err("listen"))?;
     let demo_origin = match &cfg.demo_origin {
         Some(a) => {
@@ -140,10 +148,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             *flush,
         ),
     };
-    if let Some(a) = &cfg.admin {
-        let addr = config::validate::parse_addr(a.listen.get_ref())?;
+    if let Some(listener) = admin_listener {
         crate::admin::start(
-            addr,
+            listener,
             crate::admin::AdminCtx {
                 metrics: metrics.clone(),
                 shared: shared.clone(),

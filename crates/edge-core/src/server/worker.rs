@@ -44,6 +44,8 @@ pub struct Worker {
     spare_heads: RefCell<Vec<edge_http::RequestHead>>,
     /// Read buffers of connections gone idle, for the next connection that reads.
     spare_rbufs: RefCell<Vec<bytes::BytesMut>>,
+    /// Idle keep-alive connections kept without a task.
+    parking: super::parking::Parking,
 }
 
 /// Most recycled request heads a worker keeps, and the largest it keeps.
@@ -114,6 +116,10 @@ impl Service for Worker {
         {
             spare.push(buf);
         }
+    }
+
+    fn can_park(&self) -> bool {
+        true
     }
 
     fn log(&self, peer: &SocketAddr, ex: &Exchange) {
@@ -203,10 +209,12 @@ async fn run(spec: WorkerSpec) {
         conn_closed: Notify::new(),
         spare_heads: RefCell::new(Vec::new()),
         spare_rbufs: RefCell::new(Vec::new()),
+        parking: super::parking::Parking::default(),
     });
     tokio::task::spawn_local(crate::log::access::flusher(worker.access_log.clone()));
     tokio::task::spawn_local(local_ticker(worker.clone()));
     tokio::task::spawn_local(watch_shutdown(worker.clone()));
+    tokio::task::spawn_local(parker(worker.clone()));
     match spec.acceptor {
         WorkerAcceptor::Sockets(socks) => {
             let mut tasks = Vec::new();
@@ -245,6 +253,17 @@ async fn watch_shutdown(w: Rc<Worker>) {
         }
     }
     w.idle.start_draining();
+    let closed = w.parking.close_all();
+    w.connections_closed(closed);
+}
+
+/// Resumes parked connections as they become readable.
+async fn parker(w: Rc<Worker>) {
+    loop {
+        for p in w.parking.readable().await {
+            run_session(&w, session::resume_owned(p));
+        }
+    }
 }
 
 /// The worker's clock: every [`crate::http::idle::TICK`] the idle timers advance; once a
@@ -263,6 +282,9 @@ async fn local_ticker(w: Rc<Worker>) {
         n += 1;
         if n.is_multiple_of(per_second) {
             w.svc.tick(&w.shared.load());
+            let expired = w.parking.expire(std::time::Instant::now());
+            w.connections_closed(expired);
+            w.svc.stats().parked.store(w.parking.len() as u64, Relaxed);
         }
     }
 }
@@ -347,11 +369,43 @@ fn start_session(w: &Rc<Worker>, stream: tokio::net::TcpStream, peer: std::net::
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
+    run_session(w, session::Start::New(stream, peer));
+}
+
+/// Runs a session task: a new connection, or a parked one that became readable. When
+/// the session parks its connection, the worker keeps it (or resumes it at once if it is
+/// readable already); the connection stays counted in `active` until it closes.
+fn run_session(w: &Rc<Worker>, start: session::Start) {
     let w = w.clone();
     let fut = async move {
-        session::serve(&*w, stream, peer).await;
-        w.svc.stats().active.fetch_sub(1, Relaxed);
-        w.conn_closed.notify_waiters();
+        let mut next = Some(start);
+        while let Some(start) = next.take() {
+            let parked = match start {
+                session::Start::New(stream, peer) => session::serve(&*w, stream, peer).await,
+                session::Start::Resume(p) => session::resume(&*w, p).await,
+            };
+            match parked {
+                Some(p) if !w.draining() => {
+                    // Readable already: go on in this task.
+                    next = w.parking.park(p).map(session::Start::Resume);
+                    if next.is_none() {
+                        return;
+                    }
+                }
+                _ => w.connections_closed(1),
+            }
+        }
     };
     tokio::task::spawn_local(fut);
+}
+
+impl Worker {
+    /// `n` connections closed: counted, and whoever waits for room or for the drain
+    /// to finish is told.
+    fn connections_closed(&self, n: usize) {
+        if n > 0 {
+            self.svc.stats().active.fetch_sub(n as u64, Relaxed);
+            self.conn_closed.notify_waiters();
+        }
+    }
 }

@@ -45,8 +45,14 @@ pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, S
     let path = dir.path().join("edgecache.toml");
     std::fs::write(&path, text).unwrap();
     let path = path.to_string_lossy().into_owned();
+    let has_admin = config.contains("{admin}");
     let mut p = Proc::spawn_in_env(&bin("edgecache"), &["-c", &path], dir, env);
     p.wait_port(listen, START);
+    // The admin listener opens beside the data listeners, not before them: a test that
+    // asks /status at once must not race it.
+    if has_admin {
+        p.wait_port(admin, START);
+    }
     (p, listen, admin)
 }
 
