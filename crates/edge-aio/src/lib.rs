@@ -204,32 +204,9 @@ impl Engine {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> io::Result<T> {
-        let slot: Arc<std::sync::Mutex<Option<std::thread::Result<T>>>> = Arc::default();
-        let out = slot.clone();
-        let mut f = Some(f);
-        let call = inflight::CallBox::new(Box::new(move || {
-            if let Some(f) = f.take() {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-                *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-            }
-            0
-        }));
-        // The pointer stays valid while `keep` (which owns the closure) is held by the
-        // in-flight table, i.e. until the op has completed.
-        let op = SysOp::Call { f: call.ptr() };
-        let keep = Keep::Call(call);
-        let (_, keep) = match &self.blocking {
-            Some(p) => p.submit(op, keep).await,
-            None => OffEngine.run(op, keep),
-        };
-        drop(keep);
+        let r = run_job(self.blocking.as_ref(), f).await;
         self.stats.other_done(true);
-        let r = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match r {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(_)) => Err(io::Error::other("blocking job panicked")),
-            None => Err(io::Error::other("blocking job did not run")),
-        }
+        r
     }
 
     /// The one place that dispatches on the backend. Returns the syscall's result
@@ -244,11 +221,122 @@ impl Engine {
     }
 }
 
+/// Runs `f` on `pool`, or inline without one; see [`Engine::blocking`].
+async fn run_job<T: Send + 'static>(
+    pool: Option<&PoolEngine>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
+    let slot: Arc<std::sync::Mutex<Option<std::thread::Result<T>>>> = Arc::default();
+    let out = slot.clone();
+    let mut f = Some(f);
+    let call = inflight::CallBox::new(Box::new(move || {
+        if let Some(f) = f.take() {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        }
+        0
+    }));
+    // The pointer stays valid while `keep` (which owns the closure) is held by the
+    // in-flight table, i.e. until the op has completed.
+    let op = SysOp::Call { f: call.ptr() };
+    let keep = Keep::Call(call);
+    let (_, keep) = match pool {
+        Some(p) => p.submit(op, keep).await,
+        None => OffEngine.run(op, keep),
+    };
+    drop(keep);
+    let r = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match r {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(_)) => Err(io::Error::other("blocking job panicked")),
+        None => Err(io::Error::other("blocking job did not run")),
+    }
+}
+
+/// One worker's handle on a compute pool (the compression offload): jobs run on the
+/// pool's threads and their completions come back through this worker's own eventfd in
+/// its reactor, by the same machinery as file I/O (one mechanism, a second pool so that
+/// compression never queues behind disk reads or the reverse). Cheap to clone.
+#[derive(Clone)]
+pub struct Offload {
+    engine: PoolEngine,
+}
+
+impl Offload {
+    pub fn new(pool: Arc<ThreadPool>) -> io::Result<Offload> {
+        Ok(Offload {
+            engine: PoolEngine::new(pool, Arc::new(AioStats::default()))?,
+        })
+    }
+
+    /// Runs `f` on the pool and waits for it; a full queue runs it inline (counted as
+    /// an overflow in [`Offload::stats`]). Dropping the future lets `f` finish and drops
+    /// its result. A panic in `f` is returned as an error.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        let r = run_job(Some(&self.engine), f).await;
+        self.engine.stats().other_done(true);
+        r
+    }
+
+    /// Whether the queue is at its bound (new work would run inline): callers that can
+    /// do without (send uncompressed) should.
+    pub fn saturated(&self) -> bool {
+        let p = self.engine.pool();
+        p.queue_depth() >= p.max_queue()
+    }
+
+    pub fn pool(&self) -> &Arc<ThreadPool> {
+        self.engine.pool()
+    }
+
+    /// This worker's counters for the pool (overflows, in flight).
+    pub fn stats(&self) -> &Arc<AioStats> {
+        self.engine.stats()
+    }
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("mode", &self.mode())
             .field("pool", &self.pool())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod offload_tests {
+    use super::*;
+
+    /// Jobs run on the pool's own named threads and come back to the worker; a panic is
+    /// an error, not a crash.
+    #[test]
+    fn offload_jobs_run_on_the_named_pool_and_come_back() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let pool = ThreadPool::named("ztest", 1 << 20, 2, 8, QueueKind::LockFree).unwrap();
+        let off = Offload::new(pool).unwrap();
+        local.block_on(&rt, async {
+            let name = off
+                .run(|| std::thread::current().name().map(str::to_owned))
+                .await
+                .unwrap();
+            assert!(name.unwrap().starts_with("ztest-"));
+            let many: Vec<_> = (0..32u64).map(|i| off.run(move || i * 2)).collect();
+            let mut sum = 0;
+            for f in many {
+                sum += f.await.unwrap();
+            }
+            assert_eq!(sum, (0..32u64).map(|i| i * 2).sum::<u64>());
+            assert!(off.run(|| panic!("boom")).await.is_err());
+            assert!(!off.saturated());
+            assert_eq!(off.stats().in_flight(), 0);
+        });
     }
 }

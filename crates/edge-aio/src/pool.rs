@@ -48,6 +48,18 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// Starts the pool (at least one thread, queue of at least one).
     pub fn new(threads: usize, max_queue: usize, queue: QueueKind) -> io::Result<Arc<ThreadPool>> {
+        Self::named("aio", POOL_STACK, threads, max_queue, queue)
+    }
+
+    /// [`ThreadPool::new`] with threads named `<name>-N` and `stack` bytes of stack each
+    /// (a compute pool, such as compression, needs more than syscalls do).
+    pub fn named(
+        name: &str,
+        stack: usize,
+        threads: usize,
+        max_queue: usize,
+        queue: QueueKind,
+    ) -> io::Result<Arc<ThreadPool>> {
         let max_queue = max_queue.max(1);
         let shared = Arc::new(PoolShared {
             queue: JobQueue::new(queue, max_queue),
@@ -62,8 +74,8 @@ impl ThreadPool {
         for i in 0..threads.max(1) {
             let shared = shared.clone();
             let t = std::thread::Builder::new()
-                .name(format!("aio-{i}"))
-                .stack_size(POOL_STACK)
+                .name(format!("{name}-{i}"))
+                .stack_size(stack)
                 .spawn(move || pool_thread(&shared))
                 .map_err(|e| io::Error::new(e.kind(), format!("pthread_create() failed: {e}")))?;
             // On error, dropping `pool` stops and joins the threads started so far.

@@ -491,6 +491,111 @@ impl Cache {
         Lookup::Miss
     }
 
+    /// The copy in `coding` (a content-coding token) of the object this request would
+    /// get (see [`crate::coded`]), when that object is stored and fresh and the copy is
+    /// stored, and `wanted` says the object has copies: None otherwise (the caller then
+    /// looks the object up as usual and may make the copy). Only the copy's file is opened (or found in the worker's RAM tier
+    /// or open-file cache); the object itself is found in memory.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn lookup_coded<O: FileOpener>(
+        &self,
+        local: Option<&RefCell<Local>>,
+        opener: &O,
+        primary_key: &str,
+        ph: KeyHash,
+        req: &HeaderMap,
+        now: SystemTime,
+        coding: &str,
+        wanted: impl FnOnce(&ObjectMeta) -> bool,
+    ) -> Option<HitEntry> {
+        let identity = self.identity_meta(local, primary_key, ph, req)?;
+        if identity.status != 200 || !crate::policy::is_fresh(&identity, now) {
+            return None;
+        }
+        // The caller's policy: objects it never compresses have no copy to look for.
+        if !wanted(&identity) {
+            return None;
+        }
+        let ck = crate::key::coded_key(&identity.key, coding, identity.body_id());
+        let ch = key_hash(&ck);
+        let found = self.find_keyed(local, &ck, ch)?;
+        match self.finish_lookup(local, opener, found, now).await {
+            // The identity's freshness governs the copy's.
+            Ok(Lookup::Fresh(hit)) | Ok(Lookup::Stale(hit)) => Some(hit),
+            Ok(Lookup::Miss) | Err(OpenFail::Replaced) => None,
+            Err(OpenFail::Gone(ino)) => {
+                self.index.remove(ch, Some(ino));
+                None
+            }
+        }
+    }
+
+    /// The metadata of the object a request for `primary_key` would get, from memory
+    /// (the worker's front, else the index).
+    fn identity_meta(
+        &self,
+        local: Option<&RefCell<Local>>,
+        primary_key: &str,
+        ph: KeyHash,
+        req: &HeaderMap,
+    ) -> Option<Arc<ObjectMeta>> {
+        if let Some(l) = local {
+            let version = self.index.version(ph);
+            let mut l = l.borrow_mut();
+            if let Some(e) = l.front.get(self.local_key(ph), primary_key, version) {
+                return Some(e.meta.clone());
+            }
+        }
+        let snap = match self.index.vary_of(ph) {
+            Some(vary) => {
+                let k = variant_key(primary_key, &vary, req);
+                self.index.get(key_hash(&k), &k)?
+            }
+            None => self.index.get(ph, primary_key)?,
+        };
+        Some(snap.meta)
+    }
+
+    /// The object stored under exactly `key` (`hash`), from the worker's front when it
+    /// remembers it at an unchanged version, else from the index (and then remembered).
+    fn find_keyed(
+        &self,
+        local: Option<&RefCell<Local>>,
+        key: &str,
+        hash: KeyHash,
+    ) -> Option<Found> {
+        let version = self.index.version(hash);
+        if let Some(l) = local {
+            if let Some(e) = l.borrow_mut().front.get(self.local_key(hash), key, version) {
+                return Some(Found {
+                    hash: e.hash,
+                    meta: e.meta.clone(),
+                    body_offset: e.body_offset,
+                    ino: e.ino,
+                    gen: e.gen,
+                    guard: None,
+                });
+            }
+        }
+        let snap = self.index.get(hash, key)?;
+        let mut found = Found::from_snap(hash, snap);
+        if let Some(l) = local {
+            found.meta = Arc::new((*found.meta).clone());
+            let e = crate::local::front::FrontEntry {
+                version,
+                seed: self.seed,
+                hash,
+                meta: found.meta.clone(),
+                body_offset: found.body_offset,
+                ino: found.ino,
+                gen: found.gen,
+                touched: false,
+            };
+            l.borrow_mut().front.insert(self.local_key(hash), e);
+        }
+        Some(found)
+    }
+
     /// The body of `found`: the worker's RAM tier (fresh objects only), its open-file
     /// cache, or the file opened now (and checked against `found`).
     async fn finish_lookup<O: FileOpener>(
@@ -640,9 +745,18 @@ impl Cache {
     /// [`Cache::begin_write`] with `meta.key` already the variant key (see
     /// [`crate::variant_key`]): only file system work is left (directories, the temp
     /// file, its provisional header), so a server can run it off its event loop.
-    pub fn begin_write_keyed(self: &Arc<Self>, meta: ObjectMeta) -> io::Result<ObjectWriter> {
+    pub fn begin_write_keyed(self: &Arc<Self>, mut meta: ObjectMeta) -> io::Result<ObjectWriter> {
         let hash = key_hash(&meta.key);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if meta.body_id == 0 {
+            // A new body: an id no other body of this cache has had (process token,
+            // sequence number and key; 0 is reserved for "none").
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            h.update(self.token.as_bytes());
+            h.update(&seq.to_le_bytes());
+            h.update(&hash.to_le_bytes());
+            meta.body_id = h.digest().max(1);
+        }
         match TempObject::create(&self.layout, hash, meta, &self.token, seq) {
             Ok(obj) => Ok(ObjectWriter {
                 cache: self.clone(),
@@ -683,11 +797,52 @@ impl Cache {
     /// otherwise the whole object is written to a new file (the body read and written
     /// through a 64 KiB user-space buffer, on the calling thread) and renamed over the
     /// old one. Clears a soft purge.
-    pub fn refresh(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<()> {
+    pub fn refresh(&self, entry: &HitEntry, new_meta: ObjectMeta) -> io::Result<()> {
+        self.refresh_object(entry, new_meta)?;
+        // The refreshed metadata as the index now holds it.
+        if let Some((meta, _, _)) = self.index.peek(entry.hash) {
+            self.refresh_coded(&meta);
+        }
+        Ok(())
+    }
+
+    /// Carries a revalidation of `identity` over to its encoded copies (same body, so
+    /// their bytes stay valid): their headers, times and freshness follow the identity's,
+    /// rewritten in place; a copy whose header no longer fits is removed (the next
+    /// request makes it again).
+    fn refresh_coded(&self, identity: &ObjectMeta) {
+        let primary = key_hash(identity.primary_key());
+        for h in self.index.variants_of(primary) {
+            let Some((copy, ino, body_offset)) = self.index.peek(h) else {
+                continue;
+            };
+            if !crate::key::is_coded_of(&copy.key, &identity.key) {
+                continue;
+            }
+            let Some(m) = crate::coded::refreshed_coded_meta(identity, &copy) else {
+                continue;
+            };
+            let path = self.layout.path_for(h);
+            let _stripe = self.stripe(h);
+            match storage::rewrite_header_in_place(&path, h, &m, body_offset, ino) {
+                Ok(()) => {
+                    self.index.update_meta(h, ino, Arc::new(m), None);
+                }
+                Err(_) => {
+                    if let Some(v) = self.index.remove(h, Some(ino)) {
+                        let _ = storage::remove_if_ino(&path, v.ino);
+                    }
+                }
+            }
+        }
+    }
+
+    fn refresh_object(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<()> {
         new_meta.key = entry.meta.key.clone();
         new_meta.vary = entry.meta.vary.clone();
         new_meta.body_len = entry.meta.body_len;
         new_meta.body_hash = entry.meta.body_hash;
+        new_meta.body_id = entry.meta.body_id;
         new_meta.soft_purged = false;
         let path = self.layout.path_for(entry.hash);
         match storage::rewrite_header_in_place(

@@ -382,6 +382,15 @@ impl Index {
             .unwrap_or_default()
     }
 
+    /// An entry's metadata, inode and body offset by hash alone (no key check, no LRU
+    /// update, not marked in use): for maintenance that walks a primary key's variants.
+    pub fn peek(&self, hash: KeyHash) -> Option<(Arc<ObjectMeta>, u64, u64)> {
+        let shard = lock(&self.shards[shard_of(hash)]);
+        let i = *shard.map.get(&hash)?;
+        let e = shard.slots[i as usize].entry.as_ref()?;
+        Some((e.meta.clone(), e.ino, e.body_offset))
+    }
+
     /// Whether an entry exists (no LRU update).
     pub fn contains(&self, hash: KeyHash) -> bool {
         lock(&self.shards[shard_of(hash)]).map.contains_key(&hash)

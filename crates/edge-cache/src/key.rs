@@ -16,6 +16,8 @@ pub type KeyHash = u128;
 pub const VARIANT_SEP: char = '\0';
 /// Separator between the values of different `Vary` headers inside a variant key.
 const VALUE_SEP: char = '\u{1}';
+/// Starts the content-coding part of an encoded variant's key (see [`coded_key`]).
+pub const CODING_MARK: char = '\u{2}';
 
 /// The hash that names an object.
 pub fn key_hash(key: &str) -> KeyHash {
@@ -87,10 +89,45 @@ where
             }
             first = false;
             // Keep NULs out of keys so the primary key stays recoverable.
-            k.extend(v.chars().filter(|&c| c != VARIANT_SEP && c != VALUE_SEP));
+            k.extend(
+                v.chars()
+                    .filter(|&c| c != VARIANT_SEP && c != VALUE_SEP && c != CODING_MARK),
+            );
         }
     }
     k
+}
+
+/// The key of a compressed copy of the object stored under `identity_key` (a
+/// variant key): `identity_key`, a `\0` unless it has one already (so the primary key
+/// stays what precedes the first `\0`, and purges and soft purges of the primary key
+/// reach the copy), [`CODING_MARK`], the coding, `.`, and the identity body's id (see
+/// [`crate::ObjectMeta::body_id`]). A new body has a new id, so a copy made from an old
+/// body is never found for a new one.
+pub fn coded_key(identity_key: &str, coding: &str, body_id: u64) -> String {
+    let mut k = String::with_capacity(identity_key.len() + coding.len() + 20);
+    k.push_str(identity_key);
+    if !identity_key.contains(VARIANT_SEP) {
+        k.push(VARIANT_SEP);
+    }
+    k.push(CODING_MARK);
+    k.push_str(coding);
+    k.push('.');
+    for i in (0..16).rev() {
+        k.push(char::from(
+            b"0123456789abcdef"[((body_id >> (4 * i)) & 0xf) as usize],
+        ));
+    }
+    k
+}
+
+/// Whether `key` is an encoded copy made by [`coded_key`] from `identity_key`.
+pub fn is_coded_of(key: &str, identity_key: &str) -> bool {
+    let Some(rest) = key.strip_prefix(identity_key) else {
+        return false;
+    };
+    let rest = rest.strip_prefix(VARIANT_SEP).unwrap_or(rest);
+    rest.starts_with(CODING_MARK)
 }
 
 /// Normalise `Vary` header values into lowercase names (deduplicated, in order).
@@ -127,6 +164,27 @@ mod tests {
                 .map(|(_, v)| v.to_string())
                 .collect()
         }
+    }
+
+    #[test]
+    fn coded_keys_keep_the_primary_key_and_name_the_body() {
+        let k = coded_key("http://h/a", "gzip", 0xab);
+        assert_eq!(k, "http://h/a\0\u{2}gzip.00000000000000ab");
+        assert!(is_coded_of(&k, "http://h/a"));
+        assert!(!is_coded_of("http://h/a", "http://h/a"));
+        assert!(!is_coded_of("http://h/ab\0\u{2}gzip.0", "http://h/a"));
+        let vary = vec!["accept-language".to_string()];
+        let v = variant_key_with("http://h/a", &vary, vals(&[("Accept-Language", "de\u{2}")]));
+        assert_eq!(v, "http://h/a\0de", "the mark never comes from a request");
+        let kv = coded_key(&v, "br", 1);
+        assert_eq!(kv, "http://h/a\0de\u{2}br.0000000000000001");
+        assert!(is_coded_of(&kv, &v));
+        assert!(
+            !is_coded_of(&kv, "http://h/a"),
+            "a copy of one Vary variant only"
+        );
+        let m = crate::ObjectMeta::new(kv, 200, std::time::SystemTime::now());
+        assert_eq!(m.primary_key(), "http://h/a");
     }
 
     #[test]

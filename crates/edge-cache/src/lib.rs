@@ -23,6 +23,7 @@
 //! format are in `docs/cache.md`.
 
 pub mod cache;
+pub mod coded;
 pub mod hit;
 pub mod index;
 pub mod inflight;

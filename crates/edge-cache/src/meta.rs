@@ -65,6 +65,12 @@ pub struct ObjectMeta {
     pub body_len: u64,
     /// xxh3-64 of the body, filled in by the writer when it finishes.
     pub body_hash: u64,
+    /// Names this body for as long as it is stored: set once when the object is first
+    /// written, kept by revalidations (a 304 keeps the body), new with every new body.
+    /// Encoded variants (compressed copies) are keyed by it, so a variant can only ever
+    /// belong to the body it was made from. 0 in files written before format 3 (see
+    /// [`ObjectMeta::body_id`]).
+    pub body_id: u64,
     /// Soft purge: the object is kept but is stale until revalidated.
     pub soft_purged: bool,
 }
@@ -87,7 +93,18 @@ impl ObjectMeta {
             tags: Vec::new(),
             body_len: BODY_LEN_UNKNOWN,
             body_hash: 0,
+            body_id: 0,
             soft_purged: false,
+        }
+    }
+
+    /// The body's identity for encoded variants: `body_id`, or for a file written
+    /// before it existed, its body checksum (also unique to the body).
+    pub fn body_id(&self) -> u64 {
+        if self.body_id != 0 {
+            self.body_id
+        } else {
+            self.body_hash
         }
     }
 
@@ -144,11 +161,21 @@ impl ObjectMeta {
         put_list(out, &self.tags);
         out.extend_from_slice(&self.body_len.to_le_bytes());
         out.extend_from_slice(&self.body_hash.to_le_bytes());
+        out.extend_from_slice(&self.body_id.to_le_bytes());
     }
 
     /// Parse what [`ObjectMeta::encode`] wrote. Every length is checked against the
     /// remaining input and the limits above.
     pub fn decode(buf: &[u8]) -> Result<ObjectMeta, MetaError> {
+        Self::decode_format(buf, true)
+    }
+
+    /// [`ObjectMeta::decode`] for a file of format 1 or 2 (no `body_id`).
+    pub fn decode_before_body_id(buf: &[u8]) -> Result<ObjectMeta, MetaError> {
+        Self::decode_format(buf, false)
+    }
+
+    fn decode_format(buf: &[u8], with_body_id: bool) -> Result<ObjectMeta, MetaError> {
         let mut r = Reader { buf, pos: 0 };
         let status = u16::from_le_bytes(r.array()?);
         let flags = r.u8()?;
@@ -167,6 +194,7 @@ impl ObjectMeta {
         let tags = r.list()?;
         let body_len = r.u64()?;
         let body_hash = r.u64()?;
+        let body_id = if with_body_id { r.u64()? } else { 0 };
         if r.pos != buf.len() {
             return Err(MetaError::TrailingBytes);
         }
@@ -191,6 +219,7 @@ impl ObjectMeta {
             tags,
             body_len,
             body_hash,
+            body_id,
             soft_purged: flags & FLAG_SOFT_PURGED != 0,
         })
     }
@@ -372,6 +401,7 @@ mod tests {
             tags: vec!["product-1".into(), "all".into()],
             body_len: 12345,
             body_hash: 0xdead_beef,
+            body_id: 0x1234_5678,
             soft_purged: true,
         }
     }

@@ -583,6 +583,7 @@ pub fn refresh_meta(
     m.key = old.key.clone();
     m.vary = old.vary.clone();
     m.body_hash = old.body_hash;
+    m.body_id = old.body_id;
     m.soft_purged = false;
     Ok(m)
 }

@@ -43,8 +43,10 @@ pub const MAGIC: &[u8; 8] = b"EDGCACHE";
 /// Bump when the layout or the meta encoding changes: older files are then removed by
 /// the loader instead of being misread, unless [`read_header`] knows how to upgrade
 /// them. Version 2: the stored header block starts with the response's `Date` line
-/// (version 1 files are read, and get one from their stored date).
-pub const FORMAT_VERSION: u32 = 2;
+/// (version 1 files are read, and get one from their stored date). Version 3: the meta
+/// ends with the body's id (versions 1 and 2 are read, with id 0: see
+/// [`ObjectMeta::body_id`]).
+pub const FORMAT_VERSION: u32 = 3;
 /// Size of the fixed prefix before the meta bytes.
 pub const PREFIX_LEN: usize = 64;
 /// Bodies start at a multiple of this (O_DIRECT alignment; room for in-place refresh).
@@ -211,7 +213,7 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
         return Err(StorageError::BadMagic);
     }
     let version = u32::from_le_bytes(first[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION && version != 1 {
+    if version != FORMAT_VERSION && version != 1 && version != 2 {
         return Err(StorageError::OldVersion(version));
     }
     let meta_len = u32::from_le_bytes(first[12..16].try_into().expect("4 bytes")) as usize;
@@ -236,7 +238,12 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     if header_checksum(&first[..56], &meta_bytes) != sum {
         return Err(StorageError::BadChecksum);
     }
-    let mut meta = ObjectMeta::decode(&meta_bytes).map_err(StorageError::BadMeta)?;
+    let mut meta = if version >= 3 {
+        ObjectMeta::decode(&meta_bytes)
+    } else {
+        ObjectMeta::decode_before_body_id(&meta_bytes)
+    }
+    .map_err(StorageError::BadMeta)?;
     if version == 1 {
         // Version 1 kept `Date` out of the block; hits sent the current time.
         let mut block = crate::policy::date_line(meta.date, meta.response_time);
@@ -773,17 +780,42 @@ mod tests {
         let l = layout(d.path());
         let c = write_obj(&l, "http://x/v1", b"body");
         let path = l.path_for(c.hash);
-        let mut b = read_all(&path);
-        b[8..12].copy_from_slice(&1u32.to_le_bytes());
-        let meta_len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
-        let sum = header_checksum(&b[..56], &b[PREFIX_LEN..PREFIX_LEN + meta_len]);
-        b[56..64].copy_from_slice(&sum.to_le_bytes());
-        fs::write(&path, &b).unwrap();
+        downgrade(&path, 1);
         let h = read_header(&File::open(&path).unwrap(), c.hash).unwrap();
         let block = String::from_utf8(h.meta.header_block.clone()).unwrap();
         assert!(block.starts_with("Date: "), "{block}");
         assert!(block.ends_with("Content-Type: text/plain\r\n"), "{block}");
         assert_eq!(block.matches("Date: ").count(), 1);
+    }
+
+    /// Rewrites a file as format `version` (1 or 2) would have: the meta without the
+    /// trailing body id, the body where it was.
+    fn downgrade(path: &Path, version: u32) {
+        let mut b = read_all(path);
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let meta_len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        let id_at = PREFIX_LEN + meta_len - 8;
+        b.drain(id_at..id_at + 8);
+        b.splice(id_at..id_at, [0u8; 8]); // padding: the body keeps its offset
+        let meta_len = meta_len - 8;
+        b[12..16].copy_from_slice(&(meta_len as u32).to_le_bytes());
+        let sum = header_checksum(&b[..56], &b[PREFIX_LEN..PREFIX_LEN + meta_len]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        fs::write(path, &b).unwrap();
+    }
+
+    /// A version-2 file has no body id: it reads as 0, and the body checksum stands in.
+    #[test]
+    fn version_2_files_are_read_without_a_body_id() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        let c = write_obj(&l, "http://x/v2", b"body two");
+        let path = l.path_for(c.hash);
+        downgrade(&path, 2);
+        let h = read_header(&File::open(&path).unwrap(), c.hash).unwrap();
+        assert_eq!(h.meta.body_id, 0);
+        assert_eq!(h.meta.body_id(), h.meta.body_hash);
+        assert_eq!(h.meta.key, "http://x/v2");
     }
 
     #[test]

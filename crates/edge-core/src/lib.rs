@@ -7,11 +7,13 @@
 //!   routing, lifecycle and signals.
 //! - [`handlers`]: proxy (with the cache), static, return, empty_gif.
 //! - [`aio`]: the file I/O seam every file read goes through.
+//! - [`compress`]: response compression (plans, filters, the offload pool).
 //! - [`upstream`]: server groups and per-worker keep-alive pools.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
 pub mod aio;
+pub mod compress;
 pub mod config;
 pub mod handlers;
 pub mod http;

@@ -35,6 +35,21 @@ pub struct WorkerStats {
     /// The worker's RAM tier and open-file cache (copied from their plain counters
     /// after each lookup: stores, no read-modify-write).
     pub local: LocalStats,
+    /// Responses compressed, by coding (`edge_compress::Coding::index`): on the fly,
+    /// and the production of stored copies.
+    pub compress_responses: [AtomicU64; 3],
+    /// Responses decoded for a client that does not accept the origin's coding.
+    pub decompress_responses: [AtomicU64; 3],
+    pub compress_bytes_in: AtomicU64,
+    pub compress_bytes_out: AtomicU64,
+    /// Thread CPU time spent compressing and decoding (pool threads or inline).
+    pub compress_cpu_ns: AtomicU64,
+    /// Responses sent uncompressed because the compression pool's queue was full.
+    pub compress_overloads: AtomicU64,
+    /// Hits answered with a stored compressed copy (no compression work).
+    pub compress_variant_hits: AtomicU64,
+    /// Compressed copies stored.
+    pub compress_variants_stored: AtomicU64,
 }
 
 /// A worker's RAM tier and open-file cache counters, see `edge_cache::local`.

@@ -8,11 +8,13 @@
 
 mod common;
 
-use common::{cached_config, edgecache, get_text, origin, origin_requests, post_form, LOCAL};
-use edge_testkit::{bin, get, Client, Proc, Response};
+use common::{
+    cached_config, check_config, edgecache, get_text, metric_in, origin, origin_requests,
+    post_form, LOCAL,
+};
+use edge_testkit::{get, Client, Proc, Response};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,12 +51,6 @@ fn memory_cache(policy: &str, size: &str, max_object: &str) -> String {
     format!(
         "\n[memory_cache]\nsize = \"{size}\"\nmax_object_size = \"{max_object}\"\npolicy = \"{policy}\"\n"
     )
-}
-
-/// The value of an unlabelled family in a `/metrics` text.
-fn metric_in(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// edgecache (one worker unless `top` says otherwise) in front of an origin.
@@ -1149,22 +1145,6 @@ fn a_reload_without_memory_cache_stops_ram_answers_and_empties_the_gauges() {
 }
 
 // ---- 9. Config errors ----
-
-fn check_config(text: &str) -> (Option<i32>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(bin("edgecache"))
-        .args(["-t", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        path.display().to_string(),
-    )
-}
 
 const BASE: &str = "workers = 1\n[[listen]]\naddr = \"127.0.0.1:1\"\n[[cache]]\nname = \"c1\"\npath = \"/tmp/edgecache-test-unused\"\n";
 

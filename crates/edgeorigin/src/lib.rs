@@ -21,7 +21,7 @@
 mod body;
 mod body_cache;
 mod conn;
-mod content;
+pub mod content;
 mod date;
 mod pick;
 mod query;

@@ -12,6 +12,8 @@ pub const MAX_DELAY_MS: u64 = 600_000;
 pub const MAX_BURN_US: u64 = 10_000_000;
 /// Longest decoded `tag=` / `vary=` value.
 pub const MAX_VALUE_LEN: usize = 1024;
+/// Largest object `ce=` encodes (the whole body is encoded in memory per request).
+pub const MAX_CE_SIZE: u64 = 16 << 20;
 
 /// What one request asked the origin to do besides serving the object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub struct Inject {
     pub last_modified: bool,
     /// `/burn?us=N`: CPU time to spend.
     pub burn_us: u64,
+    /// `ce=gzip|br|zstd`: send the object encoded with this content coding (an origin
+    /// that compresses its own responses).
+    pub ce: Option<edge_compress::Coding>,
 }
 
 impl Default for Inject {
@@ -69,6 +74,7 @@ impl Default for Inject {
             etag: true,
             last_modified: true,
             burn_us: 0,
+            ce: None,
         }
     }
 }
@@ -124,6 +130,13 @@ impl Inject {
                 "chunked" => inj.chunked = flag()?,
                 "etag" => inj.etag = flag()?,
                 "lm" => inj.last_modified = flag()?,
+                "ce" => {
+                    let v = value()?;
+                    inj.ce = Some(
+                        edge_compress::Coding::from_token(&v)
+                            .ok_or_else(|| bad("gzip, br or zstd"))?,
+                    );
+                }
                 "us" => {
                     inj.burn_us = num()?;
                     if inj.burn_us > MAX_BURN_US {

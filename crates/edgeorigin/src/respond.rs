@@ -11,7 +11,7 @@ use crate::body_cache::BodyCache;
 use crate::content::{self, Kind};
 use crate::date::{self, DateCache, LAST_MODIFIED};
 use crate::pick::Picker;
-use crate::query::Inject;
+use crate::query::{Inject, MAX_CE_SIZE};
 use crate::range;
 use crate::request::{Invalid, Method, Request};
 use crate::stats::{Class, Stats};
@@ -41,7 +41,7 @@ GET|HEAD /txt/<size>/<id>   compressible HTML-like text\n\
 GET      /obj/rand          an object picked by --obj-dist over --sizes x --count\n\
 GET      /burn?us=N         spend N microseconds of CPU\n\
 GET      /stats             JSON counters (POST /stats/reset or /stats?reset=1 zeroes)\n\
-query: delay_ms slow_bps status reset max_age no_store private vary set_cookie tag chunked etag lm\n";
+query: delay_ms slow_bps status reset max_age no_store private vary set_cookie tag chunked etag lm ce\n";
 
 /// Per-thread state the builder needs.
 pub struct Ctx {
@@ -325,6 +325,29 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
         literal = true;
     }
 
+    // `ce=`: the whole 200 object encoded (ranges and conditionals concern the encoded
+    // representation, which has its own ETag; a range asks for the whole of it here).
+    let mut encoded = None;
+    if let (Some(c), Some((kind, size, id, _)), true) =
+        (inject.ce, &object, status == 200 || status == 206)
+    {
+        if *size > MAX_CE_SIZE {
+            let msg = format!("bad query parameter ce: objects up to {MAX_CE_SIZE} bytes");
+            return error_reply(ctx, req, 400, &msg, None);
+        }
+        let mut plain = vec![0u8; *size as usize];
+        content::fill(*kind, *size, *id, 0, &mut plain);
+        let levels = edge_compress::Levels::default();
+        match edge_compress::codec::encode_all(c, &levels, &plain) {
+            Ok(z) => {
+                status = 200;
+                content_range = None;
+                body = Body::literal(z);
+                encoded = Some(c);
+            }
+            Err(e) => return error_reply(ctx, req, 500, &format!("encoding failed: {e}"), None),
+        }
+    }
     let bodiless = status == 204 || status == 304;
     let framing = match (inject.chunked && !bodiless, req.minor) {
         (false, _) => Framing::Length,
@@ -357,15 +380,26 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
     if let Some(cr) = &content_range {
         push(&mut h, "Content-Range", cr);
     }
+    if let Some(c) = encoded {
+        push(&mut h, "Content-Encoding", c.token());
+    }
     if let Some((kind, size, id, extra)) = &object {
         if let Some(tag) = &etag_value {
-            push(&mut h, "ETag", tag);
+            match encoded {
+                // The encoded representation's own tag.
+                Some(c) => push(
+                    &mut h,
+                    "ETag",
+                    &format!("{}-{}\"", &tag[..tag.len() - 1], c.token()),
+                ),
+                None => push(&mut h, "ETag", tag),
+            }
         }
         if inject.last_modified {
             push(&mut h, "Last-Modified", LAST_MODIFIED);
         }
         push(&mut h, "Accept-Ranges", "bytes");
-        if !literal && *size <= MAX_CHECKSUM_SIZE {
+        if (!literal || encoded.is_some()) && *size <= MAX_CHECKSUM_SIZE {
             // The whole object's checksum, also on a 206: clients verify slices by
             // regenerating them, whole bodies by this header.
             push(
@@ -378,7 +412,7 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
             push(&mut h, name, value);
         }
     }
-    if literal && !bodiless {
+    if literal && !bodiless && encoded.is_none() {
         let mut bytes = Vec::with_capacity(body.len as usize);
         body.produce(0, usize::MAX, &mut bytes);
         push(

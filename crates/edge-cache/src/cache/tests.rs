@@ -561,3 +561,104 @@ fn concurrent_lookups_writes_and_purges() {
     assert_eq!(s.disk_bytes, on_disk, "{s:?}");
     assert!(s.disk_bytes <= 400 * 1024);
 }
+
+/// Stores the gzip copy of the object `key` names now.
+fn put_coded(c: &Arc<Cache>, key: &str, body: &[u8]) {
+    let Lookup::Fresh(id) = c.lookup(key, &HeaderMap::new(), SystemTime::now()) else {
+        panic!("identity stored");
+    };
+    let mut m = crate::coded::coded_meta(&id.meta, "gzip");
+    m.body_len = body.len() as u64;
+    let mut w = c.begin_write_keyed(m).unwrap();
+    w.write(body).unwrap();
+    w.finish().unwrap();
+}
+
+fn coded(c: &Cache, key: &str) -> Option<HitEntry> {
+    let ph = key_hash(key);
+    ready(c.lookup_coded(
+        None,
+        &BlockingOpener,
+        key,
+        ph,
+        &HeaderMap::new(),
+        SystemTime::now(),
+        "gzip",
+        |_| true,
+    ))
+}
+
+#[test]
+fn coded_copies_follow_their_identity_through_purge_refresh_and_new_bodies() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let key = "http://h/page";
+    assert!(coded(&c, key).is_none(), "nothing stored");
+    put(&c, key, b"identity body one");
+    assert!(coded(&c, key).is_none(), "no copy yet");
+    put_coded(&c, key, b"GZ1");
+    let hit = coded(&c, key).expect("the copy");
+    assert_eq!(body_of(&hit), b"GZ1");
+    assert!(hit
+        .meta
+        .header_block
+        .ends_with(b"Vary: Accept-Encoding\r\n"));
+    assert_eq!(hit.meta.etag.as_deref(), Some("\"e-gzip\""));
+    drop(hit);
+    assert!(
+        ready(c.lookup_coded(
+            None,
+            &BlockingOpener,
+            key,
+            key_hash(key),
+            &HeaderMap::new(),
+            SystemTime::now(),
+            "br",
+            |_| true
+        ))
+        .is_none(),
+        "another coding is another copy"
+    );
+
+    // A revalidation of the identity carries over to the copy.
+    let Lookup::Fresh(id) = c.lookup(key, &HeaderMap::new(), SystemTime::now()) else {
+        panic!()
+    };
+    let mut m = (*id.meta).clone();
+    m.header_block.extend_from_slice(b"X-Revalidated: 1\r\n");
+    c.refresh(&id, m).unwrap();
+    drop(id);
+    let hit = coded(&c, key).expect("still there");
+    let block = String::from_utf8(hit.meta.header_block.clone()).unwrap();
+    assert!(block.contains("X-Revalidated: 1\r\n"), "{block}");
+    assert!(block.contains("Content-Encoding: gzip\r\n"), "{block}");
+    assert_eq!(body_of(&hit), b"GZ1", "same bytes");
+    drop(hit);
+
+    // Soft purge of the URL: the identity is stale, so the copy is not served.
+    assert_eq!(c.purge_key(key, true), 2, "both objects marked");
+    assert!(coded(&c, key).is_none());
+
+    // A new identity body: the old copy never answers for it.
+    put(&c, key, b"identity body two");
+    assert!(coded(&c, key).is_none(), "the copy belongs to the old body");
+    put_coded(&c, key, b"GZ2");
+    assert_eq!(body_of(&coded(&c, key).unwrap()), b"GZ2");
+
+    // A purge of the URL removes every copy with the identity.
+    assert!(c.purge_key(key, false) >= 2);
+    assert!(coded(&c, key).is_none());
+    assert!(get(&c, key).is_none());
+}
+
+#[test]
+fn coded_copies_survive_a_restart() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "http://h/r", b"identity");
+    put_coded(&c, "http://h/r", b"GZ");
+    c.shutdown();
+    drop(c);
+    let c = open(d.path());
+    assert_eq!(body_of(&coded(&c, "http://h/r").expect("reloaded")), b"GZ");
+}

@@ -29,6 +29,8 @@ pub struct AdminCtx {
     pub cpus: Vec<Option<usize>>,
     /// For the I/O pool's queue depth.
     pub aio: crate::aio::AioSetup,
+    /// For the compression pool's queue depth.
+    pub compress: crate::compress::PoolSetup,
 }
 
 /// Binds the admin listener. The server does it before its data listeners, so that
@@ -559,7 +561,90 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
     cache_metrics(&mut o, m, shared);
     local_metrics(&mut o, m);
     aio_metrics(&mut o, m, ctx.aio.queue_depth());
+    compress_metrics(&mut o, m, &ctx.compress);
     o
+}
+
+/// The compression families of `/metrics` (sums over workers; the pool's queue).
+fn compress_metrics(o: &mut String, m: &Metrics, pool: &crate::compress::PoolSetup) {
+    use edge_compress::Coding;
+    prom_header(
+        o,
+        "edgecache_compress_responses_total",
+        "counter",
+        "Responses compressed (on the fly, or while storing a compressed copy), by coding.",
+    );
+    for c in Coding::ALL {
+        prom(
+            o,
+            "edgecache_compress_responses_total",
+            &format!("coding=\"{}\"", c.token()),
+            m.sum(|w| &w.compress_responses[c.index()]),
+        );
+    }
+    prom_header(
+        o,
+        "edgecache_decompress_responses_total",
+        "counter",
+        "Responses decoded for clients that do not accept the origin's coding, by coding.",
+    );
+    for c in Coding::ALL {
+        prom(
+            o,
+            "edgecache_decompress_responses_total",
+            &format!("coding=\"{}\"", c.token()),
+            m.sum(|w| &w.decompress_responses[c.index()]),
+        );
+    }
+    type Get = fn(&crate::metrics::WorkerStats) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, Get); 6] = [
+        (
+            "edgecache_compress_bytes_in_total",
+            "Bytes given to compressors.",
+            |w| &w.compress_bytes_in,
+        ),
+        (
+            "edgecache_compress_bytes_out_total",
+            "Bytes compressors produced.",
+            |w| &w.compress_bytes_out,
+        ),
+        (
+            "edgecache_compress_overloads_total",
+            "Responses sent uncompressed because the compression pool's queue was full.",
+            |w| &w.compress_overloads,
+        ),
+        (
+            "edgecache_compress_variant_hits_total",
+            "Hits answered with a stored compressed copy (no compression work).",
+            |w| &w.compress_variant_hits,
+        ),
+        (
+            "edgecache_compress_variants_stored_total",
+            "Compressed copies stored in the cache.",
+            |w| &w.compress_variants_stored,
+        ),
+        (
+            "edgecache_compress_cpu_nanoseconds_total",
+            "Thread CPU time spent compressing and decoding.",
+            |w| &w.compress_cpu_ns,
+        ),
+    ];
+    for (name, help, get) in families {
+        prom_header(o, name, "counter", help);
+        prom(o, name, "", m.sum(get));
+    }
+    prom_header(
+        o,
+        "edgecache_compress_queue_depth",
+        "gauge",
+        "Compression jobs waiting for a pool thread (all workers).",
+    );
+    prom(
+        o,
+        "edgecache_compress_queue_depth",
+        "",
+        pool.queue_depth() as u64,
+    );
 }
 
 /// The file I/O families of `/metrics`: per worker, its backend's counters and a

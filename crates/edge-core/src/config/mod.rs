@@ -306,6 +306,33 @@ impl Default for Aio {
     }
 }
 
+/// `[compress_pool]`: the threads that compress for every worker when a location has
+/// `compress_offload` (the default), and the bound on waiting work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressPool {
+    /// None: one per CPU.
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Jobs waiting for a thread, over all workers; past it a response that has not
+    /// started compressing goes out uncompressed (and a started one compresses its next
+    /// chunk inline): work never queues without bound.
+    #[serde(default = "default_compress_queue")]
+    pub max_queue: usize,
+}
+fn default_compress_queue() -> usize {
+    1024
+}
+
+impl Default for CompressPool {
+    fn default() -> Self {
+        CompressPool {
+            threads: None,
+            max_queue: default_compress_queue(),
+        }
+    }
+}
+
 /// `[memory_cache]`: the RAM tier over the disk caches (one share per worker).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -598,11 +625,27 @@ pub struct Location {
     /// `["edgecache-cache-control", "cdn-cache-control"]`.
     #[serde(default)]
     pub targeted_cache_control: Option<Vec<String>>,
-    // Compression.
+    // Compression (docs/compression.md). `compress` lists the codings offered, in the
+    // server's order of preference; the other keys need it.
     #[serde(default)]
     pub compress: Vec<String>,
+    /// Compress on the offload pool (`[compress_pool]`), never on the event loop; None:
+    /// true. `false` compresses inline, for comparison.
     #[serde(default)]
-    pub compress_offload: bool,
+    pub compress_offload: Option<bool>,
+    /// Media-type patterns worth compressing (`text/*`, `application/*+json`); None:
+    /// `edge_compress::DEFAULT_TYPES`.
+    #[serde(default)]
+    pub compress_types: Option<Vec<String>>,
+    /// Shorter bodies are sent as they are; None: 1k.
+    #[serde(default)]
+    pub compress_min_length: Option<Size>,
+    #[serde(default)]
+    pub gzip_level: Option<i64>,
+    #[serde(default)]
+    pub brotli_level: Option<i64>,
+    #[serde(default)]
+    pub zstd_level: Option<i64>,
     /// Extra response headers (nginx `add_header`).
     #[serde(default)]
     pub add_header: BTreeMap<String, String>,
@@ -692,6 +735,8 @@ pub struct Config {
     pub memory_cache: Option<MemoryCache>,
     #[serde(default)]
     pub open_file_cache: OpenFileCache,
+    #[serde(default)]
+    pub compress_pool: CompressPool,
     #[serde(default)]
     pub upstream: Vec<Upstream>,
     #[serde(default)]

@@ -411,15 +411,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                 );
             }
         }
-        for c in loc.compress.iter() {
-            if !["gzip", "br", "zstd"].contains(&c.as_str()) {
-                return err(
-                    Some(span),
-                    "location.compress",
-                    format!("unknown encoding {c:?} (gzip, br, zstd)"),
-                );
-            }
-        }
+        validate_compress(loc, span.clone())?;
         for cond in loc.cache_bypass.iter().chain(&loc.no_cache) {
             if cond.header.is_none() && cond.cookie.is_none() && cond.arg.is_none() {
                 return err(
@@ -429,6 +421,13 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                 );
             }
         }
+    }
+
+    if cfg.compress_pool.threads == Some(0) || cfg.compress_pool.threads.is_some_and(|t| t > 1024) {
+        return err(None, "compress_pool.threads", "must be between 1 and 1024");
+    }
+    if cfg.compress_pool.max_queue == 0 {
+        return err(None, "compress_pool.max_queue", "must be at least 1");
     }
 
     if let Some(a) = &cfg.admin {
@@ -446,6 +445,98 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         for c in a.allow.get_ref() {
             if let Err(m) = Cidr::parse(c) {
                 return err(Some(a.allow.span()), "admin.allow", m);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A location's compression keys: known codings, each once; only on proxied locations;
+/// patterns and levels in range; and no compression key without `compress` (a key that
+/// would do nothing is refused, not ignored).
+fn validate_compress(loc: &crate::config::Location, span: Range<usize>) -> Result<(), VErr> {
+    let mut seen = Vec::new();
+    for c in loc.compress.iter() {
+        let Some(coding) = edge_compress::Coding::from_token(c) else {
+            return err(
+                Some(span),
+                "location.compress",
+                format!("unknown coding {c:?} (zstd, br, gzip)"),
+            );
+        };
+        if seen.contains(&coding) {
+            return err(
+                Some(span),
+                "location.compress",
+                format!("{c:?} is listed twice"),
+            );
+        }
+        seen.push(coding);
+    }
+    let others: [(&str, bool); 6] = [
+        ("location.compress_offload", loc.compress_offload.is_some()),
+        ("location.compress_types", loc.compress_types.is_some()),
+        (
+            "location.compress_min_length",
+            loc.compress_min_length.is_some(),
+        ),
+        ("location.gzip_level", loc.gzip_level.is_some()),
+        ("location.brotli_level", loc.brotli_level.is_some()),
+        ("location.zstd_level", loc.zstd_level.is_some()),
+    ];
+    if loc.compress.is_empty() {
+        if let Some((key, _)) = others.iter().find(|(_, set)| *set) {
+            return err(
+                Some(span),
+                key,
+                "has no effect without compress = [\"zstd\", \"br\", \"gzip\"] (or a subset)",
+            );
+        }
+        return Ok(());
+    }
+    if loc.proxy.is_none() {
+        return err(
+            Some(span),
+            "location.compress",
+            "compression applies to proxied locations (proxy = \"...\")",
+        );
+    }
+    for t in loc.compress_types.iter().flatten() {
+        if !edge_compress::valid_type_pattern(t) {
+            return err(
+                Some(span),
+                "location.compress_types",
+                format!(
+                    "{t:?} is not a media type pattern (type/subtype, type/*, application/*+json)"
+                ),
+            );
+        }
+    }
+    let levels = [
+        (
+            "location.gzip_level",
+            loc.gzip_level,
+            edge_compress::codec::GZIP_LEVELS,
+        ),
+        (
+            "location.brotli_level",
+            loc.brotli_level,
+            edge_compress::codec::BROTLI_LEVELS,
+        ),
+        (
+            "location.zstd_level",
+            loc.zstd_level,
+            edge_compress::codec::ZSTD_LEVELS,
+        ),
+    ];
+    for (key, v, range) in levels {
+        if let Some(v) = v {
+            if !range.contains(&v) {
+                return err(
+                    Some(span),
+                    key,
+                    format!("{v} is out of range ({}..={})", range.start(), range.end()),
+                );
             }
         }
     }

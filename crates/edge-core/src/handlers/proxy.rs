@@ -21,6 +21,7 @@ pub async fn handle(
         &shared.timeouts,
         &route.add_headers,
         &p.upstream,
+        w.compression(p.compress.as_ref()),
     )
     .await
 }

@@ -23,6 +23,8 @@ pub struct Services {
     /// A response-head buffer reused from one response to the next (see
     /// [`Services::take_buf`]).
     pub scratch: RefCell<Vec<u8>>,
+    /// Response compression: this worker's handle on the compression pool.
+    pub compress: crate::compress::Compressor,
 }
 
 /// Largest scratch buffer kept between responses.
@@ -70,6 +72,14 @@ impl Services {
             c.flush_touches(&self.local);
         }
         self.publish_local();
+    }
+
+    /// What a relay needs to compress for a location with this policy.
+    pub fn compression<'a>(
+        &'a self,
+        policy: Option<&'a crate::compress::Policy>,
+    ) -> Option<(&'a crate::compress::Policy, &'a crate::compress::Compressor)> {
+        policy.map(|p| (p, &self.compress))
     }
 
     /// The upstream client's view of this worker.

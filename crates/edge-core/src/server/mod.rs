@@ -136,6 +136,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let shared = Arc::new(ArcSwap::from_pointee(Shared::build(&cfg, 1, None, caches)?));
     let metrics = Arc::new(Metrics::new(workers));
     let aio = crate::aio::AioSetup::from_config(&cfg.aio);
+    let compress = crate::compress::PoolSetup::from_config(&cfg.compress_pool);
     let (access_file, log_buffer, log_flush) = match &cfg.access_log {
         AccessLog::Off => (None, 0, Duration::from_secs(1)),
         AccessLog::File {
@@ -162,12 +163,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 },
                 cpus: cpus.clone(),
                 aio: aio.clone(),
+                compress: compress.clone(),
             },
         )
         .map_err(err("admin listen"))?;
-    }
-    if !cfg.location.iter().all(|l| l.compress.is_empty()) {
-        tracing::warn!("compress is set but response compression is not in this build yet; responses are sent as the origin sends them");
     }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -184,6 +183,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             max_connections: cfg.worker_connections,
             multi_accept: cfg.multi_accept,
             aio: aio.clone(),
+            compress: compress.clone(),
         };
         threads.push(worker::spawn(spec).map_err(err("pthread_create()"))?);
     }
@@ -273,6 +273,9 @@ fn reload(
                 tracing::warn!(
                     "reload: listen, workers and accept changes take effect after a restart"
                 );
+            }
+            if new.compress_pool != running.compress_pool {
+                tracing::warn!("reload: [compress_pool] changes take effect after a restart");
             }
             tracing::info!("configuration reloaded (generation {generation})");
         }

@@ -152,6 +152,8 @@ pub struct WorkerSpec {
     pub multi_accept: bool,
     /// Each worker builds its own file I/O backend from this, on its own thread.
     pub aio: crate::aio::AioSetup,
+    /// The compression pool (started on first use), shared by every worker.
+    pub compress: crate::compress::PoolSetup,
 }
 
 /// Starts the worker thread.
@@ -200,6 +202,7 @@ async fn run(spec: WorkerSpec) {
             local: RefCell::new(local),
             local_settings: std::cell::Cell::new(settings),
             scratch: RefCell::new(Vec::new()),
+            compress: crate::compress::Compressor::new(spec.compress.clone()),
         }),
         access_log: Rc::new(RefCell::new(spec.access_log)),
         snapshot: RefCell::new(Rc::new(spec.shared.load_full())),

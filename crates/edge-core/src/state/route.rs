@@ -25,6 +25,8 @@ pub struct ProxyRoute {
     pub caches: Vec<Arc<Cache>>,
     /// RFC 9111 policy knobs of this location.
     pub policy: PolicyConfig,
+    /// Response compression (`compress`); None when the location does not compress.
+    pub compress: Option<edge_compress::Policy>,
 }
 
 /// The location's `cache_valid`, `cache_set_cookie`, `cache_honour_no_cache` and
@@ -110,6 +112,7 @@ impl Router {
                     upstream,
                     caches,
                     policy: policy_for(loc),
+                    compress: crate::compress::policy_for(loc),
                 })
             } else if let Some(root) = &loc.static_root {
                 Handler::Static {

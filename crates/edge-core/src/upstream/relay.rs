@@ -10,6 +10,7 @@
 use super::client::{fetch, Local, UpstreamError, UpstreamResponse, UP_BUF};
 pub use super::headers::write_forwarded_headers;
 use super::UpstreamGroup;
+use crate::compress::{Compressor, Plan, Policy};
 use crate::http::conn::timed_out;
 use crate::http::respond::{error_page, respond};
 use crate::http::{Conn, Exchange, ExchangeError, Timeouts};
@@ -26,6 +27,7 @@ const FLUSH_AT: usize = 64 * 1024;
 /// Proxies one request without the cache (also the cache's bypass path): fetch, then
 /// relay; an error before the head is answered with a 502/504 page and one log line.
 /// `add_headers` are the location's pre-serialised `add_header` lines.
+#[allow(clippy::too_many_arguments)]
 pub async fn proxy_pass(
     w: Local<'_>,
     conn: &mut Conn,
@@ -33,11 +35,21 @@ pub async fn proxy_pass(
     t: &Timeouts,
     add_headers: &[u8],
     group: &Arc<UpstreamGroup>,
+    compress: Option<(&Policy, &Compressor)>,
 ) -> Result<(), ExchangeError> {
     match fetch(w, conn, ex, group).await {
-        Ok(up) => relay_response(w, conn, ex, t.send, add_headers, group, up, &mut |_| {}).await,
+        Ok(up) => {
+            let relay = relay_response(w, conn, ex, t.send, add_headers, group, up, compress);
+            relay.await
+        }
         Err(e) => upstream_error(conn, ex, t, add_headers, group, e).await,
     }
+}
+
+/// A body transform failed mid-response (a corrupt body from the origin for a
+/// decoder): the client's connection is cut.
+fn filter_failed(e: std::io::Error) -> ExchangeError {
+    ExchangeError::Aborted(format!("response body transform: {e}"))
 }
 
 /// Answers a proxied request whose upstream exchange failed before the head: a 502/504
@@ -99,9 +111,33 @@ pub fn client_head(
     head: &ResponseHead,
     add_headers: &[u8],
 ) -> bool {
-    begin_forwarded_head(out, ex, head.status, &head.headers);
+    client_head_planned(out, ex, head, add_headers, Plan::AsIs { vary: false })
+}
+
+/// [`client_head`] for a response sent according to a compression `plan`: the coding
+/// lines and `Vary` set for it ([`crate::compress::transform_block`]); a transformed
+/// body's length is unknown, so it goes chunked (or, to HTTP/1.0, until the close).
+pub fn client_head_planned(
+    out: &mut Vec<u8>,
+    ex: &mut Exchange,
+    head: &ResponseHead,
+    add_headers: &[u8],
+    plan: Plan,
+) -> bool {
+    if plan == (Plan::AsIs { vary: false }) {
+        begin_forwarded_head(out, ex, head.status, &head.headers);
+    } else {
+        let mut lines = Vec::with_capacity(512);
+        write_forwarded_headers(&mut lines, &head.headers);
+        begin_forwarded_head(out, ex, head.status, &HeaderMap::new());
+        out.extend_from_slice(&crate::compress::transform_block(&lines, plan));
+    }
+    let body = match plan {
+        Plan::Encode(_) | Plan::Decode(_) => BodyKind::Chunked,
+        Plan::AsIs { .. } => head.body,
+    };
     let mut chunked = false;
-    match head.body {
+    match body {
         BodyKind::Empty => {
             if let Some(cl) = head.headers.get("content-length") {
                 edge_http::write_header(out, "Content-Length", cl);
@@ -153,11 +189,14 @@ pub async fn relay_response(
     add_headers: &[u8],
     group: &UpstreamGroup,
     mut up: UpstreamResponse,
-    tee: &mut dyn FnMut(&[u8]),
+    compress: Option<(&Policy, &Compressor)>,
 ) -> Result<(), ExchangeError> {
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
-    let chunked = client_head(&mut out, ex, &up.head, add_headers);
+    let (plan, mut filter) =
+        crate::compress::for_relay(compress, &ex.req.headers, &up.head, ex.is_head(), w.stats);
+    let chunked = client_head_planned(&mut out, ex, &up.head, add_headers, plan);
     let head_len = out.len();
+    let mut coded = Vec::new();
     let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut sent: u64 = 0;
     let to_client = !ex.is_head();
@@ -166,17 +205,18 @@ pub async fn relay_response(
             let d = dec
                 .decode(&up.buf)
                 .map_err(|e| ExchangeError::Aborted(format!("upstream body: {e}")))?;
-            if !d.data.is_empty() {
-                tee(d.data);
-                if to_client {
-                    if chunked {
-                        edge_http::write_chunk_header(&mut out, d.data.len());
-                        out.extend_from_slice(d.data);
-                        out.extend_from_slice(b"\r\n");
-                    } else {
-                        out.extend_from_slice(d.data);
+            if !d.data.is_empty() && to_client {
+                match filter.as_mut() {
+                    Some(f) => {
+                        coded.clear();
+                        f.push(d.data, &mut coded).await.map_err(filter_failed)?;
+                        crate::compress::frame(&mut out, &coded, chunked);
+                        sent += coded.len() as u64;
                     }
-                    sent += d.data.len() as u64;
+                    None => {
+                        crate::compress::frame(&mut out, d.data, chunked);
+                        sent += d.data.len() as u64;
+                    }
                 }
             }
             let n = d.consumed;
@@ -224,6 +264,13 @@ pub async fn relay_response(
                 ));
             }
         }
+    }
+    if let Some(f) = filter.as_mut() {
+        coded.clear();
+        f.finish(&mut coded).await.map_err(filter_failed)?;
+        crate::compress::frame(&mut out, &coded, chunked);
+        sent += coded.len() as u64;
+        f.account(w.stats);
     }
     if chunked {
         out.extend_from_slice(edge_http::LAST_CHUNK);

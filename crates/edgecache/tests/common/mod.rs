@@ -447,3 +447,27 @@ pub fn files(dir: &std::path::Path) -> Vec<(String, u64)> {
     }
     out
 }
+
+/// `edgecache -t` on `text` written to a file: (exit code, stderr, the file's path).
+pub fn check_config(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(bin("edgecache"))
+        .args(["-t", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        path.display().to_string(),
+    )
+}
+
+/// The value of a series in a `/metrics` text: a family without labels, or one series
+/// named with its labels (`name{coding="gzip"}`).
+pub fn metric_in(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}

@@ -17,18 +17,17 @@
 //! by [`pump`], paced by the client.
 
 use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
-use super::stream::{stream_fill, Leader, Relay, RELAY_DEPTH};
-use crate::aio::FileBackend;
+use super::store::{publish, Store};
+use super::stream::{Leader, Relay, RELAY_DEPTH};
 use crate::http::conn::{timed_out, Conn};
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::{error_page, respond as respond_page};
-use crate::upstream::relay::{self as proxy, client_head};
+use crate::upstream::relay::{self as proxy, client_head_planned};
 use crate::upstream::{fetch_with, UpstreamError, UpstreamResponse};
 use bytes::Bytes;
 use edge_cache::{policy, FillHandle, FillState, ObjectWriter};
 use edge_http::{BodyDecoder, BodyKind, Method, RangeOutcome};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
@@ -37,107 +36,6 @@ use tokio::sync::mpsc;
 const UP_BUF: usize = 64 * 1024;
 /// Bytes gathered before a write to the client.
 const FLUSH_AT: usize = 64 * 1024;
-
-/// Where a fill's body goes besides the client: the object file, and the followers
-/// when this request leads a collapsed fill.
-pub struct Store {
-    pub writer: ObjectWriter,
-    pub handle: Option<FillHandle>,
-    /// Our handle on the temp file for body writes through the worker's file I/O
-    /// backend (taken on the first write).
-    out: Option<edge_aio::AioFile>,
-    /// The buffer each write hands to the backend and gets back.
-    scratch: Vec<u8>,
-}
-
-impl Store {
-    /// Append body bytes (through the file I/O backend, so a throttled write never
-    /// stalls the loop) and tell followers; on a write error (ENOSPC, EIO, EFBIG) the
-    /// fill fails (followers abort) and the caller continues uncached.
-    async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
-        if self.out.is_none() {
-            match self.writer.reader().and_then(|f| files.own(&f)) {
-                Ok(f) => self.out = Some(f),
-                Err(e) => {
-                    self.writer.write_failed(&e);
-                    return false;
-                }
-            }
-        }
-        let Some(out) = &self.out else {
-            return false;
-        };
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        buf.extend_from_slice(data);
-        let (res, buf) = files
-            .write_all_at(out, self.writer.next_offset(), buf)
-            .await;
-        self.scratch = buf;
-        match res {
-            Ok(()) => {
-                self.writer.record_written(data);
-                if let Some(h) = &self.handle {
-                    // The last byte of a known-length body is published by `finish`,
-                    // after the commit: a client that has the whole body can count on
-                    // the object being in the index (a PURGE right after finds it).
-                    let written = self.writer.written();
-                    let declared = self.writer.meta().body_len;
-                    if declared != edge_cache::BODY_LEN_UNKNOWN && written >= declared {
-                        h.progress(written.saturating_sub(1));
-                    } else {
-                        h.progress(written);
-                    }
-                }
-                true
-            }
-            Err(e) => {
-                self.writer.write_failed(&e); // counted and rate-limit logged
-                false
-            }
-        }
-    }
-
-    /// Commit the object (through the file I/O backend) and release followers.
-    async fn finish(self, files: &FileBackend) {
-        let len = self.writer.written();
-        let declared = self.writer.meta().body_len;
-        let Store {
-            writer,
-            handle,
-            out,
-            ..
-        } = self;
-        let out = match out {
-            Some(o) => Some(o),
-            None => writer.reader().and_then(|f| files.own(&f)).ok(),
-        };
-        let res = match &out {
-            Some(out) => {
-                writer
-                    .finish_with(&crate::aio::Committer { files, out })
-                    .await
-            }
-            None => writer.finish(),
-        };
-        match (res, handle) {
-            (Ok(()), Some(h)) => h.done(len),
-            (Err(e), h) => {
-                // Counted and rate-limit logged by the cache. A whole body still
-                // reaches every client (from the open file); it is only not stored.
-                tracing::debug!("cache commit failed: {e}");
-                if let Some(h) = h {
-                    if declared == edge_cache::BODY_LEN_UNKNOWN || declared == len {
-                        h.done(len);
-                    } else {
-                        h.fail();
-                    }
-                }
-            }
-            (Ok(()), None) => {}
-        }
-    }
-}
 
 /// A miss (or a refetch after expiry, `st = Expired`): fetch the whole object from the
 /// origin and answer the client, storing it when `store` and the response allow.
@@ -281,8 +179,12 @@ async fn lead(
             let _ = pump(&c, None, up, Some(store), Some(tx)).await;
         }
     });
-    let leader = Leader { extra, relay: rx };
-    stream_fill(ctx, conn, ex, &fill, head, Some(leader)).await
+    let leader = Leader {
+        extra,
+        relay: rx,
+        from_origin: true,
+    };
+    super::deliver::filling(ctx, conn, ex, &fill, head, Some(leader)).await
 }
 
 /// Opens the object writer when the response may be stored (RFC 9111 via
@@ -317,6 +219,15 @@ pub async fn open_writer(
     };
     let mut meta = policy::build_meta(&ctx.key, h.status, &h.headers, fresh, t0, t1, len);
     meta.key = edge_cache::variant_key(&ctx.key, &meta.vary, req);
+    if let Some(pol) = &ctx.p.compress {
+        // Clients get this object compressed or not by their Accept-Encoding: the
+        // identity form says so to downstream caches too.
+        if crate::compress::varies(pol, &crate::compress::facts_of_head(h)) {
+            if let Some(b) = edge_cache::coded::with_vary_accept_encoding(&meta.header_block) {
+                meta.header_block = b;
+            }
+        }
+    }
     // Directories, the temp file and its header: on the file I/O backend's pool.
     // Errors are counted and logged (rate limited) by the cache: serve uncached.
     let cache = ctx.cache.clone();
@@ -326,36 +237,6 @@ pub async fn open_writer(
         .await
         .ok()?
         .ok()
-}
-
-/// Publishes the head to the followers (or tells them to fetch on their own).
-pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Option<Store> {
-    let Some(writer) = writer else {
-        if let Some(h) = handle {
-            h.uncacheable();
-        }
-        return None;
-    };
-    let handle = match handle {
-        Some(mut h) => match writer.reader() {
-            Ok(file) => {
-                h.publish_head(Arc::new(writer.meta().clone()), file, writer.body_offset());
-                Some(h)
-            }
-            Err(e) => {
-                tracing::warn!("cache: cannot reopen the object being written: {e}");
-                h.uncacheable();
-                return None;
-            }
-        },
-        None => None,
-    };
-    Some(Store {
-        writer,
-        handle,
-        out: None,
-        scratch: Vec::new(),
-    })
 }
 
 /// Relays the upstream body to the client (when there is one) and into the store (when
@@ -379,16 +260,32 @@ pub async fn pump(
     let mut to_client = false;
     // The part of the body the client gets (all of it unless it asked for one range).
     let mut want = 0..u64::MAX;
+    // The client's compression (or decoding) of what it gets here: on the fly, since
+    // this response is not the stored object's copy (that is made on later hits).
+    let mut filter = None;
     if let Some((_, ex)) = client.as_mut() {
         match leader_range(ex, &up, store.as_ref()) {
             Some(r) => {
                 range_head(ctx, ex, &up, &r, &mut out);
                 want = r.unwrap_or(0..0);
             }
-            None => chunked = client_head(&mut out, ex, &up.head, &ctx.route.add_headers),
+            None => {
+                let comp = ctx.w.compression(ctx.p.compress.as_ref());
+                let (plan, f) = crate::compress::for_relay(
+                    comp,
+                    &ex.req.headers,
+                    &up.head,
+                    ex.is_head(),
+                    ctx.w.stats(),
+                );
+                filter = f;
+                let add = &ctx.route.add_headers;
+                chunked = client_head_planned(&mut out, ex, &up.head, add, plan);
+            }
         }
         to_client = !ex.is_head();
     }
+    let mut coded = Vec::new();
     let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut pos: u64 = 0; // body bytes decoded so far
     let mut sent: u64 = 0;
@@ -428,14 +325,24 @@ pub async fn pump(
                 let (lo, hi) = (pos.max(want.start), end.min(want.end));
                 if to_client && client_error.is_none() && lo < hi {
                     let part = &d.data[(lo - pos) as usize..(hi - pos) as usize];
-                    if chunked {
-                        edge_http::write_chunk_header(&mut out, part.len());
-                        out.extend_from_slice(part);
-                        out.extend_from_slice(b"\r\n");
-                    } else {
-                        out.extend_from_slice(part);
+                    match filter.as_mut() {
+                        Some(f) => {
+                            coded.clear();
+                            match f.push(part, &mut coded).await {
+                                Ok(()) => {
+                                    crate::compress::frame(&mut out, &coded, chunked);
+                                    sent += coded.len() as u64;
+                                }
+                                // A corrupt coded body: this client is cut; the store
+                                // (the origin's bytes) goes on.
+                                Err(e) => client_error = Some(e),
+                            }
+                        }
+                        None => {
+                            crate::compress::frame(&mut out, part, chunked);
+                            sent += part.len() as u64;
+                        }
                     }
-                    sent += part.len() as u64;
                 }
                 pos = end;
             }
@@ -484,6 +391,19 @@ pub async fn pump(
             }
         }
     };
+    if result.is_ok() {
+        if let (Some(f), None) = (filter.as_mut(), &client_error) {
+            coded.clear();
+            match f.finish(&mut coded).await {
+                Ok(()) => {
+                    crate::compress::frame(&mut out, &coded, chunked);
+                    sent += coded.len() as u64;
+                    f.account(ctx.w.stats());
+                }
+                Err(e) => client_error = Some(e),
+            }
+        }
+    }
     ctx.w.stats().cache_bytes_origin.fetch_add(sent, Relaxed);
     if let Some((_, ex)) = client.as_mut() {
         ex.body_bytes_sent = sent;
@@ -587,107 +507,4 @@ async fn flush(
         }
     }
     out.clear();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One body write through the `off` backend, to completion.
-    fn rt_write(store: &mut Store, data: &[u8]) -> bool {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(store.write(&FileBackend::off(), data))
-    }
-
-    /// The commit through the `off` backend, to completion.
-    fn rt_finish(store: Store) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(store.finish(&FileBackend::off()))
-    }
-    use edge_cache::{Cache, CacheConfig, Fill, FillState, Join, ObjectMeta};
-
-    fn cache(dir: &std::path::Path) -> Arc<Cache> {
-        Cache::open(CacheConfig {
-            path: dir.to_path_buf(),
-            ..CacheConfig::default()
-        })
-        .unwrap()
-    }
-
-    fn leader(c: &Cache, key: &str) -> (FillHandle, Arc<Fill>) {
-        let h = edge_cache::key_hash(key);
-        let Join::Leader(handle) = c.inflight().join(h) else {
-            panic!("first join leads")
-        };
-        let Join::Follower(f) = c.inflight().join(h) else {
-            panic!("second join follows")
-        };
-        (handle, f)
-    }
-
-    fn meta(key: &str, len: u64) -> ObjectMeta {
-        let mut m = ObjectMeta::new(key, 200, SystemTime::now());
-        m.freshness.lifetime = std::time::Duration::from_secs(60);
-        m.body_len = len;
-        m
-    }
-
-    #[test]
-    fn a_stored_fill_streams_to_followers_and_commits() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = cache(dir.path());
-        let key = "http://h/a";
-        let (handle, f) = leader(&c, key);
-        let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 5))
-            .unwrap();
-        let mut store = publish(Some(writer), Some(handle)).expect("storing");
-        assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
-        assert!(rt_write(&mut store, b"hel"));
-        assert!(matches!(f.state(), FillState::Streaming { written: 3, .. }));
-        assert!(rt_write(&mut store, b"lo"));
-        rt_finish(store);
-        assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
-        let now = SystemTime::now();
-        assert!(matches!(
-            c.lookup(key, &edge_http::HeaderMap::new(), now),
-            edge_cache::Lookup::Fresh(_)
-        ));
-        c.shutdown();
-    }
-
-    #[test]
-    fn no_writer_tells_followers_to_fetch_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = cache(dir.path());
-        let (handle, f) = leader(&c, "http://h/b");
-        assert!(publish(None, Some(handle)).is_none());
-        assert!(matches!(f.state(), FillState::Uncacheable));
-        c.shutdown();
-    }
-
-    #[test]
-    fn a_short_body_fails_the_fill_instead_of_committing() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = cache(dir.path());
-        let key = "http://h/c";
-        let (handle, f) = leader(&c, key);
-        let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
-            .unwrap();
-        let mut store = publish(Some(writer), Some(handle)).unwrap();
-        assert!(rt_write(&mut store, b"only 7!"));
-        rt_finish(store); // Content-Length said 10: the commit refuses
-        assert!(matches!(f.state(), FillState::Failed { head: Some(_) }));
-        let now = SystemTime::now();
-        assert!(matches!(
-            c.lookup(key, &edge_http::HeaderMap::new(), now),
-            edge_cache::Lookup::Miss
-        ));
-        c.shutdown();
-    }
 }

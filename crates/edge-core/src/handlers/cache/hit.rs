@@ -36,10 +36,21 @@ pub async fn serve(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
-    mut entry: HitEntry,
+    entry: HitEntry,
     st: CacheStatus,
 ) -> Result<(), ExchangeError> {
     mark(ctx.w, ex, st);
+    send(ctx, conn, ex, entry, st).await
+}
+
+/// [`serve`] once the status is marked (`st` says whether the RAM tier may take it).
+pub async fn send(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    mut entry: HitEntry,
+    st: CacheStatus,
+) -> Result<(), ExchangeError> {
     if entry.mem().is_some() {
         // RFC 9211 `detail`: which tier answered (X-Cache-Status stays HIT).
         ex.cache.detail = Some("memory");

@@ -80,7 +80,7 @@ pub async fn pass_unsafe(
         &route.add_headers,
         &p.upstream,
         up,
-        &mut |_| {},
+        w.compression(p.compress.as_ref()),
     )
     .await
 }

@@ -13,6 +13,10 @@
 //!   own client) streams the same temp file as it grows;
 //! - [`revalidate`]: an expired object: conditional request, 304 → REVALIDATED, errors
 //!   and 5xx → STALE when allowed, background refresh → UPDATING;
+//! - [`variant`]: compressed copies (made once from the identity object, then served as
+//!   hits) and on-the-fly transforms, entered through [`deliver`], which every path
+//!   that answers from the cache goes through; [`store`]: writing an object while
+//!   its clients stream it (misses and copies);
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
 //! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
 //!   origin, and a 2xx/3xx answer invalidates what is stored for the URI (RFC 9111 4.4).
@@ -21,13 +25,16 @@
 //! location carries `X-Cache-Status` (also in the access log and `/metrics`).
 
 pub mod ctx;
+pub mod deliver;
 pub mod fill;
 pub mod hit;
 pub mod invalidate;
 pub mod key;
 pub mod purge;
 pub mod revalidate;
+pub mod store;
 pub mod stream;
+pub mod variant;
 
 use crate::handlers::services::Services;
 use crate::http::conn::Conn;
@@ -82,6 +89,7 @@ pub async fn handle(
             &shared.timeouts,
             &route.add_headers,
             &p.upstream,
+            w.compression(p.compress.as_ref()),
         ))
         .await;
     }
@@ -99,13 +107,35 @@ pub async fn handle(
     };
     // Whether a miss may be stored: `no_cache` conditions forbid it, and so does
     // `cache_min_uses` until the key was requested often enough (counted on misses).
+    if let Some(c) = variant::wanted_coding(&ctx, ex) {
+        // The stored copy in the client's coding, when its object is fresh.
+        let found = cache
+            .lookup_coded(
+                Some(&w.local),
+                &w.file_io,
+                &ctx.key,
+                primary,
+                &ex.req.headers,
+                SystemTime::now(),
+                c.token(),
+                |identity| variant::copy_wanted(&ctx, identity),
+            )
+            .await;
+        w.publish_local();
+        if let Some(hit) = found {
+            w.stats()
+                .compress_variant_hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
+        }
+    }
     let no_store = conditions_match(&loc.no_cache, &ex.req);
     let mut alone_store = MayStore::No;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
         let first = lookup(&ctx, &ex.req.headers, now).await;
         if let Lookup::Fresh(hit) = first {
-            return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
+            return deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
         if !store || !loc.cache_lock {
@@ -123,7 +153,7 @@ pub async fn handle(
                 return match again {
                     Lookup::Fresh(hit) => {
                         drop(handle); // followers join again and find the object
-                        hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await
+                        deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await
                     }
                     Lookup::Stale(entry) => {
                         Box::pin(revalidate::revalidate(
@@ -153,13 +183,13 @@ pub async fn handle(
                 if let Lookup::Stale(entry) = first {
                     // Someone is already refreshing this object.
                     if revalidate::may_serve_updating(&ctx, &entry.meta, now) {
-                        return hit::serve(&ctx, conn, ex, entry, CacheStatus::Updating).await;
+                        return deliver::stored(&ctx, conn, ex, entry, CacheStatus::Updating).await;
                     }
                 }
-                match Box::pin(stream::follow(&ctx, conn, ex, &f)).await {
-                    stream::Followed::Done(r) => return r,
-                    stream::Followed::Retry => continue,
-                    stream::Followed::Alone { store } => {
+                match Box::pin(deliver::follow(&ctx, conn, ex, &f)).await {
+                    deliver::Followed::Done(r) => return r,
+                    deliver::Followed::Retry => continue,
+                    deliver::Followed::Alone { store } => {
                         alone_store = store;
                         break;
                     }

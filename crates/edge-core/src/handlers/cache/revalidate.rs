@@ -14,8 +14,8 @@
 //! - any other full response replaces the object like a miss (`EXPIRED`).
 
 use super::ctx::{fill_head, CacheStatus, Ctx, MayStore, OwnedCtx};
-use super::fill::{self, open_writer, publish, pump};
-use super::hit;
+use super::fill::{self, open_writer, pump};
+use super::store::publish;
 use crate::config::UseStale;
 use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
@@ -173,14 +173,14 @@ pub async fn revalidate(
     if let Some(h) = handle {
         if background_allowed(ctx, &entry.meta, now) {
             spawn_background(ctx, &ex.req, conn.peer.ip(), Some(h));
-            return hit::serve(ctx, conn, ex, entry, CacheStatus::Updating).await;
+            return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
         }
         return foreground(ctx, conn, ex, Some(h), entry, store).await;
     }
     if background_allowed(ctx, &entry.meta, now) && store == MayStore::Yes {
         // No lock (cache_lock = false): still refresh only in the background.
         spawn_background(ctx, &ex.req, conn.peer.ip(), None);
-        return hit::serve(ctx, conn, ex, entry, CacheStatus::Updating).await;
+        return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
     }
     foreground(ctx, conn, ex, None, entry, store).await
 }
@@ -217,7 +217,7 @@ async fn foreground(
                         "origin-unreachable"
                     },
                 );
-                return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
+                return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Stale).await;
             }
             super::ctx::mark(ctx.w, ex, CacheStatus::Expired);
             return fill::upstream_failed(ctx, conn, ex, e).await;
@@ -234,7 +234,7 @@ async fn foreground(
                 .await;
         };
         ex.cache.fwd_status = Some(304);
-        return hit::serve(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
+        return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Revalidated).await;
     }
     if stale_on_error(ctx, &entry.meta, None, status) {
         drop(up); // closes the upstream connection; its body is not wanted
@@ -245,7 +245,7 @@ async fn foreground(
             ctx.key
         );
         ex.cache.fwd_status = Some(status);
-        return hit::serve(ctx, conn, ex, entry, CacheStatus::Stale).await;
+        return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Stale).await;
     }
     drop(entry);
     fill::respond(

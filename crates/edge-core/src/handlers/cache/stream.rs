@@ -2,9 +2,10 @@
 //! HIT`) and, since the origin-to-disk copy runs in its own task, the leader's own
 //! client too (`MISS`/`EXPIRED`).
 //!
-//! How it fits: [`super::handle`] calls [`follow`] for a request that joined someone
-//! else's fill; [`super::fill`] calls [`stream_fill`] for the leader's client. Both
-//! send the bytes already in the temp file and sleep on the fill's watch channel until
+//! How it fits: [`super::deliver`] calls [`stream_fill`] for a request that joined
+//! someone else's fill ([`super::deliver::follow`]) and for the leader's client
+//! ([`super::fill`]), unless the client wants the object compressed
+//! ([`super::variant`]). Both send the bytes already in the temp file and sleep on the fill's watch channel until
 //! more arrive, so a slow client never slows the fill (nor the other clients), and the
 //! first bytes reach everyone while the origin is still sending. One `Range` is served
 //! as a 206 from the arriving bytes; several as a multipart/byteranges 206 whose parts
@@ -12,14 +13,14 @@
 //! client continues from an in-memory relay (the fill task passes the rest of the
 //! origin's body through a bounded channel), while the followers' connections are cut.
 
-use super::ctx::{mark, CacheStatus, Ctx, MayStore};
+use super::ctx::Ctx;
 use super::hit;
 use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::bodiless;
 use bytes::Bytes;
 use edge_cache::inflight::{known_len, FillError};
-use edge_cache::{policy, Fill, FillHead, WaitHead};
+use edge_cache::{policy, Fill, FillHead};
 use edge_http::RangeOutcome;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
@@ -49,48 +50,9 @@ pub struct Leader {
     pub extra: Vec<u8>,
     /// The rest of the body if the disk write fails.
     pub relay: mpsc::Receiver<Relay>,
-}
-
-/// How following a fill ended.
-pub enum Followed {
-    /// The response was sent (or failed).
-    Done(Result<(), ExchangeError>),
-    /// The leader failed before the head: join again.
-    Retry,
-    /// Fetch on our own: uncached after "not storable" or `cache_lock_timeout`
-    /// (`store` false), or storing our own variant when the leader's response varies
-    /// and this request wants another one (`store` true).
-    Alone { store: MayStore },
-}
-
-/// A collapsed follower: wait for the leader's head, then stream the object as it is
-/// written. `X-Cache-Status: HIT` (nginx reports its cache-lock waiters the same way).
-pub async fn follow(
-    ctx: &Ctx<'_>,
-    conn: &mut Conn,
-    ex: &mut Exchange,
-    fill: &Arc<Fill>,
-) -> Followed {
-    let head = match fill.wait_head().await {
-        WaitHead::Head(h) => h,
-        WaitHead::Retry => return Followed::Retry,
-        WaitHead::Uncacheable | WaitHead::TimedOut => {
-            return Followed::Alone {
-                store: MayStore::No,
-            }
-        }
-    };
-    // The leader's response varies on request headers this request may not share.
-    if !head.meta.vary.is_empty()
-        && edge_cache::variant_key(&ctx.key, &head.meta.vary, &ex.req.headers) != head.meta.key
-    {
-        return Followed::Alone {
-            store: MayStore::Yes,
-        };
-    }
-    mark(ctx.w, ex, CacheStatus::Hit);
-    ex.cache.collapsed = true;
-    Followed::Done(stream_fill(ctx, conn, ex, fill, head, None).await)
+    /// The bytes come from the origin (a miss), not from the cache (the production of
+    /// a compressed copy from a stored object): for the byte counters.
+    pub from_origin: bool,
 }
 
 /// Sends a fill's object to one client as it is written (the caller has set the cache
@@ -114,11 +76,10 @@ pub async fn stream_fill(
         ex.keep_alive = false;
         ex.body = None;
     }
-    let (extra, mut relay) = match leader {
-        Some(l) => (l.extra, Some(l.relay)),
-        None => (Vec::new(), None),
+    let (extra, mut relay, from_origin) = match leader {
+        Some(l) => (l.extra, Some(l.relay), l.from_origin),
+        None => (Vec::new(), None, false),
     };
-    let from_origin = relay.is_some();
     let meta = &head.meta;
     let now = SystemTime::now();
     let age = policy::age(meta, now).as_secs();

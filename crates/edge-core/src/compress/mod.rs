@@ -1,0 +1,724 @@
+//! Response compression on the data path: what a response needs for a client
+//! ([`plan`]), and the body filters that encode or decode it ([`Filter`]), on the
+//! offload pool or inline.
+//!
+//! How it fits: a location with `compress` gets an [`edge_compress::Policy`] (in its
+//! route). The cache handler stores compressed copies of objects (`handlers::cache::
+//! variant`), so a hit never compresses; the proxy relay and uncached responses
+//! compress on the fly through a [`Filter`]. With `compress_offload` (the default) each
+//! chunk is compressed on the `[compress_pool]` threads and its completion comes back
+//! through the worker's eventfd, the machinery of the file I/O pool
+//! ([`edge_aio::Offload`]): the event loop never compresses. A full queue makes a
+//! response that has not started go out uncompressed (counted as an overload).
+//!
+//! Layer: above `aio` and `metrics`, below `http`'s users (upstream, handlers).
+
+use crate::config::{CompressPool, Location};
+use crate::metrics::WorkerStats;
+pub use edge_compress::{Accepted, Choice, Coding, Encoded, Levels, Policy};
+use edge_compress::{Decoder, Encoder};
+use std::cell::RefCell;
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Stack of a compression thread (brotli and zstd keep their tables on the heap; this
+/// is room for their call depth).
+const POOL_STACK: usize = 1 << 20;
+/// Most decoded bytes one [`Filter::push`] may produce: 64 KiB of input expanding past
+/// this is a decompression bomb from the origin, and the response is cut.
+const MAX_DECODED_PER_PUSH: usize = 64 << 20;
+
+/// The location's policy, from its config (None when it does not compress).
+pub fn policy_for(loc: &Location) -> Option<Policy> {
+    if loc.compress.is_empty() {
+        return None;
+    }
+    let defaults = Levels::default();
+    Some(Policy {
+        codings: loc
+            .compress
+            .iter()
+            .filter_map(|c| Coding::from_token(c))
+            .collect(),
+        types: match &loc.compress_types {
+            Some(t) => t.iter().map(|s| s.to_ascii_lowercase()).collect(),
+            None => edge_compress::DEFAULT_TYPES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        },
+        min_length: loc.compress_min_length.map_or(1024, |s| s.0),
+        levels: Levels {
+            gzip: loc.gzip_level.map_or(defaults.gzip, |l| l as u32),
+            brotli: loc.brotli_level.map_or(defaults.brotli, |l| l as u32),
+            zstd: loc.zstd_level.map_or(defaults.zstd, |l| l as i32),
+        },
+        offload: loc.compress_offload.unwrap_or(true),
+    })
+}
+
+/// What a response needs for one client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Send it as it is; `vary`: add `Vary: Accept-Encoding` (its representation
+    /// depends on the request's `Accept-Encoding`, here or at the origin).
+    AsIs { vary: bool },
+    /// Compress it with this coding.
+    Encode(Coding),
+    /// It is encoded with this coding, which the client does not accept: decode it.
+    Decode(Coding),
+}
+
+/// What [`plan`] needs to know about a response.
+pub struct Facts<'a> {
+    pub status: u16,
+    pub content_type: Option<&'a [u8]>,
+    pub no_transform: bool,
+    pub encoded: Encoded,
+    /// None: unknown (chunked).
+    pub body_len: Option<u64>,
+}
+
+/// The plan for a response with `facts`, for a client that sent `accepted`.
+pub fn plan(policy: &Policy, accepted: &Accepted, facts: &Facts<'_>) -> Plan {
+    match facts.encoded {
+        Encoded::Other => Plan::AsIs { vary: false },
+        Encoded::One(c) if accepted.accepts(c) || facts.no_transform || !accepted.identity_ok() => {
+            Plan::AsIs { vary: true }
+        }
+        // Only whole bodies can be decoded (not a 206, and a 304 has none).
+        Encoded::One(_) if facts.status != 200 => Plan::AsIs { vary: true },
+        Encoded::One(c) => Plan::Decode(c),
+        Encoded::Identity => {
+            if !policy.compressible(
+                facts.status,
+                facts.content_type,
+                std::iter::empty(),
+                Encoded::Identity,
+                facts.body_len,
+            ) || facts.no_transform
+            {
+                return Plan::AsIs { vary: false };
+            }
+            match accepted.choose(&policy.codings) {
+                Choice::Coding(c) => Plan::Encode(c),
+                Choice::Identity => Plan::AsIs { vary: true },
+            }
+        }
+    }
+}
+
+/// Whether what a client gets of this response depends on its `Accept-Encoding`
+/// (compressed for some, decoded for others): its identity form then carries `Vary:
+/// Accept-Encoding` too.
+pub fn varies(policy: &Policy, facts: &Facts<'_>) -> bool {
+    match facts.encoded {
+        Encoded::One(_) => true,
+        Encoded::Other => false,
+        Encoded::Identity => {
+            !facts.no_transform
+                && policy.compressible(
+                    facts.status,
+                    facts.content_type,
+                    std::iter::empty(),
+                    Encoded::Identity,
+                    facts.body_len,
+                )
+        }
+    }
+}
+
+/// [`Facts`] of an upstream response head.
+pub fn facts_of_head(h: &edge_http::ResponseHead) -> Facts<'_> {
+    Facts {
+        status: h.status,
+        content_type: h.headers.get("content-type"),
+        no_transform: edge_compress::no_transform(h.headers.get_all("cache-control")),
+        encoded: edge_compress::content_encoding(h.headers.get_all("content-encoding")),
+        body_len: match h.body {
+            edge_http::BodyKind::Length(n) => Some(n),
+            edge_http::BodyKind::Empty => Some(0),
+            _ => None,
+        },
+    }
+}
+
+/// [`Facts`] of a stored object (its header block, as sent on hits).
+pub fn facts_of_block(status: u16, block: &[u8], body_len: Option<u64>) -> Facts<'_> {
+    Facts {
+        status,
+        content_type: block_values(block, "content-type").next(),
+        no_transform: edge_compress::no_transform(block_values(block, "cache-control")),
+        encoded: edge_compress::content_encoding(block_values(block, "content-encoding")),
+        body_len,
+    }
+}
+
+/// The values of the `name` lines of a stored header block (`Name: value\r\n` lines).
+pub fn block_values<'a>(block: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    block.split(|&b| b == b'\n').filter_map(move |line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        if !line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+            return None;
+        }
+        let v = &line[colon + 1..];
+        let v = v.strip_suffix(b"\r").unwrap_or(v);
+        let start = v
+            .iter()
+            .position(|&b| b != b' ' && b != b'\t')
+            .unwrap_or(v.len());
+        Some(&v[start..])
+    })
+}
+
+/// The process-wide compression pool: its settings, and the pool once started (on the
+/// first compression that offloads). Cloned into every worker.
+#[derive(Clone)]
+pub struct PoolSetup {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    threads: usize,
+    max_queue: usize,
+    pool: Mutex<Option<Arc<edge_aio::ThreadPool>>>,
+}
+
+impl PoolSetup {
+    pub fn from_config(c: &CompressPool) -> PoolSetup {
+        PoolSetup {
+            inner: Arc::new(PoolInner {
+                threads: c.threads.unwrap_or_else(crate::affinity::num_cpus).max(1),
+                max_queue: c.max_queue.max(1),
+                pool: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn get(&self) -> io::Result<Arc<edge_aio::ThreadPool>> {
+        let mut p = self
+            .inner
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = p.as_ref() {
+            return Ok(pool.clone());
+        }
+        let pool = edge_aio::ThreadPool::named(
+            "compress",
+            POOL_STACK,
+            self.inner.threads,
+            self.inner.max_queue,
+            edge_aio::QueueKind::LockFree,
+        )?;
+        *p = Some(pool.clone());
+        Ok(pool)
+    }
+
+    /// Jobs waiting for a compression thread (0 before the pool started).
+    pub fn queue_depth(&self) -> usize {
+        self.inner
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |p| p.queue_depth())
+    }
+
+    /// Threads of the pool (started or not).
+    pub fn threads(&self) -> usize {
+        self.inner.threads
+    }
+}
+
+/// One worker's compression: its handle on the pool (made on first need).
+pub struct Compressor {
+    setup: PoolSetup,
+    offload: RefCell<Option<edge_aio::Offload>>,
+}
+
+impl Compressor {
+    pub fn new(setup: PoolSetup) -> Compressor {
+        Compressor {
+            setup,
+            offload: RefCell::new(None),
+        }
+    }
+
+    fn offload(&self, stats: &WorkerStats) -> Option<edge_aio::Offload> {
+        if let Some(o) = self.offload.borrow().as_ref() {
+            return Some(o.clone());
+        }
+        match self.setup.get().and_then(edge_aio::Offload::new) {
+            Ok(o) => {
+                *self.offload.borrow_mut() = Some(o.clone());
+                Some(o)
+            }
+            Err(e) => {
+                // Counted; compression then runs inline (correct, only slower).
+                stats.compress_overloads.fetch_add(1, Relaxed);
+                tracing::error!("compression pool: {e}; compressing inline");
+                None
+            }
+        }
+    }
+
+    /// A filter that compresses with `coding` at the policy's level, on the pool when
+    /// the policy offloads. None when the pool's queue is full: the caller sends the
+    /// response uncompressed (an overload, counted).
+    pub fn encoder(&self, policy: &Policy, coding: Coding, stats: &WorkerStats) -> Option<Filter> {
+        let offload = self.pool_for(policy.offload, stats)?;
+        let enc = Encoder::new(coding, &policy.levels).ok()?;
+        Some(Filter::new(Codec::Enc(Box::new(enc)), coding, offload))
+    }
+
+    /// A filter that decodes `coding` for a client that cannot take it: on the pool
+    /// when the policy offloads and the pool has room, else inline (the client cannot
+    /// use the encoded bytes, so there is no uncompressed fallback).
+    pub fn decoder(&self, policy: &Policy, coding: Coding, stats: &WorkerStats) -> Option<Filter> {
+        let offload = self.pool_for(policy.offload, stats).unwrap_or(None);
+        let dec = Decoder::new(coding).ok()?;
+        Some(Filter::new(Codec::Dec(Box::new(dec)), coding, offload))
+    }
+
+    /// The filter a plan needs (None for [`Plan::AsIs`], and for an encoding the pool
+    /// has no room for: then the response goes as it is).
+    pub fn filter_for(&self, policy: &Policy, plan: Plan, stats: &WorkerStats) -> Option<Filter> {
+        match plan {
+            Plan::AsIs { .. } => None,
+            Plan::Encode(c) => self.encoder(policy, c, stats),
+            Plan::Decode(c) => self.decoder(policy, c, stats),
+        }
+    }
+
+    /// Whether a new compression would have to wait for the pool past its bound.
+    pub fn saturated(&self, policy: &Policy) -> bool {
+        policy.offload
+            && self
+                .offload
+                .borrow()
+                .as_ref()
+                .is_some_and(|o| o.saturated())
+    }
+
+    /// `Some(None)`: inline; `Some(Some(pool))`; None: saturated (overload).
+    #[allow(clippy::option_option)]
+    fn pool_for(&self, offload: bool, stats: &WorkerStats) -> Option<Option<edge_aio::Offload>> {
+        if !offload {
+            return Some(None);
+        }
+        let o = self.offload(stats);
+        if o.as_ref().is_some_and(|o| o.saturated()) {
+            stats.compress_overloads.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(o)
+    }
+}
+
+enum Codec {
+    Enc(Box<Encoder>),
+    Dec(Box<Decoder>),
+}
+
+/// A body transform in progress: feed it the body with [`Filter::push`], end it with
+/// [`Filter::finish`], and count it with [`Filter::account`].
+pub struct Filter {
+    /// None while a chunk is on the pool (and for good if that job was lost).
+    codec: Option<Codec>,
+    coding: Coding,
+    offload: Option<edge_aio::Offload>,
+    bytes_in: u64,
+    bytes_out: u64,
+    cpu_ns: u64,
+}
+
+impl Filter {
+    fn new(codec: Codec, coding: Coding, offload: Option<edge_aio::Offload>) -> Filter {
+        Filter {
+            codec: Some(codec),
+            coding,
+            offload,
+            bytes_in: 0,
+            bytes_out: 0,
+            cpu_ns: 0,
+        }
+    }
+
+    pub fn coding(&self) -> Coding {
+        self.coding
+    }
+
+    pub fn is_encoder(&self) -> bool {
+        matches!(self.codec, Some(Codec::Enc(_)))
+    }
+
+    /// Transforms `data` (all of it), appending the output to `out`.
+    pub async fn push(&mut self, data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+        self.bytes_in += data.len() as u64;
+        let input = data.to_vec();
+        self.run(Some(input), out).await
+    }
+
+    /// Ends the stream: the rest of the output, and the coding's trailer.
+    pub async fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        self.run(None, out).await
+    }
+
+    /// One step (`input` None: finish), on the pool or inline.
+    async fn run(&mut self, input: Option<Vec<u8>>, out: &mut Vec<u8>) -> io::Result<()> {
+        let codec = self
+            .codec
+            .take()
+            .ok_or_else(|| io::Error::other("compression state lost"))?;
+        let buf = Vec::new();
+        let (codec, res, buf, ns) = match &self.offload {
+            Some(o) => o.run(move || step(codec, input, buf)).await?,
+            None => step(codec, input, buf),
+        };
+        self.codec = Some(codec);
+        self.cpu_ns += ns;
+        res?;
+        self.bytes_out += buf.len() as u64;
+        if out.is_empty() {
+            *out = buf;
+        } else {
+            out.extend_from_slice(&buf);
+        }
+        Ok(())
+    }
+
+    /// Adds this response's figures to the worker's counters.
+    pub fn account(&self, stats: &WorkerStats) {
+        let c = self.coding.index();
+        if self.is_encoder() {
+            stats.compress_responses[c].fetch_add(1, Relaxed);
+            stats.compress_bytes_in.fetch_add(self.bytes_in, Relaxed);
+            stats.compress_bytes_out.fetch_add(self.bytes_out, Relaxed);
+        } else {
+            stats.decompress_responses[c].fetch_add(1, Relaxed);
+        }
+        stats.compress_cpu_ns.fetch_add(self.cpu_ns, Relaxed);
+    }
+}
+
+/// The work of one chunk: runs on a pool thread (or inline) and gives the codec back
+/// with its output and the thread CPU time it took.
+fn step(
+    mut codec: Codec,
+    input: Option<Vec<u8>>,
+    mut out: Vec<u8>,
+) -> (Codec, io::Result<()>, Vec<u8>, u64) {
+    let t0 = thread_cpu_ns();
+    let res = match (&mut codec, input) {
+        (Codec::Enc(e), Some(data)) => e.write(&data, &mut out),
+        (Codec::Enc(e), None) => e.finish(&mut out),
+        (Codec::Dec(d), Some(data)) => decode_all_of(d, &data, &mut out),
+        (Codec::Dec(d), None) => d.finish(&mut out),
+    };
+    let ns = thread_cpu_ns().saturating_sub(t0);
+    (codec, res, out, ns)
+}
+
+/// Decodes every byte of `data`, refusing more than [`MAX_DECODED_PER_PUSH`] of output.
+fn decode_all_of(d: &mut Decoder, data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+    let mut rest = data;
+    while !rest.is_empty() || d.pending() {
+        let n = d.write(rest, out, MAX_DECODED_PER_PUSH)?;
+        rest = &rest[n..];
+        if out.len() >= MAX_DECODED_PER_PUSH {
+            return Err(io::Error::other(
+                "decoded body expands beyond 64 MiB per read (decompression bomb?)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing
+    // else and cannot fail on Linux (on error `ts` stays zero, which only undercounts).
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// The head of a transformed response, from the headers it would have had: framing
+/// lines removed (`Content-Length`), the coding lines set for the plan (`Content-
+/// Encoding` added or removed, the `ETag` of the encoded bytes or a weak one for
+/// decoded bytes) and `Vary: Accept-Encoding`. `lines` are `Name: value\r\n` lines
+/// (a stored header block, or forwarded upstream headers).
+pub fn transform_block(lines: &[u8], plan: Plan) -> Vec<u8> {
+    match plan {
+        Plan::AsIs { vary: false } => lines.to_vec(),
+        Plan::AsIs { vary: true } => {
+            edge_cache::coded::with_vary_accept_encoding(lines).unwrap_or_else(|| lines.to_vec())
+        }
+        Plan::Encode(c) => {
+            let mut m = edge_cache::ObjectMeta::new("", 200, std::time::SystemTime::UNIX_EPOCH);
+            m.header_block = without(lines, &["content-length"]);
+            m.etag = block_values(lines, "etag")
+                .next()
+                .map(|e| String::from_utf8_lossy(e).into_owned());
+            edge_cache::coded::coded_meta(&m, c.token()).header_block
+        }
+        Plan::Decode(_) => {
+            let mut out = without(lines, &["content-length", "content-encoding", "etag"]);
+            if let Some(e) = block_values(lines, "etag").next() {
+                // The origin's tag names the encoded bytes: weak for the decoded ones
+                // (same content, other bytes; RFC 9110 8.8.1).
+                out.extend_from_slice(b"ETag: ");
+                if !e.starts_with(b"W/") {
+                    out.extend_from_slice(b"W/");
+                }
+                out.extend_from_slice(e);
+                out.extend_from_slice(b"\r\n");
+            }
+            edge_cache::coded::with_vary_accept_encoding(&out).unwrap_or(out)
+        }
+    }
+}
+
+/// The plan and filter for relaying an upstream response to this client: the plan
+/// falls back to sending as is (with `Vary`) when no filter can be had.
+pub fn for_relay(
+    compress: Option<(&Policy, &Compressor)>,
+    req: &edge_http::HeaderMap,
+    head: &edge_http::ResponseHead,
+    is_head: bool,
+    stats: &WorkerStats,
+) -> (Plan, Option<Filter>) {
+    let Some((policy, comp)) = compress else {
+        return (Plan::AsIs { vary: false }, None);
+    };
+    let accepted = Accepted::parse(req.get_all("accept-encoding"));
+    let plan = plan(policy, &accepted, &facts_of_head(head));
+    if matches!(plan, Plan::AsIs { .. }) || head.body == edge_http::BodyKind::Empty {
+        let vary = !matches!(plan, Plan::AsIs { vary: false });
+        return (Plan::AsIs { vary }, None);
+    }
+    if is_head {
+        // The head a GET would get, without doing the work.
+        return (plan, None);
+    }
+    match comp.filter_for(policy, plan, stats) {
+        Some(f) => (plan, Some(f)),
+        None => (Plan::AsIs { vary: true }, None),
+    }
+}
+
+/// Frames `data` for the client (a chunk when `chunked`) at the end of `out`.
+pub fn frame(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        edge_http::write_chunk_header(out, data.len());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+/// `lines` without the lines named in `skip` (lowercase).
+fn without(lines: &[u8], skip: &[&str]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        let name_end = line.iter().position(|&b| b == b':').unwrap_or(0);
+        if skip
+            .iter()
+            .any(|s| line[..name_end].eq_ignore_ascii_case(s.as_bytes()))
+        {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Policy {
+        Policy {
+            codings: vec![Coding::Br, Coding::Gzip],
+            types: edge_compress::DEFAULT_TYPES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            min_length: 1024,
+            levels: Levels::default(),
+            offload: false,
+        }
+    }
+
+    fn facts(ct: &'static str, enc: Encoded) -> Facts<'static> {
+        Facts {
+            status: 200,
+            content_type: Some(ct.as_bytes()),
+            no_transform: false,
+            encoded: enc,
+            body_len: Some(10_000),
+        }
+    }
+
+    fn ae(v: &str) -> Accepted {
+        Accepted::parse([v.as_bytes()])
+    }
+
+    #[test]
+    fn plans() {
+        let p = policy();
+        let id = Encoded::Identity;
+        assert_eq!(
+            plan(&p, &ae("gzip, br"), &facts("text/html", id)),
+            Plan::Encode(Coding::Br)
+        );
+        assert_eq!(
+            plan(&p, &ae("gzip"), &facts("text/html", id)),
+            Plan::Encode(Coding::Gzip)
+        );
+        assert_eq!(
+            plan(&p, &ae("zstd"), &facts("text/html", id)),
+            Plan::AsIs { vary: true }
+        );
+        assert_eq!(
+            plan(&p, &ae("gzip"), &facts("image/png", id)),
+            Plan::AsIs { vary: false }
+        );
+        let gz = Encoded::One(Coding::Gzip);
+        assert_eq!(
+            plan(&p, &ae("gzip"), &facts("text/html", gz)),
+            Plan::AsIs { vary: true }
+        );
+        assert_eq!(
+            plan(&p, &ae("br"), &facts("text/html", gz)),
+            Plan::Decode(Coding::Gzip)
+        );
+        assert_eq!(
+            plan(&p, &ae("br, identity;q=0"), &facts("text/html", gz)),
+            Plan::AsIs { vary: true },
+            "nothing better to send"
+        );
+        let mut nt = facts("text/html", id);
+        nt.no_transform = true;
+        assert_eq!(plan(&p, &ae("gzip"), &nt), Plan::AsIs { vary: false });
+    }
+
+    #[test]
+    fn transformed_heads() {
+        let block =
+            b"Content-Type: text/html\r\nContent-Length: 10\r\nETag: \"a\"\r\nVary: Origin\r\n";
+        let enc = String::from_utf8(transform_block(block, Plan::Encode(Coding::Gzip))).unwrap();
+        assert_eq!(
+            enc,
+            "Content-Type: text/html\r\nContent-Encoding: gzip\r\nETag: \"a-gzip\"\r\nVary: Origin, Accept-Encoding\r\n"
+        );
+        let gz = b"Content-Type: text/html\r\nContent-Encoding: gzip\r\nETag: \"a\"\r\n";
+        let dec = String::from_utf8(transform_block(gz, Plan::Decode(Coding::Gzip))).unwrap();
+        assert_eq!(
+            dec,
+            "Content-Type: text/html\r\nETag: W/\"a\"\r\nVary: Accept-Encoding\r\n"
+        );
+        assert_eq!(
+            transform_block(b"A: b\r\n", Plan::AsIs { vary: true }),
+            b"A: b\r\nVary: Accept-Encoding\r\n"
+        );
+        let vals: Vec<&[u8]> = block_values(block, "etag").collect();
+        assert_eq!(vals, vec![&b"\"a\""[..]]);
+    }
+
+    /// A full queue: a response that has not started compressing goes out as it is
+    /// (counted); one whose filter exists keeps compressing (its chunk runs inline).
+    #[test]
+    fn a_full_pool_refuses_new_compressions_and_counts_them() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let setup = PoolSetup::from_config(&CompressPool {
+            threads: Some(1),
+            max_queue: 1,
+        });
+        let c = Compressor::new(setup.clone());
+        let stats = WorkerStats::default();
+        let mut p = policy();
+        p.offload = true;
+        local.block_on(&rt, async {
+            let mut early = c.encoder(&p, Coding::Gzip, &stats).expect("room at first");
+            let o = c.offload(&stats).unwrap();
+            let busy = |ms: u64| {
+                let o = o.clone();
+                async move {
+                    o.run(move || std::thread::sleep(std::time::Duration::from_millis(ms)))
+                        .await
+                }
+            };
+            let a = tokio::task::spawn_local(busy(400));
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let b = tokio::task::spawn_local(busy(10)); // waits in the queue
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(setup.queue_depth(), 1);
+            assert!(c.saturated(&p));
+            assert!(
+                c.encoder(&p, Coding::Br, &stats).is_none(),
+                "no room: as it is"
+            );
+            assert_eq!(stats.compress_overloads.load(Relaxed), 1);
+            // Inline compression is never refused.
+            let mut inline = p.clone();
+            inline.offload = false;
+            assert!(c.encoder(&inline, Coding::Br, &stats).is_some());
+            // The filter made before the overload still works (its chunk runs inline).
+            let mut z = Vec::new();
+            early.push(b"still compressing", &mut z).await.unwrap();
+            early.finish(&mut z).await.unwrap();
+            let back = edge_compress::codec::decode_all(Coding::Gzip, &z).unwrap();
+            assert_eq!(back, b"still compressing");
+            a.await.unwrap().unwrap();
+            b.await.unwrap().unwrap();
+            assert!(!c.saturated(&p));
+        });
+    }
+
+    #[test]
+    fn inline_filters_round_trip_and_count() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let setup = PoolSetup::from_config(&CompressPool::default());
+        let c = Compressor::new(setup);
+        let stats = WorkerStats::default();
+        let data: Vec<u8> = b"<p>edge cache text</p>\n".repeat(2000);
+        rt.block_on(async {
+            let mut f = c.encoder(&policy(), Coding::Gzip, &stats).unwrap();
+            let mut z = Vec::new();
+            for part in data.chunks(5000) {
+                f.push(part, &mut z).await.unwrap();
+            }
+            f.finish(&mut z).await.unwrap();
+            f.account(&stats);
+            let back = edge_compress::codec::decode_all(Coding::Gzip, &z).unwrap();
+            assert_eq!(back, data);
+            let mut d = c.decoder(&policy(), Coding::Gzip, &stats).unwrap();
+            let mut plain = Vec::new();
+            d.push(&z, &mut plain).await.unwrap();
+            d.finish(&mut plain).await.unwrap();
+            assert_eq!(plain, data);
+        });
+        assert_eq!(
+            stats.compress_responses[Coding::Gzip.index()].load(Relaxed),
+            1
+        );
+        assert_eq!(stats.compress_bytes_in.load(Relaxed), data.len() as u64);
+        assert!(stats.compress_bytes_out.load(Relaxed) < data.len() as u64 / 5);
+    }
+}
