@@ -60,6 +60,19 @@ impl ThreadPool {
         max_queue: usize,
         queue: QueueKind,
     ) -> io::Result<Arc<ThreadPool>> {
+        Self::named_with(name, stack, threads, max_queue, queue, None)
+    }
+
+    /// [`ThreadPool::named`] with `on_start(i)` run first on thread `i` (to pin it to a
+    /// CPU, say).
+    pub fn named_with(
+        name: &str,
+        stack: usize,
+        threads: usize,
+        max_queue: usize,
+        queue: QueueKind,
+        on_start: Option<Arc<dyn Fn(usize) + Send + Sync>>,
+    ) -> io::Result<Arc<ThreadPool>> {
         let max_queue = max_queue.max(1);
         let shared = Arc::new(PoolShared {
             queue: JobQueue::new(queue, max_queue),
@@ -73,10 +86,16 @@ impl ThreadPool {
         };
         for i in 0..threads.max(1) {
             let shared = shared.clone();
+            let on_start = on_start.clone();
             let t = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .stack_size(stack)
-                .spawn(move || pool_thread(&shared))
+                .spawn(move || {
+                    if let Some(f) = on_start {
+                        f(i);
+                    }
+                    pool_thread(&shared)
+                })
                 .map_err(|e| io::Error::new(e.kind(), format!("pthread_create() failed: {e}")))?;
             // On error, dropping `pool` stops and joins the threads started so far.
             pool.threads.push(t);

@@ -268,6 +268,10 @@ pub struct Cache {
     pub(crate) expired: AtomicU64,
     pub(crate) purged: AtomicU64,
     fallback_hits: AtomicU64,
+    /// Objects dropped as corrupt (bad body checksum, short file).
+    pub(crate) corrupt: AtomicU64,
+    /// `cfg.verify`, changeable on reload ([`Cache::set_verify`]).
+    verify: std::sync::atomic::AtomicU8,
     /// Per-hash stripes serialising "rename + index" against "unindex + unlink".
     stripes: Box<[Mutex<()>]>,
     pub(crate) wake: Signal,
@@ -308,6 +312,8 @@ impl Cache {
             expired: AtomicU64::new(0),
             purged: AtomicU64::new(0),
             fallback_hits: AtomicU64::new(0),
+            corrupt: AtomicU64::new(0),
+            verify: std::sync::atomic::AtomicU8::new(cfg.verify.to_u8()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             wake: Signal::default(),
             stop: Signal::default(),
@@ -475,8 +481,8 @@ impl Cache {
             match self.finish_lookup(local, opener, found, now).await {
                 Ok(hit) => return hit,
                 Err(OpenFail::Replaced) => continue,
-                Err(OpenFail::Gone(ino)) => {
-                    self.index.remove(vh, Some(ino));
+                Err(fail) => {
+                    self.drop_failed(vh, fail);
                     return Lookup::Miss;
                 }
             }
@@ -523,10 +529,28 @@ impl Cache {
             // The identity's freshness governs the copy's.
             Ok(Lookup::Fresh(hit)) | Ok(Lookup::Stale(hit)) => Some(hit),
             Ok(Lookup::Miss) | Err(OpenFail::Replaced) => None,
-            Err(OpenFail::Gone(ino)) => {
-                self.index.remove(ch, Some(ino));
+            Err(fail) => {
+                self.drop_failed(ch, fail);
                 None
             }
+        }
+    }
+
+    /// An entry whose file is missing (unindexed) or shorter than its header says
+    /// (unindexed, deleted, and counted as corrupt).
+    fn drop_failed(&self, hash: KeyHash, fail: OpenFail) {
+        match fail {
+            OpenFail::Gone(ino) => {
+                self.index.remove(hash, Some(ino));
+            }
+            OpenFail::Short(ino) => {
+                if let Some(v) = self.index.remove(hash, Some(ino)) {
+                    self.delete_file(v.hash, v.ino);
+                    self.corrupt.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(cache = %self.cfg.name, "dropped corrupt object {}: file shorter than its header says", crate::key::hash_hex(hash));
+                }
+            }
+            OpenFail::Replaced => {}
         }
     }
 
@@ -690,7 +714,7 @@ impl Cache {
         }
         if len != found.body_offset + body_len {
             // Cut short or grown behind our back: never serve it.
-            return Err(OpenFail::Gone(found.ino));
+            return Err(OpenFail::Short(found.ino));
         }
         let off = found.body_offset;
         Ok(HitEntry::new(found, HitBody::File(Arc::new(file)), off))
@@ -894,6 +918,34 @@ impl Cache {
         }
     }
 
+    /// When bodies are checked (`cache_verify`).
+    pub fn verify(&self) -> crate::Verify {
+        crate::Verify::from_u8(self.verify.load(Ordering::Relaxed))
+    }
+
+    /// A reload's `cache_verify` (the loader's part applies at the next start).
+    pub fn set_verify(&self, v: crate::Verify) {
+        self.verify.store(v.to_u8(), Ordering::Relaxed);
+    }
+
+    /// Whether `body` (all of `entry`'s body) matches the checksum its header carries.
+    pub fn body_matches(entry: &HitEntry, body: &[u8]) -> bool {
+        body.len() as u64 == entry.meta.body_len
+            && xxhash_rust::xxh3::xxh3_64(body) == entry.meta.body_hash
+    }
+
+    /// `entry`'s file turned out corrupt (a body checksum mismatch, a file shorter than
+    /// its header says): the object leaves the index (so the next request fetches it
+    /// again) and its file is deleted, if both still refer to what `entry` was. Counted
+    /// and logged.
+    pub fn drop_corrupt(&self, entry: &HitEntry, why: &str) {
+        if let Some(v) = self.index.remove(entry.hash, Some(entry.ino)) {
+            self.delete_file(v.hash, v.ino);
+            self.corrupt.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(cache = %self.cfg.name, "dropped corrupt object {}: {why}", entry.meta.key.replace('\0', "\\0"));
+        }
+    }
+
     pub(crate) fn note_write_error(&self, context: &str, e: &io::Error) {
         if self.write_errors.record(context, e) {
             tracing::warn!(cache = %self.cfg.name, "cache {context} failed: {e} (serving uncached; further errors logged at most every {:?})", storage::WRITE_ERROR_LOG_INTERVAL);
@@ -926,6 +978,7 @@ impl Cache {
             disk_fallback_hits: self.fallback_hits.load(Ordering::Relaxed),
             write_errors: self.write_errors.count(),
             last_write_error: self.write_errors.last(),
+            corrupt: self.corrupt.load(Ordering::Relaxed),
             inflight: self.inflight.len() as u64,
             loader: LoaderStats {
                 scanned: self.loader.scanned.load(Ordering::Relaxed),
@@ -1030,8 +1083,10 @@ fn ready<T>(fut: impl std::future::Future<Output = T>) -> T {
 enum OpenFail {
     /// A newer file took the name: look the index up again.
     Replaced,
-    /// Missing or damaged: drop the entry (if it still has this inode).
+    /// Missing: drop the entry (if it still has this inode).
     Gone(u64),
+    /// Not the size its header says: drop the entry and the file (a corrupt object).
+    Short(u64),
 }
 
 fn classify(hit: HitEntry, now: SystemTime) -> Lookup {

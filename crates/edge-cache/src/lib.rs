@@ -80,6 +80,44 @@ pub struct CacheConfig {
     pub manager_sleep: Duration,
     /// `cache_lock_timeout`: how long a follower waits for the leader's response head.
     pub lock_timeout: Duration,
+    /// Body checksums checked (`cache_verify`): see [`Verify`].
+    pub verify: Verify,
+}
+
+/// When stored bodies are checked against the xxh3-64 in their header (written with
+/// the object): a flipped bit on disk is then never served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Verify {
+    /// Never (the header, the file's size and inode are still checked).
+    #[default]
+    Off,
+    /// By the loader after a start: every stored body is read once (slower loading).
+    Load,
+    /// By the loader, and on every hit read from disk (the body is read and hashed
+    /// before it is sent: no sendfile; RAM-tier hits are not re-read).
+    Always,
+}
+
+impl Verify {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verify::Off => "off",
+            Verify::Load => "load",
+            Verify::Always => "always",
+        }
+    }
+
+    pub(crate) fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Verify {
+        match v {
+            1 => Verify::Load,
+            2 => Verify::Always,
+            _ => Verify::Off,
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -101,6 +139,7 @@ impl Default for CacheConfig {
             manager_threshold: Duration::from_millis(200),
             manager_sleep: Duration::from_millis(50),
             lock_timeout: Duration::from_secs(5),
+            verify: Verify::Off,
         }
     }
 }
@@ -138,6 +177,9 @@ pub struct CacheStats {
     pub disk_fallback_hits: u64,
     /// Failed object writes (ENOSPC, EIO...), and the last one's message.
     pub write_errors: u64,
+    /// Objects dropped because their body did not match its checksum or the file was
+    /// shorter than its header says (found by the loader or by a hit).
+    pub corrupt: u64,
     pub last_write_error: Option<String>,
     /// Misses currently being filled (collapse lock entries).
     pub inflight: u64,

@@ -146,6 +146,23 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool) {
         }
     };
     let Ok(md) = file.metadata() else { return };
+    if cache.verify() != crate::Verify::Off {
+        match storage::body_checksum_of(&file, hdr.body_offset, hdr.meta.body_len) {
+            Ok(sum) if sum == hdr.meta.body_hash => {}
+            Ok(_) => {
+                let _stripe = cache.stripe(hash);
+                let _ = storage::remove_if_ino(path, md.ino());
+                cache.loader.removed.fetch_add(1, Ordering::Relaxed);
+                cache.corrupt.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(cache = %cache.cfg.name, "loader: removed {}: body checksum mismatch", path.display());
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(cache = %cache.cfg.name, "loader: read {} failed: {e}", path.display());
+                return;
+            }
+        }
+    }
     let disk_size = storage::disk_size_of(md.len());
     let _gate = lock(&cache.loader_gate);
     match cache.pending.verdict(&hdr.meta) {

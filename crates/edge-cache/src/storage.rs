@@ -272,6 +272,27 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     })
 }
 
+/// The xxh3-64 of `len` body bytes at `offset` of `file` (the loader's `cache_verify`),
+/// read in 256 KiB pieces.
+pub fn body_checksum_of(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+    let mut h = Xxh3::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut done = 0u64;
+    while done < len {
+        let want = ((len - done) as usize).min(buf.len());
+        let n = read_full_at(file, &mut buf[..want], offset + done)?;
+        if n < want {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "body shorter than its header says",
+            ));
+        }
+        h.update(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(h.digest())
+}
+
 /// `pread` until `buf` is full or EOF; returns the bytes read.
 pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
     let mut done = 0;

@@ -17,6 +17,34 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`), whatever this
+/// process's affinity: a thread may pin itself to any of them. Falls back to
+/// [`allowed_cpus`].
+pub fn online_cpus() -> Vec<usize> {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse_cpu_list(s.trim()))
+        .unwrap_or_else(allowed_cpus)
+}
+
+/// A kernel CPU list (`0-3,8,10-11`).
+fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 4096 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
 /// Online CPUs.
 pub fn num_cpus() -> usize {
     std::thread::available_parallelism()
@@ -44,16 +72,17 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// The CPU for worker `i` under the configured affinity.
-pub fn cpu_for_worker(aff: &crate::config::Affinity, i: usize) -> Option<usize> {
-    match aff {
-        crate::config::Affinity::Off => None,
-        crate::config::Affinity::Auto => {
-            let cpus = allowed_cpus();
-            (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
-        }
-        crate::config::Affinity::Cpus(list) => Some(list[i % list.len()]),
+/// Puts the calling thread in the `SCHED_IDLE` class: it runs only when nothing else on
+/// its CPU wants to, and any other thread that wakes takes the CPU from it at once.
+/// For background work (compression) that must never delay an event loop.
+pub fn idle_priority_current_thread() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread; lowering a
+    // thread's own class needs no privilege.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -72,5 +101,29 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_current_thread(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn a_thread_can_lower_itself_to_sched_idle() {
+        std::thread::spawn(|| {
+            idle_priority_current_thread().unwrap();
+            // SAFETY: no preconditions; 0 is the calling thread.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        let online = online_cpus();
+        assert!(allowed_cpus().iter().all(|c| online.contains(c)));
     }
 }

@@ -16,6 +16,12 @@ pub struct WorkerStats {
     /// second).
     pub parked: AtomicU64,
     pub requests: AtomicU64,
+    /// New connections accepted and closed at once: `worker_connections` were open and
+    /// none of them idle.
+    pub refused: AtomicU64,
+    /// Idle keep-alive connections closed to make room for new ones at
+    /// `worker_connections`.
+    pub reclaimed: AtomicU64,
     pub status: [AtomicU64; 5], // 1xx..5xx
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,

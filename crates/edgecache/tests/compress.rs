@@ -390,7 +390,10 @@ fn thread_names(pid: u32) -> Vec<String> {
 
 #[test]
 fn offload_runs_on_the_compress_threads_and_inline_does_not() {
-    let off = edge("[compress_pool]\nthreads = 2\nmax_queue = 64\n", ALL);
+    let off = edge(
+        "[compress_pool]\nthreads = 2\nmax_queue = 64\ncpus = [0]\n",
+        ALL,
+    );
     identity_body(&off.get("/txt/64k/9", &["Accept-Encoding: gzip"]));
     // A new thread names itself once it runs: allow it a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -402,6 +405,22 @@ fn offload_runs_on_the_compress_threads_and_inline_does_not() {
         }
         assert!(std::time::Instant::now() < deadline, "{names:?}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+    // `cpus = [0]`: every pool thread is pinned there.
+    for t in std::fs::read_dir(format!("/proc/{}/task", off.pid))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim().starts_with("compress-") {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+            let allowed = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap()
+                .trim();
+            assert_eq!(allowed, "0", "{comm}");
+        }
     }
     assert!(off.metric("edgecache_compress_cpu_nanoseconds_total") > 0);
 
@@ -478,4 +497,10 @@ fn bad_compression_settings_are_config_errors() {
     let (code, err, _) = check_config(&format!("{BASE}[compress_pool]\nthreads = 0\n"));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("compress_pool.threads"), "{err}");
+    let (code, err, _) = check_config(&format!("{BASE}[compress_pool]\ncpus = [4096]\n"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("compress_pool.cpus") && err.contains("4096"),
+        "{err}"
+    );
 }

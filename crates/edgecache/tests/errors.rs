@@ -156,32 +156,163 @@ fn keepalive_timeout_zero_closes_after_each_response() {
     assert!(c.is_closed());
 }
 
+/// Whether the server closed `c` (EOF or reset) without answering.
+fn refused(c: &mut Client) -> bool {
+    c.set_read_timeout(std::time::Duration::from_secs(5));
+    let mut probe = [0u8; 64];
+    match std::io::Read::read(&mut c.stream, &mut probe) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(n) => panic!(
+            "answered past worker_connections: {:?}",
+            String::from_utf8_lossy(&probe[..n])
+        ),
+    }
+}
+
+/// Polls /status until `key` (a worker total) reaches `want`.
+fn wait_status(admin: SocketAddr, key: &str, want: u64) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let st = get_text(admin, "/status");
+        let totals = &st[st.find("\"totals\"").unwrap_or(0)..];
+        if json_number(totals, key).is_some_and(|v| v >= want) {
+            return st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{key} never reached {want}: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// 10% more busy connections than `worker_connections`: the excess is closed at once
+/// (not left hanging in the backlog), counted in /status, and the server goes on
+/// answering the connections it holds and new ones once they are gone.
 #[test]
-fn worker_connections_limit_pauses_accepting_and_resumes() {
+fn connections_past_worker_connections_are_refused_cleanly() {
     let (up, _) = recording_upstream();
-    let (_p, addr, _) = edgecache(&proxy_config(up, "worker_connections = 2", ""));
+    let cfg = proxy_config(up, "worker_connections = 100", "");
+    let (_p, addr, admin) = edgecache(&cfg);
+    // Busy: each has sent part of a request head (never idle, never reclaimable).
+    let mut held: Vec<Client> = (0..100)
+        .map(|i| {
+            let mut c = Client::connect(addr);
+            c.send(format!("GET /held/{i} HTTP/1.1\r\n").as_bytes());
+            c
+        })
+        .collect();
+    wait_status(admin, "active", 100);
+    for _ in 0..10 {
+        let mut extra = Client::connect(addr);
+        extra.send(b"GET /extra HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert!(refused(&mut extra), "closed at once");
+    }
+    let st = wait_status(admin, "refused", 10);
+    let totals = &st[st.find("\"totals\"").unwrap()..];
+    assert_eq!(json_number(totals, "refused"), Some(10), "{st}");
+    // The held connections are all still served.
+    for c in held.iter_mut() {
+        c.send(b"Host: t\r\n\r\n");
+        assert_eq!(c.read_response(false).status, 200);
+    }
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let st = get_text(admin, "/status");
+        let totals = &st[st.find("\"totals\"").unwrap()..];
+        if json_number(totals, "active") == Some(0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "held connections never closed: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Room again (their sockets closed): a new connection is served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut c = Client::connect(addr);
+        c.send(b"GET /after HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut buf = [0u8; 12];
+        c.set_read_timeout(std::time::Duration::from_secs(5));
+        if let Ok(12) = std::io::Read::read(&mut c.stream, &mut buf) {
+            assert_eq!(&buf, b"HTTP/1.1 200");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never served again");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// At `worker_connections`, idle keep-alive connections make room for new ones (the
+/// longest idle closed first, counted as `reclaimed`), as nginx reuses them; busy
+/// connections are never closed for room.
+#[test]
+fn idle_connections_make_room_at_worker_connections() {
+    let (up, _) = recording_upstream();
+    let (_p, addr, admin) = edgecache(&proxy_config(up, "worker_connections = 2", ""));
     let mut a = Client::connect(addr);
-    let mut b = Client::connect(addr);
     assert_eq!(a.get("/a", &[]).status, 200);
-    assert_eq!(b.get("/b", &[]).status, 200);
-    // A third connection completes its TCP handshake (the kernel's backlog) but is not
-    // accepted while two are open: its request gets no answer.
+    // `b` is busy: half a request head.
+    let mut b = Client::connect(addr);
+    b.send(b"GET /b HTTP/1.1\r\n");
+    // `a` parks once idle past its grace.
+    wait_status(admin, "active", 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !get_text(admin, "/status").contains("\"parked\": 1") {
+        assert!(std::time::Instant::now() < deadline, "a never parked");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A third connection is served: `a` (idle) was closed to make room.
     let mut c = Client::connect(addr);
-    c.send(b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n");
-    c.set_read_timeout(std::time::Duration::from_millis(500));
-    let mut probe = [0u8; 1];
-    let r = std::io::Read::read(&mut c.stream, &mut probe);
+    assert_eq!(c.get("/c", &[]).status, 200);
+    assert!(a.is_closed(), "the idle connection made room");
+    let st = wait_status(admin, "reclaimed", 1);
+    let totals = &st[st.find("\"totals\"").unwrap()..];
+    assert_eq!(json_number(totals, "refused"), Some(0), "{st}");
+    // The busy one was kept.
+    b.send(b"Host: t\r\n\r\n");
+    assert_eq!(b.read_response(false).status, 200);
+}
+
+/// Hostile heads at the default limits: a 1 MB request line gets 414 and a flood of
+/// header lines 431, each with a close, and the server goes on serving.
+#[test]
+fn a_megabyte_request_line_and_a_header_flood_get_414_and_431() {
+    let (up, _) = recording_upstream();
+    let (_p, addr, _) = edgecache(&proxy_config(up, "", ""));
+    let send_raw = |raw: Vec<u8>| -> Vec<u8> {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        // The server answers and closes before taking all of it: a write may fail.
+        let _ = std::io::Write::write_all(&mut s, &raw);
+        let mut out = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut out);
+        out
+    };
+    let mut line = b"GET /".to_vec();
+    line.extend(std::iter::repeat_n(b'a', 1 << 20));
+    line.extend_from_slice(b" HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = send_raw(line);
     assert!(
-        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
-        "the third connection was served past worker_connections: {r:?}"
+        r.starts_with(b"HTTP/1.1 414"),
+        "{:?}",
+        String::from_utf8_lossy(&r[..r.len().min(100)])
     );
-    // One closes: the waiting connection is accepted and answered.
-    drop(a);
-    c.set_read_timeout(std::time::Duration::from_secs(10));
-    assert_eq!(c.read_response(false).status, 200);
-    assert_eq!(
-        b.get("/b2", &[]).status,
-        200,
-        "the open connections kept working"
+    let mut flood = b"GET / HTTP/1.1\r\nHost: t\r\n".to_vec();
+    for i in 0..10_000 {
+        flood.extend_from_slice(format!("X-F{i}: v\r\n").as_bytes());
+    }
+    flood.extend_from_slice(b"\r\n");
+    let r = send_raw(flood);
+    assert!(
+        r.starts_with(b"HTTP/1.1 431"),
+        "{:?}",
+        String::from_utf8_lossy(&r[..r.len().min(100)])
     );
+    assert_eq!(Client::connect(addr).get("/ok", &[]).status, 200);
 }

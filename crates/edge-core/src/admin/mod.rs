@@ -200,11 +200,15 @@ fn purge(
 
 /// Per-cache counters for `/status`, sorted by name.
 fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
-    let mut caches: Vec<_> = shared.caches.values().map(|c| c.stats()).collect();
-    caches.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut caches: Vec<_> = shared
+        .caches
+        .values()
+        .map(|c| (c.stats(), c.verify()))
+        .collect();
+    caches.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     caches
         .into_iter()
-        .map(|s| {
+        .map(|(s, verify)| {
             serde_json::json!({
                 "name": s.name,
                 "entries": s.entries,
@@ -216,6 +220,8 @@ fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
                 "expired": s.expired,
                 "purged": s.purged,
                 "write_errors": s.write_errors,
+                "corrupt": s.corrupt,
+                "verify": verify.as_str(),
                 "last_write_error": s.last_write_error,
                 "inflight": s.inflight,
                 "loader": {
@@ -242,6 +248,8 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "accepted": w.accepted.load(Relaxed),
                 "active": w.active.load(Relaxed),
                 "parked": w.parked.load(Relaxed),
+                "refused": w.refused.load(Relaxed),
+                "reclaimed": w.reclaimed.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
                 "memory_cache": {
                     "hits": w.local.mem_hits.load(Relaxed),
@@ -276,6 +284,8 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         "totals": {
             "accepted": m.sum(|w| &w.accepted),
             "active": m.active(),
+            "refused": m.sum(|w| &w.refused),
+            "reclaimed": m.sum(|w| &w.reclaimed),
             "requests": m.sum(|w| &w.requests),
             "bytes_out": m.sum(|w| &w.bytes_out),
             "upstream_requests": m.sum(|w| &w.upstream_requests),
@@ -356,7 +366,7 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
         &'static str,
         fn(&edge_cache::CacheStats) -> u64,
     );
-    let families: [Family; 6] = [
+    let families: [Family; 7] = [
         (
             "edgecache_cache_entries",
             "gauge",
@@ -392,6 +402,12 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
             "counter",
             "Failed object writes (ENOSPC, EIO...); those responses were served uncached.",
             |s| s.write_errors,
+        ),
+        (
+            "edgecache_cache_corrupt_total",
+            "counter",
+            "Objects dropped as corrupt (body checksum mismatch with cache_verify, or a file shorter than its header).",
+            |s| s.corrupt,
         ),
     ];
     for (name, kind, help, get) in families {
@@ -452,6 +468,30 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         "edgecache_connections_accepted_total",
         "",
         m.sum(|w| &w.accepted),
+    );
+    prom_header(
+        &mut o,
+        "edgecache_connections_refused_total",
+        "counter",
+        "New connections closed at once: worker_connections open and none idle.",
+    );
+    prom(
+        &mut o,
+        "edgecache_connections_refused_total",
+        "",
+        m.sum(|w| &w.refused),
+    );
+    prom_header(
+        &mut o,
+        "edgecache_connections_reclaimed_total",
+        "counter",
+        "Idle keep-alive connections closed to make room at worker_connections.",
+    );
+    prom(
+        &mut o,
+        "edgecache_connections_reclaimed_total",
+        "",
+        m.sum(|w| &w.reclaimed),
     );
     prom_header(
         &mut o,

@@ -182,6 +182,8 @@ pub struct PoolSetup {
 struct PoolInner {
     threads: usize,
     max_queue: usize,
+    cpus: Vec<usize>,
+    idle_priority: bool,
     pool: Mutex<Option<Arc<edge_aio::ThreadPool>>>,
 }
 
@@ -191,6 +193,8 @@ impl PoolSetup {
             inner: Arc::new(PoolInner {
                 threads: c.threads.unwrap_or_else(crate::affinity::num_cpus).max(1),
                 max_queue: c.max_queue.max(1),
+                cpus: c.cpus.clone().unwrap_or_default(),
+                idle_priority: c.priority == crate::config::PoolPriority::Idle,
                 pool: Mutex::new(None),
             }),
         }
@@ -205,12 +209,27 @@ impl PoolSetup {
         if let Some(pool) = p.as_ref() {
             return Ok(pool.clone());
         }
-        let pool = edge_aio::ThreadPool::named(
+        let cpus = self.inner.cpus.clone();
+        let idle = self.inner.idle_priority;
+        let start: Arc<dyn Fn(usize) + Send + Sync> = Arc::new(move |i: usize| {
+            if let Some(&cpu) = cpus.get(i % cpus.len().max(1)) {
+                if let Err(e) = crate::affinity::pin_current_thread(cpu) {
+                    tracing::warn!("compress-{i}: cannot pin to CPU {cpu}: {e}");
+                }
+            }
+            if idle {
+                if let Err(e) = crate::affinity::idle_priority_current_thread() {
+                    tracing::warn!("compress-{i}: cannot enter SCHED_IDLE: {e}");
+                }
+            }
+        });
+        let pool = edge_aio::ThreadPool::named_with(
             "compress",
             POOL_STACK,
             self.inner.threads,
             self.inner.max_queue,
             edge_aio::QueueKind::LockFree,
+            Some(start),
         )?;
         *p = Some(pool.clone());
         Ok(pool)
@@ -647,6 +666,8 @@ mod tests {
         let setup = PoolSetup::from_config(&CompressPool {
             threads: Some(1),
             max_queue: 1,
+            cpus: None,
+            priority: crate::config::PoolPriority::Idle,
         });
         let c = Compressor::new(setup.clone());
         let stats = WorkerStats::default();

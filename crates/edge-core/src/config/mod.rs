@@ -308,7 +308,7 @@ impl Default for Aio {
 
 /// `[compress_pool]`: the threads that compress for every worker when a location has
 /// `compress_offload` (the default), and the bound on waiting work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompressPool {
     /// None: one per CPU.
@@ -319,6 +319,24 @@ pub struct CompressPool {
     /// chunk inline): work never queues without bound.
     #[serde(default = "default_compress_queue")]
     pub max_queue: usize,
+    /// CPUs the threads are pinned to, round robin (None: not pinned): cores kept for
+    /// compression, away from the workers' event loops (the accelerator model).
+    #[serde(default)]
+    pub cpus: Option<Vec<usize>>,
+    /// `"idle"` (default): the threads run in the `SCHED_IDLE` class, so a worker that
+    /// wakes on a CPU where one compresses takes the CPU at once; `"normal"`: they
+    /// compete with the workers as equals.
+    #[serde(default)]
+    pub priority: PoolPriority,
+}
+
+/// `[compress_pool] priority`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolPriority {
+    #[default]
+    Idle,
+    Normal,
 }
 fn default_compress_queue() -> usize {
     1024
@@ -329,6 +347,8 @@ impl Default for CompressPool {
         CompressPool {
             threads: None,
             max_queue: default_compress_queue(),
+            cpus: None,
+            priority: PoolPriority::Idle,
         }
     }
 }
@@ -443,6 +463,30 @@ pub struct CacheZone {
     pub manager_files: usize,
     #[serde(default = "default_manager_threshold")]
     pub manager_threshold: Dur,
+    /// When stored bodies are checked against their checksum: `"off"` (default),
+    /// `"load"` (by the loader after a start), `"always"` (also on every disk hit).
+    #[serde(default, alias = "verify")]
+    pub cache_verify: CacheVerify,
+}
+
+/// `[[cache]] cache_verify`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheVerify {
+    #[default]
+    Off,
+    Load,
+    Always,
+}
+
+impl CacheVerify {
+    pub fn to_cache(self) -> edge_cache::Verify {
+        match self {
+            CacheVerify::Off => edge_cache::Verify::Off,
+            CacheVerify::Load => edge_cache::Verify::Load,
+            CacheVerify::Always => edge_cache::Verify::Always,
+        }
+    }
 }
 fn default_levels() -> Spanned<String> {
     Spanned::new(0..0, "1:2".to_string())

@@ -429,6 +429,23 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     if cfg.compress_pool.max_queue == 0 {
         return err(None, "compress_pool.max_queue", "must be at least 1");
     }
+    if let Some(cpus) = &cfg.compress_pool.cpus {
+        let online = crate::affinity::online_cpus();
+        if cpus.is_empty() {
+            return err(
+                None,
+                "compress_pool.cpus",
+                "list at least one CPU, or leave it out",
+            );
+        }
+        if let Some(c) = cpus.iter().find(|c| !online.contains(c)) {
+            return err(
+                None,
+                "compress_pool.cpus",
+                format!("CPU {c} is not online (online: {online:?})"),
+            );
+        }
+    }
 
     if let Some(a) = &cfg.admin {
         match parse_addr(a.listen.get_ref()) {

@@ -80,9 +80,18 @@ pub trait Service {
     }
 }
 
-/// How long a connection waits for its next bytes with its read buffer in place before
-/// it gives the buffer back (a busy connection's next request comes well within it).
-const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long a connection waits for its next bytes with its read buffer (and its task)
+/// in place before it gives them back and is parked (a busy connection's next request
+/// comes well within it; a browser's next page view does not). Shorter keeps fewer
+/// buffers and tasks alive through a burst of new connections (bench/idle-memory.py:
+/// at 1000 new connections a second, 300 ms cost 1.7 KB per idle connection, 100 ms
+/// well under 1 KiB).
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Most connections a worker lets wait out [`IDLE_GRACE`] with their buffer and task;
+/// past it (a burst of connections going idle together) a connection is parked at
+/// once, so memory follows the busy connections, not a burst (bench/idle-memory.py).
+const MAX_IN_GRACE: usize = 128;
 
 /// An idle keep-alive connection taken out of its task: all that is kept while it
 /// waits (a few hundred bytes with the runtime's registration) until [`resume`].
@@ -236,6 +245,11 @@ async fn read_head<S: Service>(
         // read buffer in place. The wait is a coarse worker-local timer (see `idle`),
         // not a runtime timer: a request arms and disarms nothing in tokio's wheel.
         let grace = idle.min(IDLE_GRACE);
+        if served > 0 && idle > grace && w.can_park() && w.idle().waiting() >= MAX_IN_GRACE {
+            // A burst: enough connections already wait with their buffers and tasks;
+            // this one is parked at once (and resumed at once if its bytes are in).
+            return HeadOutcome::Park(idle);
+        }
         if conn.rbuf.capacity() == 0 {
             // A new connection, or one back from idle: a buffer from the worker's spares.
             conn.rbuf = w.take_rbuf();

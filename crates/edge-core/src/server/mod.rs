@@ -60,6 +60,61 @@ impl From<BadValue> for RunError {
     }
 }
 
+/// The CPU for worker `i` under the configured affinity.
+fn cpu_for_worker(aff: &config::Affinity, i: usize) -> Option<usize> {
+    match aff {
+        config::Affinity::Off => None,
+        config::Affinity::Auto => {
+            let cpus = crate::affinity::allowed_cpus();
+            (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
+        }
+        config::Affinity::Cpus(list) => Some(list[i % list.len()]),
+    }
+}
+
+/// Descriptors the process may need: two per connection (a client and an upstream or a
+/// cache file), plus the listeners, the cache and the logs.
+fn fds_needed(workers: usize, worker_connections: usize) -> u64 {
+    (workers as u64)
+        .saturating_mul(worker_connections as u64)
+        .saturating_mul(2)
+        .saturating_add(1024)
+}
+
+/// Raises the soft descriptor limit to what `worker_connections` needs (up to the hard
+/// limit, as nginx's `worker_rlimit_nofile`), so that a full worker refuses connections
+/// itself instead of failing `accept` with EMFILE; warns when the hard limit is lower.
+fn raise_nofile(workers: usize, worker_connections: usize) {
+    let want = fds_needed(workers, worker_connections);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    if lim.rlim_cur >= want {
+        return;
+    }
+    let target = want.min(lim.rlim_max);
+    if target > lim.rlim_cur {
+        let new = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `new` is a valid rlimit; the soft limit stays within the hard one.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
+            return;
+        }
+    }
+    if target < want {
+        tracing::warn!(
+            "descriptor limit {target} is below the {want} that {workers} worker(s) of {worker_connections} worker_connections may need (raise the hard limit, e.g. LimitNOFILE=): accept() may fail with EMFILE before worker_connections is reached"
+        );
+    }
+}
+
 fn err(context: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
     move |source| RunError::Io { context, source }
 }
@@ -72,6 +127,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         Workers::Auto => crate::affinity::num_cpus(),
         Workers::Count(n) => n,
     };
+    raise_nofile(workers, cfg.worker_connections);
     let strategy = strategy_for(cfg.accept);
     let listens: Vec<ListenSpec> = cfg
         .listen
@@ -103,7 +159,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         .map_err(err("signals"))?;
 
     let cpus: Vec<Option<usize>> = (0..workers)
-        .map(|id| crate::affinity::cpu_for_worker(&cfg.worker_cpu_affinity, id))
+        .map(|id| cpu_for_worker(&cfg.worker_cpu_affinity, id))
         .collect();
     let plan = crate::net::AcceptPlan {
         workers,

@@ -170,6 +170,28 @@ impl Parking {
             .count()
     }
 
+    /// Close up to `n` parked connections, those idle the longest first (their idle
+    /// deadline is the nearest), to make room for new ones at `worker_connections`, as
+    /// nginx reuses its keep-alive connections; returns how many.
+    pub fn close_oldest(&self, n: usize) -> usize {
+        let mut due: Vec<(Instant, u32)> = self
+            .slots
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (e.deadline, i as u32)))
+            .collect();
+        let n = n.min(due.len());
+        if n == 0 {
+            return 0;
+        }
+        due.select_nth_unstable(n - 1);
+        due[..n]
+            .iter()
+            .filter(|&&(_, i)| self.take(i, None).is_some())
+            .count()
+    }
+
     /// Close every parked connection (the worker drains); returns how many.
     pub fn close_all(&self) -> usize {
         let n = self.slots.borrow().len();

@@ -2,8 +2,10 @@
 //! (Pingora's "NoSteal" model). Its connections never leave it, so per-connection and
 //! per-worker state (the upstream pool, the access-log buffer) needs no locks.
 //!
-//! Accepting stops when `worker_connections` connections are open (the socket stays in
-//! the kernel's backlog, nothing is refused by us) and resumes when one closes.
+//! At `worker_connections` open connections a new one makes room by closing the
+//! longest-idle parked keep-alive connections (as nginx reuses its keep-alive
+//! connections); when none is idle it is accepted and closed at once, counted as
+//! `refused` (a prompt close, not a hang in the kernel's backlog).
 
 use crate::handlers::services::Services;
 use crate::http::idle::IdleTimers;
@@ -46,6 +48,8 @@ pub struct Worker {
     spare_rbufs: RefCell<Vec<bytes::BytesMut>>,
     /// Idle keep-alive connections kept without a task.
     parking: super::parking::Parking,
+    /// When "worker_connections are not enough" was last logged.
+    refused_logged: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 /// Most recycled request heads a worker keeps, and the largest it keeps.
@@ -213,6 +217,7 @@ async fn run(spec: WorkerSpec) {
         spare_heads: RefCell::new(Vec::new()),
         spare_rbufs: RefCell::new(Vec::new()),
         parking: super::parking::Parking::default(),
+        refused_logged: std::cell::Cell::new(None),
     });
     tokio::task::spawn_local(crate::log::access::flusher(worker.access_log.clone()));
     tokio::task::spawn_local(local_ticker(worker.clone()));
@@ -292,11 +297,54 @@ async fn local_ticker(w: Rc<Worker>) {
     }
 }
 
-async fn wait_for_capacity(w: &Worker) {
-    while w.svc.stats().active.load(Relaxed) as usize >= w.max_connections {
-        w.conn_closed.notified().await;
+/// Most idle connections closed at once when a worker is full (nginx closes up to 32;
+/// a small `worker_connections` closes fewer, a sixteenth of it, at least one).
+const RECLAIM_BATCH: usize = 32;
+
+impl Worker {
+    fn full(&self) -> bool {
+        self.svc.stats().active.load(Relaxed) as usize >= self.max_connections
+    }
+
+    /// At `worker_connections`: close the longest-idle parked keep-alive connections to
+    /// make room (nginx does the same with its reusable connections). False when none
+    /// was idle: the worker is full of busy connections.
+    fn make_room(&self) -> bool {
+        let batch = (self.max_connections / 16).clamp(1, RECLAIM_BATCH);
+        let n = self.parking.close_oldest(batch);
+        if n == 0 {
+            return false;
+        }
+        self.svc.stats().reclaimed.fetch_add(n as u64, Relaxed);
+        self.connections_closed(n);
+        true
+    }
+
+    /// Takes a new connection: served when there is room (made by closing idle ones
+    /// if need be), else closed at once and counted (`refused` in /status): a client
+    /// beyond `worker_connections` gets a prompt close, not a hang in the backlog.
+    fn admit(self: &Rc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        if self.full() && !self.make_room() {
+            self.svc.stats().refused.fetch_add(1, Relaxed);
+            let now = std::time::Instant::now();
+            let last = self.refused_logged.get();
+            if last.is_none_or(|t| now.duration_since(t) >= REFUSED_LOG_INTERVAL) {
+                self.refused_logged.set(Some(now));
+                tracing::warn!(
+                    "worker {}: {} worker_connections are not enough, refusing new connections",
+                    self.id,
+                    self.max_connections
+                );
+            }
+            drop(stream);
+            return;
+        }
+        start_session(self, stream, peer);
     }
 }
+
+/// Minimum time between two "not enough worker_connections" log lines of a worker.
+const REFUSED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Accepts on one of this worker's sockets. Without `multi_accept`, one connection per
 /// wake-up: the worker yields to its other tasks (the sessions) before accepting again,
@@ -305,7 +353,6 @@ async fn wait_for_capacity(w: &Worker) {
 async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, multi: bool) {
     let mut shutdown = w.shutdown.clone();
     loop {
-        wait_for_capacity(&w).await;
         if w.draining() {
             return;
         }
@@ -315,13 +362,10 @@ async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, multi: bo
         };
         match res {
             Ok((stream, peer)) => {
-                start_session(&w, stream, peer);
+                w.admit(stream, peer);
                 if multi {
-                    while (w.svc.stats().active.load(Relaxed) as usize) < w.max_connections {
-                        match try_now(listener.accept()) {
-                            Some(Ok((stream, peer))) => start_session(&w, stream, peer),
-                            _ => break,
-                        }
+                    while let Some(Ok((stream, peer))) = try_now(listener.accept()) {
+                        w.admit(stream, peer);
                     }
                 }
                 tokio::task::yield_now().await;
@@ -350,7 +394,6 @@ fn try_now<F: std::future::Future>(f: F) -> Option<F::Output> {
 async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::net::Accepted>) {
     let mut shutdown = w.shutdown.clone();
     loop {
-        wait_for_capacity(&w).await;
         if w.draining() {
             return;
         }
@@ -361,7 +404,7 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
         // Accepted non-blocking, with its peer (accept4): no syscall here.
         let Some((s, peer)) = s else { return };
         match tokio::net::TcpStream::from_std(s) {
-            Ok(stream) => start_session(&w, stream, peer),
+            Ok(stream) => w.admit(stream, peer),
             Err(e) => tracing::error!("worker {}: cannot register connection: {e}", w.id),
         }
     }

@@ -23,6 +23,7 @@ pub fn open_caches(cfg: &Config, existing: Option<&Caches>) -> Result<Caches, St
                     c.config().path.display()
                 );
             }
+            c.set_verify(z.cache_verify.to_cache());
             out.insert(name, c.clone());
             continue;
         }
@@ -46,6 +47,7 @@ pub fn open_caches(cfg: &Config, existing: Option<&Caches>) -> Result<Caches, St
             manager_files: z.manager_files,
             manager_threshold: z.manager_threshold.0,
             lock_timeout,
+            verify: z.cache_verify.to_cache(),
             ..CacheConfig::default()
         };
         let cache = Cache::open(cc).map_err(|source| StateError::CacheOpen {

@@ -4,7 +4,8 @@
 //! log off, a cache on the run dir, `cache_valid 200 = 10m`, a keep-alive upstream). An
 //! experiment's `config = """..."""` is parsed as TOML and deep-merged over it (tables
 //! merge key by key; any other value, arrays included, replaces), so a variant states
-//! only what differs: `[aio] mode = "io_uring"`.
+//! only what differs: `[aio] mode = "io_uring"`. `{{dir}}` in a snippet is the server's
+//! run directory (for a variant that replaces the `[[cache]]` array).
 
 use std::time::Duration;
 
@@ -17,7 +18,10 @@ pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
     if let Some(snippet) = &spec.config {
         let base_text =
             std::fs::read_to_string(&path).ctx(format!("reading {}", path.display()))?;
-        let merged = merge(&base_text, snippet)
+        // `{{dir}}` (the server's run directory) may appear in a snippet too: a variant
+        // that replaces the `[[cache]]` array names its path with it.
+        let snippet = snippet.replace("{{dir}}", &ctx.dir.display().to_string());
+        let merged = merge(&base_text, &snippet)
             .map_err(|e| Error::usage(format!("server {:?}: {e}", spec.name)))?;
         std::fs::write(&path, merged).ctx(format!("writing {}", path.display()))?;
     }

@@ -256,7 +256,20 @@ async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), Exch
         .file_io
         .read_exact_append(file, entry.body_offset, len, Vec::with_capacity(len))
         .await;
-    read.map_err(abort)?;
+    if let Err(e) = read {
+        ctx.cache
+            .drop_corrupt(entry, &format!("reading the body: {e}"));
+        return Err(abort(e));
+    }
+    // Read whole anyway: with `cache_verify` on, it is checked before it is kept.
+    if ctx.cache.verify() != edge_cache::Verify::Off
+        && !edge_cache::Cache::body_matches(entry, &body)
+    {
+        ctx.cache.drop_corrupt(entry, "body checksum mismatch");
+        return Err(ExchangeError::Aborted(
+            "cached body checksum mismatch".into(),
+        ));
+    }
     if ctx
         .shared
         .send
@@ -300,7 +313,11 @@ async fn send_body(
     let io = &ctx.w.file_io;
     if n <= INLINE_BODY {
         let (read, head) = io.read_exact_append(file, off, n as usize, head).await;
-        read.map_err(abort)?;
+        if let Err(e) = read {
+            ctx.cache
+                .drop_corrupt(entry, &format!("reading the body: {e}"));
+            return Err(abort(e));
+        }
         conn.write_all(&head, send).await?;
         ctx.w.give_buf(head);
         return Ok(n);
@@ -325,7 +342,14 @@ async fn send_body(
     .await
     {
         Ok(k) => Ok(k),
-        Err(e) if is_file_error(&e) => Err(abort(e)),
+        Err(e) if is_file_error(&e) => {
+            // The file is shorter than its header says (truncated under us) or
+            // unreadable: this response is cut, and the object dropped so that the
+            // next request fetches it again.
+            ctx.cache
+                .drop_corrupt(entry, &format!("reading the body: {e}"));
+            Err(abort(e))
+        }
         Err(e) => Err(ExchangeError::Client(e)),
     }
 }

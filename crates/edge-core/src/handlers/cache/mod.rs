@@ -42,7 +42,7 @@ use crate::http::exchange::{Exchange, ExchangeError};
 use crate::state::route::{ProxyRoute, Route};
 use crate::state::Shared;
 use ctx::{mark, CacheStatus, Ctx, MayStore};
-use edge_cache::{key_hash, pick, policy, Join, Lookup};
+use edge_cache::{key_hash, pick, policy, HitBody, HitEntry, Join, Lookup};
 use edge_http::Method;
 use key::{cache_key, conditions_match};
 use std::rc::Rc;
@@ -123,10 +123,11 @@ pub async fn handle(
             .await;
         w.publish_local();
         if let Some(hit) = found {
-            w.stats()
-                .compress_variant_hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
+            if let Some(hit) = verified(&ctx, hit).await {
+                let hits = &w.stats().compress_variant_hits;
+                hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
+            }
         }
     }
     let no_store = conditions_match(&loc.no_cache, &ex.req);
@@ -224,7 +225,71 @@ async fn lookup(ctx: &Ctx<'_>, req: &edge_http::HeaderMap, now: SystemTime) -> L
         )
         .await;
     ctx.w.publish_local();
-    found
+    match found {
+        Lookup::Fresh(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Fresh),
+        Lookup::Stale(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Stale),
+        Lookup::Miss => Lookup::Miss,
+    }
+}
+
+/// Bodies at most this large are kept in memory once read for `cache_verify =
+/// "always"` (the response is sent from that copy); larger ones are hashed in pieces and
+/// sent from the file (the page cache holds what was just read).
+const VERIFY_KEEP: u64 = 1 << 20;
+
+/// With `cache_verify = "always"`, a body read from disk is checked against its
+/// checksum before it is sent: a mismatch drops the object (None: the request then
+/// fetches it again, as on a miss).
+pub async fn verified(ctx: &Ctx<'_>, mut entry: HitEntry) -> Option<HitEntry> {
+    if ctx.cache.verify() != edge_cache::Verify::Always {
+        return Some(entry);
+    }
+    let Some(file) = entry.file() else {
+        return Some(entry); // a RAM-tier body: memory is not re-checked
+    };
+    let io = &ctx.w.file_io;
+    let len = entry.body_len;
+    if len <= VERIFY_KEEP {
+        let buf = Vec::with_capacity(len as usize);
+        let (res, body) = io
+            .read_exact_append(file, entry.body_offset, len as usize, buf)
+            .await;
+        if let Err(e) = res {
+            ctx.cache
+                .drop_corrupt(&entry, &format!("reading the body: {e}"));
+            return None;
+        }
+        if !edge_cache::Cache::body_matches(&entry, &body) {
+            ctx.cache.drop_corrupt(&entry, "body checksum mismatch");
+            return None;
+        }
+        entry.body = HitBody::Mem(bytes::Bytes::from(body));
+        entry.body_offset = 0;
+        return Some(entry);
+    }
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut at = 0u64;
+    let mut buf = Vec::with_capacity(VERIFY_KEEP as usize);
+    while at < len {
+        let n = (len - at).min(VERIFY_KEEP) as usize;
+        buf.clear();
+        let (res, b) = io
+            .read_exact_append(file, entry.body_offset + at, n, buf)
+            .await;
+        buf = b;
+        if let Err(e) = res {
+            ctx.cache
+                .drop_corrupt(&entry, &format!("reading the body: {e}"));
+            return None;
+        }
+        h.update(&buf);
+        at += n as u64;
+    }
+    if h.digest() != entry.meta.body_hash {
+        ctx.cache.drop_corrupt(&entry, "body checksum mismatch");
+        return None;
+    }
+    Some(entry)
 }
 
 /// A miss or a stale object fetched by this request alone (no collapsing).
