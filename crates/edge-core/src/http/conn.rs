@@ -123,20 +123,4 @@ impl Conn {
         }
         self.write_all(b, limit).await
     }
-
-    /// [`Conn::write_all`] with `MSG_MORE` on every send: the kernel holds the last
-    /// partial segment for the bytes sent next (a sendfile'd body, which pushes when it
-    /// ends), as nginx's `tcp_nopush` does.
-    pub async fn write_all_more(&mut self, mut buf: &[u8], limit: Duration) -> io::Result<()> {
-        while !buf.is_empty() {
-            let step = crate::net::sys::send_more_once(&self.io, buf);
-            match tokio::time::timeout(limit, step).await {
-                Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(Ok(n)) => buf = &buf[n..],
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(timed_out("send")),
-            }
-        }
-        Ok(())
-    }
 }

@@ -1,5 +1,5 @@
 //! Every raw socket syscall of the server, in one place (nginx keeps its in
-//! `src/os/unix`): `sendfile(2)`, `send(2)` with `MSG_MORE`, `SO_LINGER` for a reset on
+//! `src/os/unix`): `sendfile(2)`, `SO_LINGER` for a reset on
 //! close, and the epoll calls of the `exclusive` accept strategy. Each `unsafe` block
 //! says why it is sound, and each wrapper is tested below with real sockets.
 //!
@@ -126,20 +126,6 @@ pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()>
     Ok(())
 }
 
-/// One `send(2)` with `MSG_MORE`: the kernel holds the last partial segment for the
-/// bytes the caller sends next (a sendfile'd body), as nginx's `tcp_nopush` does.
-pub async fn send_more_once(sock: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    loop {
-        sock.writable().await?;
-        match sock.try_io(Interest::WRITABLE, || {
-            socket2::SockRef::from(sock).send_with_flags(buf, libc::MSG_MORE)
-        }) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            other => return other,
-        }
-    }
-}
-
 /// Closes with RST (`SO_LINGER` 0), so a client cannot mistake a cut response for a
 /// complete one.
 pub fn close_with_reset(sock: TcpStream) {
@@ -245,19 +231,6 @@ mod tests {
                 sendfile_once(&s, f.as_raw_fd(), &mut off, 5).await.unwrap(),
                 0
             );
-        });
-    }
-
-    #[test]
-    fn send_more_delivers_bytes() {
-        rt().block_on(async {
-            let (s, mut c) = pair().await;
-            assert_eq!(send_more_once(&s, b"head").await.unwrap(), 4);
-            // MSG_MORE only delays; closing pushes what is held.
-            drop(s);
-            let mut got = Vec::new();
-            c.read_to_end(&mut got).unwrap();
-            assert_eq!(got, b"head");
         });
     }
 

@@ -322,9 +322,13 @@ async fn send_body(
         ctx.w.give_buf(head);
         return Ok(n);
     }
-    // The body follows at once: let the head share its first segment (nginx's
-    // `tcp_nopush`) instead of leaving as a tiny packet that wakes the client alone.
-    conn.write_all_more(&head, send).await?;
+    // The head leaves on its own, pushed at once, before the body's sendfile (as nginx
+    // does without `tcp_nopush`). Holding it with MSG_MORE to share the body's first
+    // segment was measured harmful: the socket then never looks app-limited to BBR,
+    // which leaves STARTUP and paces every later connection with timers (on loopback
+    // without fq, 100 KiB hits fell from 62k to 20k req/s, 4x the kernel CPU per hit;
+    // docs/results/hits.md).
+    conn.write_all(&head, send).await?;
     ctx.w.give_buf(head);
     // After the head went out, a read error can only be signalled by cutting the
     // connection; a write error is the client's.
