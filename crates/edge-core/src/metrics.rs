@@ -22,6 +22,8 @@ pub struct WorkerStats {
     /// Idle keep-alive connections closed to make room for new ones at
     /// `worker_connections`.
     pub reclaimed: AtomicU64,
+    /// Requests refused with 508: they had already passed through this node (`Via`).
+    pub loops: AtomicU64,
     pub status: [AtomicU64; 5], // 1xx..5xx
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,

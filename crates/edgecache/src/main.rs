@@ -1,5 +1,6 @@
-//! `edgecache [-c FILE] [-t] [-V]`: parses the command line, loads the config (or the
-//! embedded default) and runs the server. No logic lives here.
+//! `edgecache [-c FILE] [-t] [-s SIGNAL] [-V]`: parses the command line, loads the config
+//! (or the embedded default) and runs the server, or signals the running one. No logic
+//! lives here.
 //!
 //! Exit codes: 0 normal stop, 1 runtime failure, 2 bad usage or bad config.
 
@@ -24,6 +25,12 @@ struct Cli {
     /// Print the effective embedded default config and exit.
     #[arg(long = "print-default-config")]
     print_default: bool,
+    /// Signal the running instance through its pid file (`pid` in the config):
+    /// reload (SIGHUP), stop (SIGTERM: drain and exit), reopen (SIGUSR1: the logs),
+    /// upgrade (SIGUSR2: start the binary again on the same sockets).
+    #[arg(short = 's', long = "signal", value_name = "SIGNAL",
+          value_parser = ["reload", "stop", "quit", "reopen", "upgrade"])]
+    signal: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -48,6 +55,9 @@ fn main() -> ExitCode {
     };
     let cfg = match loaded {
         Ok((cfg, name)) => {
+            if let Some(sig) = &cli.signal {
+                return send_signal(&cfg, &name, sig);
+            }
             if cli.test {
                 eprintln!("edgecache: the configuration file {name} syntax is ok");
                 eprintln!("edgecache: configuration file {name} test is successful");
@@ -62,6 +72,31 @@ fn main() -> ExitCode {
     };
     match edge_core::server::run(cfg, cli.config) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgecache: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `-s`: signals the instance named by the config's pid file. 0 when sent, 1 when it
+/// could not be (no pid file, no such process), 2 when the config has no `pid`.
+fn send_signal(cfg: &config::Config, name: &str, sig: &str) -> ExitCode {
+    let Some(pid_file) = &cfg.pid else {
+        eprintln!(
+            "edgecache: {name} sets no pid file (pid = \"...\"): cannot find the running instance"
+        );
+        return ExitCode::from(2);
+    };
+    let Some(signo) = edge_core::server::upgrade::signal_named(sig) else {
+        eprintln!("edgecache: unknown signal {sig:?}");
+        return ExitCode::from(2);
+    };
+    match edge_core::server::upgrade::signal_running(pid_file, signo) {
+        Ok(pid) => {
+            eprintln!("edgecache: sent {sig} to {pid}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("edgecache: {e}");
             ExitCode::from(1)

@@ -198,6 +198,31 @@ fn purge(
     }
 }
 
+/// Per-upstream server state for `/status`: whether each server is usable, and the
+/// active health check's verdict.
+fn upstreams_json(shared: &Shared) -> Vec<serde_json::Value> {
+    let mut names: Vec<&String> = shared.upstreams.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let g = &shared.upstreams[n];
+            serde_json::json!({
+                "name": n,
+                "balance": match g.balance {
+                    crate::config::Balance::RoundRobin => "round_robin",
+                    crate::config::Balance::ConsistentHash => "consistent_hash",
+                },
+                "servers": (0..g.servers.len()).map(|i| serde_json::json!({
+                    "server": g.servers[i].name,
+                    "up": g.usable(i),
+                    "healthy": g.healthy(i),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
 /// Per-cache counters for `/status`, sorted by name.
 fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
     let mut caches: Vec<_> = shared
@@ -291,6 +316,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
             "upstream_requests": m.sum(|w| &w.upstream_requests),
         },
         "caches": caches_json(shared),
+        "upstreams": upstreams_json(shared),
     });
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');
@@ -469,6 +495,32 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         "",
         m.sum(|w| &w.accepted),
     );
+    prom_header(
+        &mut o,
+        "edgecache_upstream_server_up",
+        "gauge",
+        "1 when the server gets requests (healthy and not taken out by failures).",
+    );
+    let mut names: Vec<&String> = shared.upstreams.keys().collect();
+    names.sort();
+    for n in names {
+        let g = &shared.upstreams[n];
+        for i in 0..g.servers.len() {
+            prom(
+                &mut o,
+                "edgecache_upstream_server_up",
+                &format!("upstream=\"{n}\",server=\"{}\"", g.servers[i].name),
+                u64::from(g.usable(i)),
+            );
+        }
+    }
+    prom_header(
+        &mut o,
+        "edgecache_loops_total",
+        "counter",
+        "Requests refused with 508: they had already passed through this node (Via).",
+    );
+    prom(&mut o, "edgecache_loops_total", "", m.sum(|w| &w.loops));
     prom_header(
         &mut o,
         "edgecache_connections_refused_total",

@@ -536,6 +536,55 @@ pub struct Upstream {
     /// How long an idle pooled connection is kept.
     #[serde(default = "default_keepalive_timeout_up")]
     pub keepalive_timeout: Dur,
+    /// `round_robin` (default) or `consistent_hash` (a tier of parent caches: each key
+    /// always goes to the same server while it is up; Maglev hashing).
+    #[serde(default)]
+    pub balance: Balance,
+    /// The key consistent hashing uses, a `cache_key`-style template (`$host$uri`);
+    /// None: the request's cache key (the location's `cache_key`, or the default).
+    #[serde(default)]
+    pub hash_key: Option<String>,
+    /// Active health checks: each server is probed every `interval`; `fails`
+    /// consecutive failures take it out, `passes` consecutive successes bring it back.
+    #[serde(default)]
+    pub health_check: Option<HealthCheckCfg>,
+}
+
+/// `[[upstream]] balance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    #[default]
+    RoundRobin,
+    ConsistentHash,
+}
+
+/// `[[upstream]] health_check = { path = "/health", interval = "2s", fails = 3, passes = 2 }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckCfg {
+    pub path: String,
+    #[serde(default = "default_hc_interval")]
+    pub interval: Dur,
+    /// A probe that has no status line within this is a failure.
+    #[serde(default = "default_hc_timeout")]
+    pub timeout: Dur,
+    #[serde(default = "default_hc_fails")]
+    pub fails: u32,
+    #[serde(default = "default_hc_passes")]
+    pub passes: u32,
+}
+fn default_hc_interval() -> Dur {
+    Dur(std::time::Duration::from_secs(2))
+}
+fn default_hc_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn default_hc_fails() -> u32 {
+    3
+}
+fn default_hc_passes() -> u32 {
+    2
 }
 fn default_upstream_keepalive() -> usize {
     64
@@ -769,6 +818,13 @@ pub struct Config {
     /// Extension: start the built-in demo origin (edgeorigin) in-process on this address.
     #[serde(default)]
     pub demo_origin: Option<Spanned<String>>,
+    /// The pid file (`edgecache -s` reads it; a binary upgrade hands it over).
+    #[serde(default)]
+    pub pid: Option<PathBuf>,
+    /// This node's name in `Cache-Status` and in the `Via` it adds to requests it
+    /// forwards (a tier of caches reads which node answered). Default `edgecache`.
+    #[serde(default)]
+    pub node_name: Option<String>,
     #[serde(default)]
     pub listen: Vec<Listen>,
     #[serde(default)]

@@ -281,6 +281,59 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                 "must be at least 1",
             );
         }
+        if u.balance == Balance::ConsistentHash && u.servers.get_ref().len() > 64 {
+            return err(
+                Some(u.servers.span()),
+                "upstream.balance",
+                "consistent_hash takes at most 64 servers",
+            );
+        }
+        if u.hash_key.is_some() && u.balance != Balance::ConsistentHash {
+            return err(
+                Some(u.name.span()),
+                "upstream.hash_key",
+                "has no effect without balance = \"consistent_hash\"",
+            );
+        }
+        if let Some(h) = &u.health_check {
+            let bad = if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f)
+            {
+                Some((
+                    "upstream.health_check",
+                    "path must start with '/' and hold no spaces or control characters",
+                ))
+            } else if h.interval.0 < std::time::Duration::from_millis(100) {
+                Some(("upstream.health_check", "interval must be at least 100ms"))
+            } else if h.timeout.0.is_zero() || h.timeout.0 > h.interval.0 {
+                Some((
+                    "upstream.health_check",
+                    "timeout must be above 0 and at most the interval",
+                ))
+            } else if h.fails == 0 || h.passes == 0 {
+                Some((
+                    "upstream.health_check",
+                    "fails and passes must be at least 1",
+                ))
+            } else {
+                None
+            };
+            if let Some((key, m)) = bad {
+                return err(Some(u.name.span()), key, m);
+            }
+        }
+    }
+    if let Some(n) = &cfg.node_name {
+        let ok = !n.is_empty()
+            && n.len() <= 64
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+        if !ok {
+            return err(
+                None,
+                "node_name",
+                "1 to 64 letters, digits, '-', '.' or '_' (a token for Cache-Status and Via)",
+            );
+        }
     }
 
     for loc in &cfg.location {

@@ -34,6 +34,21 @@ pub async fn dispatch(
     let Some(route) = shared.router.find(ex.req.path()) else {
         return finish_without_body(conn, ex, &shared.timeouts, 404).await;
     };
+    if matches!(route.handler, Handler::Proxy(_))
+        && crate::http::node::looped(ex.req.headers.get_all("via"))
+    {
+        // This request already passed through this node: a routing loop between
+        // tiers. Answering stops it (RFC 8586 style; nginx would loop until a limit).
+        w.stats()
+            .loops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            "refusing a request that already passed through this node (Via: {}): a routing loop",
+            String::from_utf8_lossy(ex.req.headers.get("via").unwrap_or_default())
+        );
+        ex.keep_alive = false;
+        return finish_without_body(conn, ex, &shared.timeouts, 508).await;
+    }
     match &route.handler {
         Handler::Proxy(p) if !p.caches.is_empty() => {
             cache::handle(w, conn, ex, shared, route, p).await

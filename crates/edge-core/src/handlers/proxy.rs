@@ -22,6 +22,7 @@ pub async fn handle(
         &route.add_headers,
         &p.upstream,
         w.compression(p.compress.as_ref()),
+        super::cache::key::affinity(&p.upstream, route.cfg.cache_key.as_deref(), &ex.req, None),
     )
     .await
 }

@@ -44,7 +44,8 @@ impl From<io::Error> for ExchangeError {
 
 pub const SERVER: &[u8] = b"edgecache";
 /// Our name in `Cache-Status` entries.
-pub const CACHE_STATUS_NAME: &str = "edgecache";
+/// This node's default name in `Cache-Status` (see [`super::node`]: `node_name`).
+pub const CACHE_STATUS_NAME: &str = super::node::DEFAULT_NAME;
 
 /// The parameters of our `Cache-Status` entry (RFC 9211) besides the outcome, which
 /// comes from the `X-Cache-Status` value.
@@ -131,7 +132,7 @@ impl Exchange {
         edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
         // Written in place (no allocation: this is on every hit).
         out.extend_from_slice(b"Cache-Status: ");
-        out.extend_from_slice(CACHE_STATUS_NAME.as_bytes());
+        out.extend_from_slice(super::node::get().name.as_bytes());
         let r = &self.cache;
         out.extend_from_slice(match cs {
             "HIT" | "UPDATING" => b"; hit",

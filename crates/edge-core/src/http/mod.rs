@@ -10,6 +10,7 @@
 pub mod conn;
 pub mod exchange;
 pub mod idle;
+pub mod node;
 pub mod respond;
 pub mod send;
 pub mod session;

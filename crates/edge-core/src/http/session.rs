@@ -80,6 +80,63 @@ pub trait Service {
     }
 }
 
+/// How long a connection between requests still waits for its next request once the
+/// server is stopping (a client that sent one just then gets its answer, with
+/// `Connection: close`, instead of a connection closed under it).
+pub const DRAIN_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits up to [`DRAIN_LINGER`] for bytes on an idle connection of a stopping server.
+async fn drain_linger<S: Service>(w: &S, conn: &mut Conn) -> Option<std::io::Result<usize>> {
+    if conn.rbuf.capacity() == 0 {
+        conn.rbuf = w.take_rbuf();
+    }
+    tokio::select! {
+        biased;
+        r = conn.fill_untimed() => Some(r),
+        _ = w.idle().wait(DRAIN_LINGER, false) => None,
+    }
+}
+
+/// The rest of a head once its first bytes are in the buffer: parse, and read more
+/// under `client_header_timeout` while it is incomplete.
+async fn read_rest_of_head<S: Service>(
+    w: &S,
+    conn: &mut Conn,
+    params: &SessionParams<'_>,
+) -> HeadOutcome {
+    // The head's deadline, from the first time it is found incomplete (a head that
+    // arrives whole, the usual case, costs no clock read).
+    let mut deadline = None;
+    // parse_request starts from the beginning each time, so parse again only when the
+    // new bytes hold a line end (a head cannot complete without one). A client trickling
+    // a head one byte at a time then costs one parse per line, not one per byte.
+    let mut reparse = true;
+    loop {
+        if reparse {
+            match edge_http::parse_request_reusing(&conn.rbuf, params.limits, w.spare_head()) {
+                Ok(Some((head, n))) => return HeadOutcome::Request(head, n),
+                Ok(None) => {}
+                Err(e) => return HeadOutcome::Error(e.status()),
+            }
+        }
+        let before = conn.rbuf.len();
+        let deadline = *deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + params.timeouts.client_header);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match conn.fill(left).await {
+            Ok(0) => return HeadOutcome::Close, // EOF mid-head: nobody to answer
+            Ok(n) => {
+                w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                // Past the request-line limit the codec must see it to answer 414/431.
+                reparse = memchr::memchr(b'\n', &conn.rbuf[before..]).is_some()
+                    || conn.rbuf.len() > params.limits.max_request_line;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return HeadOutcome::Error(408),
+            Err(_) => return HeadOutcome::Close,
+        }
+    }
+}
+
 /// How long a connection waits for its next bytes with its read buffer (and its task)
 /// in place before it gives them back and is parked (a busy connection's next request
 /// comes well within it; a browser's next page view does not). Shorter keeps fewer
@@ -239,7 +296,15 @@ async fn read_head<S: Service>(
             params.timeouts.keepalive
         };
         if served > 0 && w.draining() {
-            return HeadOutcome::Close;
+            // Stopping (a stop, or the old side of a binary upgrade): a request already
+            // on its way still gets its answer, with `Connection: close`.
+            return match drain_linger(w, conn).await {
+                Some(Ok(n)) if n > 0 => {
+                    w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                    read_rest_of_head(w, conn, params).await
+                }
+                _ => HeadOutcome::Close,
+            };
         }
         // A busy keep-alive connection's next request comes soon: wait for it with the
         // read buffer in place. The wait is a coarse worker-local timer (see `idle`),
@@ -258,7 +323,10 @@ async fn read_head<S: Service>(
             biased;
             r = conn.fill_untimed() => Some(r),
             end = w.idle().wait(grace, served > 0) => match end {
-                IdleEnd::Draining => return HeadOutcome::Close,
+                IdleEnd::Draining => match drain_linger(w, conn).await {
+                    Some(r) => Some(r),
+                    None => return HeadOutcome::Close,
+                },
                 IdleEnd::Expired => None,
             },
         };
@@ -304,35 +372,5 @@ async fn read_head<S: Service>(
             Err(_) => return HeadOutcome::Close,
         }
     }
-    // The head's deadline, from the first time it is found incomplete (a head that
-    // arrives whole, the usual case, costs no clock read).
-    let mut deadline = None;
-    // parse_request starts from the beginning each time, so parse again only when the
-    // new bytes hold a line end (a head cannot complete without one). A client trickling
-    // a head one byte at a time then costs one parse per line, not one per byte.
-    let mut reparse = true;
-    loop {
-        if reparse {
-            match edge_http::parse_request_reusing(&conn.rbuf, params.limits, w.spare_head()) {
-                Ok(Some((head, n))) => return HeadOutcome::Request(head, n),
-                Ok(None) => {}
-                Err(e) => return HeadOutcome::Error(e.status()),
-            }
-        }
-        let before = conn.rbuf.len();
-        let deadline = *deadline
-            .get_or_insert_with(|| tokio::time::Instant::now() + params.timeouts.client_header);
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match conn.fill(left).await {
-            Ok(0) => return HeadOutcome::Close, // EOF mid-head: nobody to answer
-            Ok(n) => {
-                w.stats().bytes_in.fetch_add(n as u64, Relaxed);
-                // Past the request-line limit the codec must see it to answer 414/431.
-                reparse = memchr::memchr(b'\n', &conn.rbuf[before..]).is_some()
-                    || conn.rbuf.len() > params.limits.max_request_line;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return HeadOutcome::Error(408),
-            Err(_) => return HeadOutcome::Close,
-        }
-    }
+    read_rest_of_head(w, conn, params).await
 }

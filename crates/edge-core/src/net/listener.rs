@@ -36,6 +36,24 @@ pub fn bind_listener(
     sharing: PortSharing,
     blocking: Blocking,
 ) -> io::Result<std::net::TcpListener> {
+    let l = match super::inherit::take(spec.addr) {
+        // Handed over by the previous binary (or systemd): its queue comes with it.
+        Some(l) => {
+            l.set_nonblocking(blocking == Blocking::NonBlocking)
+                .map_err(|e| with_context(e, "fcntl(O_NONBLOCK)", spec.addr))?;
+            l
+        }
+        None => bind_new(spec, sharing, blocking)?,
+    };
+    super::inherit::remember(&l);
+    Ok(l)
+}
+
+fn bind_new(
+    spec: ListenSpec,
+    sharing: PortSharing,
+    blocking: Blocking,
+) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(
         Domain::for_address(spec.addr),
         Type::STREAM,

@@ -7,6 +7,7 @@
 //! threads. The worker's accept loop never knows which strategy made them.
 
 pub mod accept;
+pub mod inherit;
 pub mod listener;
 pub mod sys;
 

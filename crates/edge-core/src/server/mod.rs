@@ -8,6 +8,7 @@
 //! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
 
 mod parking;
+pub mod upgrade;
 pub mod worker;
 
 use crate::config::validate::BadValue;
@@ -123,6 +124,25 @@ fn err(context: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
 /// embedded default, which cannot change).
 pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let log = crate::log::error::init(&cfg.error_log).map_err(err("error_log"))?;
+    // Before any thread exists: sockets handed over by a previous binary or systemd.
+    for line in crate::net::inherit::load_from_env() {
+        tracing::info!("{line}");
+    }
+    crate::net::inherit::enable_remember();
+    let exe = upgrade::Exe::current();
+    {
+        let name = cfg
+            .node_name
+            .as_deref()
+            .unwrap_or(crate::http::node::DEFAULT_NAME);
+        let listens: Vec<&str> = cfg
+            .listen
+            .iter()
+            .map(|l| l.addr.get_ref().as_str())
+            .collect();
+        let seed = format!("{}|{}", crate::http::node::hostname(), listens.join(","));
+        crate::http::node::set(name, &seed);
+    }
     let workers = match cfg.workers {
         Workers::Auto => crate::affinity::num_cpus(),
         Workers::Count(n) => n,
@@ -154,6 +174,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::hangup())?,
                 signal(SignalKind::user_defined1())?,
+                signal(SignalKind::user_defined2())?,
             ))
         })
         .map_err(err("signals"))?;
@@ -176,7 +197,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         }
         None => None,
     };
-    let acceptors = strategy.prepare(&listens, &plan).map_err(err("listen"))?;
+    let mut acceptors = strategy.prepare(&listens, &plan).map_err(err("listen"))?;
+    adopt_leftovers(&mut acceptors);
     let demo_origin = match &cfg.demo_origin {
         Some(a) => {
             let addr = config::validate::parse_addr(a.get_ref())?;
@@ -254,23 +276,77 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             .join(", ")
     );
 
+    let health_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    spawn_health_checks(shared.clone(), health_stop.clone()).map_err(err("pthread_create()"))?;
+    if let Some(p) = &cfg.pid {
+        if let Err(e) = upgrade::write_pid(p) {
+            tracing::error!("pid file {}: {e}", p.display());
+        }
+    }
+    // Started by a binary upgrade: the old process may stop now.
+    upgrade::signal_ready();
+    upgrade::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
+
     let mut generation = 1;
+    let mut upgrading: Option<upgrade::Upgrade> = None;
     signal_rt.block_on(async {
-        let (term, int, hup, usr1) = &mut sigs;
+        let (term, int, hup, usr1, usr2) = &mut sigs;
         loop {
+            let tick = async {
+                match upgrading {
+                    Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&config_path, &cfg, &shared, &mut generation),
+                _ = hup.recv() => {
+                    upgrade::sd_notify("RELOADING=1");
+                    reload(&config_path, &cfg, &shared, &mut generation);
+                    upgrade::sd_notify("READY=1");
+                }
                 _ = usr1.recv() => {
                     log.reopen();
                     if let Some(f) = &access_file { f.reopen(); }
                     tracing::info!("logs reopened");
                 }
+                _ = usr2.recv() => {
+                    if upgrading.is_some() {
+                        tracing::warn!("SIGUSR2: an upgrade is already under way");
+                        continue;
+                    }
+                    match upgrade::start(&exe, &crate::net::inherit::passable()) {
+                        Ok(u) => {
+                            tracing::info!("upgrade: started {} (pid {}) with the listening sockets", exe.path.display(), u.pid());
+                            upgrading = Some(u);
+                        }
+                        Err(e) => tracing::error!("upgrade: cannot start {}: {e}; this binary keeps serving", exe.path.display()),
+                    }
+                }
+                _ = tick => {
+                    let state = match upgrading.as_mut() {
+                        Some(u) => u.poll(),
+                        None => continue,
+                    };
+                    match state {
+                        upgrade::UpgradeState::Waiting => {}
+                        upgrade::UpgradeState::Ready(pid) => {
+                            tracing::info!("upgrade: the new binary (pid {pid}) serves; this one drains its connections and exits");
+                            break;
+                        }
+                        upgrade::UpgradeState::Failed(why) => {
+                            tracing::error!("upgrade failed: {why}; this binary keeps serving");
+                            upgrading = None;
+                        }
+                    }
+                }
             }
         }
     });
+    upgrade::sd_notify("STOPPING=1");
 
+    health_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     let _ = stop_tx.send(true);
     let deadline = Instant::now() + cfg.shutdown_timeout.0;
@@ -289,7 +365,67 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     if let Some(o) = demo_origin {
         o.shutdown();
     }
+    if let Some(p) = &cfg.pid {
+        upgrade::remove_pid(p);
+    }
     Ok(())
+}
+
+/// The thread that runs the active health checks of the current config's upstreams.
+fn spawn_health_checks(
+    shared: Arc<ArcSwap<Shared>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("health".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("health checks: cannot build a runtime: {e}");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(
+                &rt,
+                crate::upstream::health::run(
+                    || shared.load().upstreams.values().cloned().collect(),
+                    || stop.load(std::sync::atomic::Ordering::Relaxed),
+                ),
+            );
+        })
+        .map(drop)
+}
+
+/// Sockets a previous binary handed over that no worker took (it had more workers):
+/// given to this one's workers too with `reuseport` (their queued connections are then
+/// served, not lost); closed with a warning otherwise.
+fn adopt_leftovers(acceptors: &mut [crate::net::WorkerAcceptor]) {
+    let rest = crate::net::inherit::rest();
+    if rest.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    for (addr, l) in rest {
+        let n = acceptors.len().max(1);
+        match acceptors.get_mut(i % n) {
+            Some(crate::net::WorkerAcceptor::Sockets(v)) => {
+                if l.set_nonblocking(true).is_ok() {
+                    v.push(l);
+                    i += 1;
+                    continue;
+                }
+                tracing::warn!("inherited socket {addr}: cannot make it non-blocking; closed");
+            }
+            _ => tracing::warn!(
+                "inherited socket {addr} not used by this accept strategy; closed (its queued connections are reset)"
+            ),
+        }
+    }
 }
 
 /// SIGHUP: re-read and swap. Listener, worker and log changes need a restart.
@@ -332,6 +468,9 @@ fn reload(
             }
             if new.compress_pool != running.compress_pool {
                 tracing::warn!("reload: [compress_pool] changes take effect after a restart");
+            }
+            if new.node_name != running.node_name || new.pid != running.pid {
+                tracing::warn!("reload: node_name and pid changes take effect after a restart");
             }
             tracing::info!("configuration reloaded (generation {generation})");
         }

@@ -261,6 +261,9 @@ async fn watch_shutdown(w: Rc<Worker>) {
         }
     }
     w.idle.start_draining();
+    // Parked connections that send a request within the linger are resumed and answered
+    // (with `Connection: close`); the rest are closed then.
+    tokio::time::sleep(session::DRAIN_LINGER).await;
     let closed = w.parking.close_all();
     w.connections_closed(closed);
 }

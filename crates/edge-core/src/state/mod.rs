@@ -92,10 +92,15 @@ impl Shared {
     ) -> Result<Shared, StateError> {
         let mut upstreams = HashMap::new();
         for u in &cfg.upstream {
-            let group = UpstreamGroup::from_config(u)?;
             let group = match previous.and_then(|p| p.upstreams.get(u.name.get_ref())) {
-                Some(old) if old.same_servers(&group) => old.clone(),
-                _ => Arc::new(group),
+                // Unchanged: the same group (and the workers' pooled connections).
+                Some(old) if old.same_config(u) => old.clone(),
+                Some(old) => {
+                    let g = UpstreamGroup::from_config(u)?;
+                    g.carry_state(old);
+                    Arc::new(g)
+                }
+                None => Arc::new(UpstreamGroup::from_config(u)?),
             };
             upstreams.insert(u.name.get_ref().clone(), group);
         }

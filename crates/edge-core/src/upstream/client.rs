@@ -122,22 +122,25 @@ pub async fn fetch(
     conn: &mut Conn,
     ex: &mut Exchange,
     group: &Arc<UpstreamGroup>,
+    affinity: Option<u64>,
 ) -> Result<UpstreamResponse, UpstreamError> {
     let head = build_request_head(ex, conn, group);
     let method = ex.req.method.clone();
-    fetch_with(w, Some((conn, ex)), group, &head, &method).await
+    fetch_with(w, Some((conn, ex)), group, &head, &method, affinity).await
 }
 
 /// [`fetch`] with a prepared request head (cache fills and revalidations send their own:
 /// GET, no client validators or Range). `client` is the connection whose request body
 /// is streamed upstream (None for background refreshes, which send no body); `method`
-/// is the method of `head` (it decides how the response body is framed).
+/// is the method of `head` (it decides how the response body is framed); `affinity` is
+/// the request's key hash for a `consistent_hash` group (None: round robin).
 pub async fn fetch_with(
     w: Local<'_>,
     mut client: Option<(&mut Conn, &mut Exchange)>,
     group: &Arc<UpstreamGroup>,
     head: &[u8],
     method: &Method,
+    affinity: Option<u64>,
 ) -> Result<UpstreamResponse, UpstreamError> {
     let gid = group_id(group);
     let mut attempts = 0;
@@ -148,9 +151,11 @@ pub async fn fetch_with(
     // one (below), so the common case (GET) pays no extra syscall.
     let probe = client.as_ref().is_some_and(|(_, ex)| ex.body.is_some()) || !idempotent(method);
     let mut fresh_only = false;
+    // Servers this request failed to connect to (retries go elsewhere).
+    let mut tried: u64 = 0;
     loop {
         attempts += 1;
-        let server = group.pick();
+        let server = group.pick(affinity, tried);
         let pooled = if fresh_only {
             None
         } else {
@@ -162,6 +167,9 @@ pub async fn fetch_with(
                 Ok(c) => (c, false),
                 Err(e) => {
                     group.mark_failed(server);
+                    if server < 64 {
+                        tried |= 1 << server;
+                    }
                     w.stats.upstream_connect_errors.fetch_add(1, Relaxed);
                     if attempts < max_attempts && group.servers.len() > 1 && !group.is_down_all() {
                         continue;
@@ -285,7 +293,13 @@ pub fn request_head(
         .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
         .collect();
     let mut xff: Option<Vec<u8>> = None;
+    let mut via: Vec<u8> = Vec::new();
     for (name, value) in req.headers.iter() {
+        if name.eq_ignore_ascii_case("via") {
+            via.extend_from_slice(value);
+            via.extend_from_slice(b", ");
+            continue;
+        }
         if edge_http::is_hop_by_hop(name)
             || name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
@@ -310,6 +324,9 @@ pub fn request_head(
     }
     v.extend_from_slice(peer.to_string().as_bytes());
     edge_http::write_header(&mut out, "X-Forwarded-For", &v);
+    // RFC 9110 7.6.3: who forwarded it (a parent refuses a request it already saw).
+    via.extend_from_slice(&crate::http::node::get().via);
+    edge_http::write_header(&mut out, "Via", &via);
     out.extend_from_slice(opts.extra);
     match req.body {
         BodyKind::Length(n) => edge_http::write_header_u64(&mut out, "Content-Length", n),

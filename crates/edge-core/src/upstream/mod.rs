@@ -6,9 +6,11 @@
 pub mod client;
 mod group;
 pub mod headers;
+pub mod health;
+mod maglev;
 mod pool;
 pub mod relay;
 
 pub use client::{fetch_with, HeadOptions, Local, UpstreamError, UpstreamResponse};
-pub use group::{UpstreamGroup, UpstreamServer};
+pub use group::{HealthCheck, UpstreamGroup, UpstreamServer};
 pub use pool::{PooledConn, UpstreamPool};

@@ -36,8 +36,9 @@ pub async fn proxy_pass(
     add_headers: &[u8],
     group: &Arc<UpstreamGroup>,
     compress: Option<(&Policy, &Compressor)>,
+    affinity: Option<u64>,
 ) -> Result<(), ExchangeError> {
-    match fetch(w, conn, ex, group).await {
+    match fetch(w, conn, ex, group, affinity).await {
         Ok(up) => {
             let relay = relay_response(w, conn, ex, t.send, add_headers, group, up, compress);
             relay.await

@@ -91,6 +91,12 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The key hash a `consistent_hash` upstream routes this request's fetches on: the
+    /// cache key (or the upstream's `hash_key`).
+    pub fn affinity(&self, req: &RequestHead) -> Option<u64> {
+        super::key::affinity(&self.p.upstream, None, req, Some(&self.key))
+    }
+
     /// Whether `use_stale` lists this condition.
     pub fn use_stale(&self, what: crate::config::UseStale) -> bool {
         self.route.cfg.use_stale.contains(&what)

@@ -54,12 +54,14 @@ pub async fn fetch_origin(
 ) {
     let head = fill_head(ctx, &ex.req, conn.peer.ip(), extra);
     let t0 = SystemTime::now();
+    let affinity = ctx.affinity(&ex.req);
     let up = fetch_with(
         ctx.w.upstream(),
         Some((conn, ex)),
         &ctx.p.upstream,
         &head,
         &Method::Get,
+        affinity,
     )
     .await;
     (up, t0, SystemTime::now())

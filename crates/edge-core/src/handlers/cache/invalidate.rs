@@ -31,20 +31,22 @@ pub async fn pass_unsafe(
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
     mark(w, ex, CacheStatus::Bypass);
-    let up = match crate::upstream::client::fetch(w.upstream(), conn, ex, &p.upstream).await {
-        Ok(up) => up,
-        Err(e) => {
-            return upstream_error(
-                conn,
-                ex,
-                &shared.timeouts,
-                &route.add_headers,
-                &p.upstream,
-                e,
-            )
-            .await
-        }
-    };
+    let affinity = super::key::affinity(&p.upstream, route.cfg.cache_key.as_deref(), &ex.req, None);
+    let up =
+        match crate::upstream::client::fetch(w.upstream(), conn, ex, &p.upstream, affinity).await {
+            Ok(up) => up,
+            Err(e) => {
+                return upstream_error(
+                    conn,
+                    ex,
+                    &shared.timeouts,
+                    &route.add_headers,
+                    &p.upstream,
+                    e,
+                )
+                .await
+            }
+        };
     if (200..400).contains(&up.head.status) {
         let host = ex.req.host().unwrap_or("").to_owned();
         let keys = invalidated_keys(

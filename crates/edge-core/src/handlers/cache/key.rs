@@ -6,6 +6,27 @@ use edge_http::RequestHead;
 /// The primary cache key. Without a template: `http://{host}{path?query}` with the host
 /// lower-cased. A template may use nginx's names `$scheme`, `$host`, `$request_uri`
 /// (path and query), `$uri` (path) and `$args` (query); anything else is literal.
+/// The key hash a `consistent_hash` upstream routes a request on: its `hash_key`
+/// template, else the request's cache key (`cache_key`: already computed by a cached
+/// location; built from the location's `cache_key` template otherwise). None for other
+/// upstreams.
+pub fn affinity(
+    group: &crate::upstream::UpstreamGroup,
+    location_key: Option<&str>,
+    req: &RequestHead,
+    cache_key_now: Option<&str>,
+) -> Option<u64> {
+    if group.balance != crate::config::Balance::ConsistentHash {
+        return None;
+    }
+    let h = match (&group.hash_key, cache_key_now) {
+        (Some(t), _) => xxhash_rust::xxh3::xxh3_64(cache_key(Some(t), req).as_bytes()),
+        (None, Some(k)) => xxhash_rust::xxh3::xxh3_64(k.as_bytes()),
+        (None, None) => xxhash_rust::xxh3::xxh3_64(cache_key(location_key, req).as_bytes()),
+    };
+    Some(h)
+}
+
 pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
     cache_key_for(template, req.host().unwrap_or(""), req.path_and_query())
 }

@@ -90,6 +90,7 @@ pub async fn handle(
             &route.add_headers,
             &p.upstream,
             w.compression(p.compress.as_ref()),
+            key::affinity(&p.upstream, loc.cache_key.as_deref(), &ex.req, None),
         ))
         .await;
     }

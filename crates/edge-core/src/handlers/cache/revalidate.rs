@@ -313,7 +313,16 @@ impl Background {
             .unwrap_or_default();
         let head = fill_head(&ctx, &self.req, self.peer, &extra);
         let t0 = SystemTime::now();
-        let up = fetch_with(ctx.w.upstream(), None, &p.upstream, &head, &Method::Get).await;
+        let affinity = ctx.affinity(&self.req);
+        let up = fetch_with(
+            ctx.w.upstream(),
+            None,
+            &p.upstream,
+            &head,
+            &Method::Get,
+            affinity,
+        )
+        .await;
         let t1 = SystemTime::now();
         let up = match up {
             Ok(up) => up,

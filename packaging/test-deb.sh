@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds the .deb and proves it installs and starts on a clean Debian: a fresh
+# debootstrap chroot (bookworm, minbase), `dpkg -i` of the package (its postinst makes the
+# user and the directories), `edgecache -t` on the packaged config, then the server
+# started as the service would start it (as user edgecache, the unit's command line) and
+# asked for /health. systemd itself does not run in a chroot: the unit file is checked
+# with `systemd-analyze verify` when that is available.
+#
+# Needs root, network access to a Debian mirror (or DEBIAN_MIRROR), and cargo-deb
+# (`cargo install cargo-deb`). About 3 minutes. Usage: sudo packaging/test-deb.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+ROOT="${CHROOT:-/tmp/edgecache-deb-chroot}"
+
+command -v cargo-deb >/dev/null || { echo "cargo-deb missing: cargo install cargo-deb" >&2; exit 2; }
+command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
+cargo deb -p edgecache
+DEB="$(ls -t target/debian/edgecache_*.deb | head -1)"
+echo "== built $DEB"
+dpkg-deb --info "$DEB" | sed -n '1,20p'
+dpkg-deb --contents "$DEB"
+
+cleanup() {
+    if [ -f "$ROOT/run/edgecache/edgecache.pid" ]; then
+        kill "$(cat "$ROOT/run/edgecache/edgecache.pid")" 2>/dev/null || true
+    fi
+    umount "$ROOT/proc" 2>/dev/null || true
+}
+trap cleanup EXIT
+if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
+    rm -rf "$ROOT"
+    debootstrap --variant=minbase --include=adduser,curl,ca-certificates bookworm "$ROOT" "$MIRROR"
+fi
+mount -t proc proc "$ROOT/proc"
+cp "$DEB" "$ROOT/tmp/"
+chroot "$ROOT" dpkg -i "/tmp/$(basename "$DEB")"
+echo "== installed: user, directories, conffile"
+chroot "$ROOT" id edgecache
+chroot "$ROOT" ls -ld /var/cache/edgecache /var/log/edgecache /etc/edgecache/edgecache.toml
+chroot "$ROOT" /usr/bin/edgecache -t -c /etc/edgecache/edgecache.toml
+mkdir -p "$ROOT/run/edgecache" && chroot "$ROOT" chown edgecache:edgecache /run/edgecache
+# The unit's ExecStart, as its User=.
+chroot "$ROOT" runuser -u edgecache -- /usr/bin/edgecache -c /etc/edgecache/edgecache.toml &
+for _ in $(seq 1 50); do
+    if chroot "$ROOT" curl -fsS http://127.0.0.1:8080/health 2>/dev/null; then break; fi
+    sleep 0.2
+done
+chroot "$ROOT" curl -fsS http://127.0.0.1:8080/health
+chroot "$ROOT" curl -fsS http://127.0.0.1:9090/status | head -5
+if command -v systemd-analyze >/dev/null; then
+    systemd-analyze verify --root="$ROOT" /lib/systemd/system/edgecache.service || true
+fi
+chroot "$ROOT" /usr/bin/edgecache -s stop -c /etc/edgecache/edgecache.toml
+echo "== the package installs and the service starts"
