@@ -238,9 +238,10 @@ def main():
                     + " / ".join(str(s) for s in served) + " |\n")
         f.write("\nReading it: in phase B the edge's requests for p2's keys go to p1 and p3 "
                 "(which fetch them from the origin once: the origin fetches of phase B are "
-                "p2's share of the hot objects); the errors of phase B are the requests sent "
-                "to p2 between its death and the edge's verdict (up to `fails` x `interval`, "
-                "400 ms, minus the connection-refused retries that another parent answered). "
+                "p2's share of the objects requested meanwhile). Requests sent to p2 between its "
+                "death and the edge's verdict (up to `fails` x `interval`, 400 ms) fail to "
+                "connect and are retried at once on the parent that the table of the usable "
+                "servers names (a GET is idempotent), so a client sees no error for them. "
                 "In phase C p2 is back with its cache: its keys return to it and it answers "
                 "them from disk, so the origin sees little.\n\n")
         f.write("The edge's view at the end (`/status`):\n\n```json\n"
