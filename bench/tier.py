@@ -3,7 +3,8 @@
 loopback ports) sharded by consistent hashing, in front of edgeorigin; a Zipf workload;
 a parent killed and restarted mid-run.
 
-Usage: python3 bench/tier.py [--seconds 10] [--rate 800] [--ids 2000] [--out docs/results]
+Usage: edgebench tier [--quick] [--duration 10s] [--out docs/results] [--keep], which runs
+       python3 bench/tier.py [--seconds 10] [--rate 800] [--ids 2000] [--out docs/results]
 
 (edgebench runs one server under test per cell; a topology of four nodes and a fault in
 the middle of a run is this script's job.) Needs target/release/{edgecache,edgeorigin,
@@ -33,7 +34,7 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release")
+BIN = os.environ.get("EDGEBENCH_BIN_DIR") or os.path.join(ROOT, "target", "release")
 
 
 def free_port():
@@ -170,6 +171,7 @@ def main():
     ap.add_argument("--rate", type=int, default=800)
     ap.add_argument("--ids", type=int, default=2000)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
+    ap.add_argument("--keep", action="store_true", help="keep the run directory")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="tier-")
     oport = free_port()
@@ -215,7 +217,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "tier.md"), "w") as f:
         f.write("# A parent tier by consistent hashing: one edge, three parents\n\n")
-        f.write(f"Produced by `python3 bench/tier.py --seconds {a.seconds} --rate {a.rate} "
+        f.write(f"Produced by `edgebench tier`, which ran `python3 bench/tier.py --seconds {a.seconds} --rate {a.rate} "
                 f"--ids {a.ids}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} "
                 "(2-vCPU VM; every process on loopback, unpinned).\n\n")
         f.write(__doc__.split("\n\n", 2)[2].split("\n\nReported")[0] + "\n\n")
@@ -246,7 +248,10 @@ def main():
                 "them from disk, so the origin sees little.\n\n")
         f.write("The edge's view at the end (`/status`):\n\n```json\n"
                 + json.dumps(status.get("upstreams"), indent=2) + "\n```\n")
-    shutil.rmtree(work, ignore_errors=True)
+    if a.keep:
+        print(f"run directory kept: {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     print(open(os.path.join(a.out, "tier.md")).read())
 
 

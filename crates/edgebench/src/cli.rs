@@ -21,7 +21,8 @@ use crate::servers::ServerKind;
 #[derive(Debug, Parser)]
 #[command(name = "edgebench", version)]
 pub struct Cli {
-    /// Experiment name (hits, ...) or path to an experiment TOML file.
+    /// Experiment name (hits, ..., or tier: a script, see `scripted`) or path to an
+    /// experiment TOML file.
     pub experiment: String,
     /// Reduced matrix (the file's [quick] section; edgecache alone unless --peers).
     #[arg(long)]
@@ -71,7 +72,7 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-fn find_bench_dir(flag: Option<&Path>) -> Result<PathBuf> {
+pub fn find_bench_dir(flag: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = flag {
         return if p.join("peers").is_dir() {
             Ok(p.to_path_buf())
@@ -104,7 +105,7 @@ impl Cli {
                 .join(format!("{}.toml", self.experiment))
         };
         if !exp_path.is_file() {
-            let known: Vec<String> = std::fs::read_dir(bench_dir.join("experiments"))
+            let mut known: Vec<String> = std::fs::read_dir(bench_dir.join("experiments"))
                 .map(|rd| {
                     rd.flatten()
                         .filter_map(|e| {
@@ -116,6 +117,8 @@ impl Cli {
                         .collect()
                 })
                 .unwrap_or_default();
+            known.extend(crate::scripted::names().map(str::to_string));
+            known.sort();
             return Err(Error::usage(format!(
                 "unknown experiment {:?} ({} does not exist); known: {}",
                 self.experiment,

@@ -10,6 +10,7 @@
 //! process is stopped on exit, error, panic or Ctrl-C ([`interrupt`]).
 //!
 //! ```text
+//! edgebench tier [--quick] [--duration 10s] [--out docs/results]   (bench/tier.py)
 //! edgebench hits [--quick] [--peers nginx,varnish,ats] [--out docs/results]
 //!                [--duration 10s] [--repetitions 3] [--cpus 0:1] [--loadgen edgeload|wrk]
 //! ```
@@ -30,6 +31,7 @@ pub mod procstat;
 pub mod prom;
 pub mod report;
 pub mod runner;
+pub mod scripted;
 pub mod servers;
 pub mod stats;
 pub mod svg;
@@ -45,6 +47,15 @@ pub fn main_with(argv: Vec<String>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    if let Some((script, quick)) = scripted::lookup(&cli.experiment) {
+        return match cli::find_bench_dir(cli.bench_dir.as_deref()) {
+            Ok(dir) => scripted::run(&cli, &dir, script, quick),
+            Err(e) => {
+                eprintln!("edgebench: {e}");
+                e.exit_code()
+            }
+        };
+    }
     if let Err(e) = interrupt::install() {
         eprintln!("edgebench: sigaction() failed: {e}");
         return 1;
