@@ -10,7 +10,8 @@
 //! 0   8  magic "EDGCACHE"
 //! 8   4  format version (FORMAT_VERSION)
 //! 12  4  meta length M
-//! 16  8  body offset B (multiple of 4096, >= 64 + M)
+//! 16  8  body offset B (>= 64 + M: a multiple of 4096, or when B + L <= 4096 the
+//!        header's end plus HEADER_SLACK: a small object is packed in one block)
 //! 24  8  body length L
 //! 32 16  key hash (xxh3-128 of the variant key)
 //! 48  8  reserved (0)
@@ -163,9 +164,29 @@ impl From<io::Error> for StorageError {
     }
 }
 
+/// Where the body of a new object starts, given the encoded header's length and the
+/// body length when it is known: right after the header and its slack when the whole
+/// object then fits in one block (a small object costs one block on disk and one read),
+/// else at the next multiple of [`BODY_ALIGN`] (O_DIRECT reads, and room to grow the
+/// header in place).
+pub fn body_offset_for(header_len: usize, body_len: u64) -> u64 {
+    let needed = (header_len + HEADER_SLACK) as u64;
+    if body_len != BODY_LEN_UNKNOWN && needed.saturating_add(body_len) <= BODY_ALIGN {
+        needed
+    } else {
+        needed.div_ceil(BODY_ALIGN) * BODY_ALIGN
+    }
+}
+
+/// Whether a header's body offset is one the writer can have chosen: a multiple of
+/// [`BODY_ALIGN`], or packed (the whole object within the first block).
+fn valid_body_offset(body_offset: u64, body_len: u64) -> bool {
+    body_offset.is_multiple_of(BODY_ALIGN) || body_offset.saturating_add(body_len) <= BODY_ALIGN
+}
+
 /// Encode the header region (prefix + meta + padding) for `meta`; its length is the body
-/// offset. `body_offset` forces a given offset (in-place rewrite); `None` picks the
-/// smallest aligned offset with [`HEADER_SLACK`] spare bytes.
+/// offset. `body_offset` forces a given offset (in-place rewrite); `None` picks one with
+/// [`body_offset_for`] from `meta.body_len`.
 pub fn encode_header(
     hash: KeyHash,
     meta: &ObjectMeta,
@@ -174,11 +195,10 @@ pub fn encode_header(
     let mut buf = vec![0u8; PREFIX_LEN];
     meta.encode(&mut buf);
     let meta_len = buf.len() - PREFIX_LEN;
-    let needed = (buf.len() + HEADER_SLACK) as u64;
     let offset = match body_offset {
         Some(off) if (buf.len() as u64) <= off => off,
         Some(_) => return Err(NoRoom),
-        None => needed.div_ceil(BODY_ALIGN) * BODY_ALIGN,
+        None => body_offset_for(buf.len(), meta.body_len),
     };
     buf[0..8].copy_from_slice(MAGIC);
     buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -255,7 +275,7 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     }
     if meta.body_len != body_len
         || body_len == BODY_LEN_UNKNOWN
-        || body_offset % BODY_ALIGN != 0
+        || !valid_body_offset(body_offset, body_len)
         || body_offset < end as u64
     {
         return Err(StorageError::BadChecksum);
@@ -554,14 +574,16 @@ impl From<io::Error> for RewriteError {
 pub fn rewrite_whole(
     layout: &Layout,
     hash: KeyHash,
-    mut meta: ObjectMeta,
+    meta: ObjectMeta,
     src: &File,
     src_body_offset: u64,
     token: &str,
     seq: u64,
 ) -> io::Result<Committed> {
     let body_len = meta.body_len;
-    meta.body_len = BODY_LEN_UNKNOWN;
+    if body_len == BODY_LEN_UNKNOWN {
+        return Err(io::Error::other("rewriting an object of unknown length"));
+    }
     let mut obj = TempObject::create(layout, hash, meta, token, seq)?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut off = 0u64;
@@ -711,6 +733,58 @@ mod tests {
         // No temp file left behind.
         let names: Vec<_> = fs::read_dir(l.dir_for(c.hash)).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_small_object_is_packed_in_one_block_and_a_large_one_aligned() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        for (len, packed) in [
+            (0usize, true),
+            (512, true),
+            (3000, true),
+            (3900, false),
+            (10_000, false),
+        ] {
+            let body: Vec<u8> = (0..len as u32).map(|i| (i * 13) as u8).collect();
+            let key = format!("http://x/{len}");
+            let c = write_obj(&l, &key, &body);
+            let path = l.path_for(c.hash);
+            let size = fs::metadata(&path).unwrap().len();
+            assert_eq!(size, c.body_offset + len as u64);
+            if packed {
+                assert!(size <= BODY_ALIGN, "{len}: {size} bytes");
+                assert_ne!(c.body_offset % BODY_ALIGN, 0, "{len}");
+                assert_eq!(c.disk_size, BODY_ALIGN, "{len}");
+            } else {
+                assert_eq!(c.body_offset % BODY_ALIGN, 0, "{len}");
+            }
+            let f = File::open(&path).unwrap();
+            let h = read_header(&f, c.hash).unwrap();
+            assert_eq!(h.body_offset, c.body_offset);
+            assert_eq!(read_body(&f, h.body_offset, h.meta.body_len).unwrap(), body);
+            // A 304 whose headers still fit in the slack is rewritten in place; one that
+            // grew past it is refused, and the caller rewrites the whole file.
+            let mut m = h.meta.clone();
+            m.header_block.extend_from_slice(b"X-A: b\r\n");
+            rewrite_header_in_place(&path, c.hash, &m, c.body_offset, c.ino).unwrap();
+            assert_eq!(
+                read_header(&f, c.hash).unwrap().meta.header_block,
+                m.header_block
+            );
+            m.header_block
+                .extend(std::iter::repeat_n(b'x', 2 * HEADER_SLACK));
+            let grew = rewrite_header_in_place(&path, c.hash, &m, c.body_offset, c.ino);
+            assert!(
+                matches!(grew, Err(RewriteError::NoRoom)) || !packed,
+                "{len}"
+            );
+        }
+        // An unaligned offset whose object does not fit in a block is not one the writer
+        // makes: refused.
+        assert!(!valid_body_offset(1000, 3500));
+        assert!(valid_body_offset(1000, 3000));
+        assert!(valid_body_offset(8192, 1 << 20));
     }
 
     #[test]

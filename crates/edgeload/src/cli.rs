@@ -55,6 +55,10 @@ pub struct Args {
     /// most popular; without it, uniformly.
     #[arg(long = "zipf", value_name = "ALPHA")]
     pub zipf: Option<f64>,
+    /// With --paths: take the numbers in order, 1, 2, ..., N, then 1 again, shared by
+    /// every connection (a cache fill: with --requests N each id is asked once).
+    #[arg(long = "sequential", conflicts_with = "zipf")]
+    pub sequential: bool,
     /// A new connection per request (sends Connection: close).
     #[arg(long = "no-keepalive")]
     pub no_keepalive: bool,
@@ -144,6 +148,8 @@ pub struct Config {
     pub paths: Option<u64>,
     /// `--zipf ALPHA`: ids drawn with Zipf popularity instead of uniformly.
     pub zipf: Option<f64>,
+    /// `--sequential`: ids taken in order.
+    pub sequential: bool,
     /// True when `--mix` or `--paths` was given (the report adds a class table).
     pub show_classes: bool,
 }
@@ -222,6 +228,11 @@ where
             )));
         }
     }
+    if args.sequential && args.paths.is_none() {
+        return Err(usage(
+            "--sequential needs --paths N (the ids 1..N it takes in order)".into(),
+        ));
+    }
     if args.requests == Some(0) {
         return Err(usage("--requests must be at least 1".into()));
     }
@@ -242,7 +253,13 @@ where
     let classes = build_classes(
         &url,
         mix_text.as_ref().map(|(n, t)| (n.as_str(), t.as_str())),
-        args.paths.map(|n| Ids::new(n, args.zipf)),
+        args.paths.map(|n| {
+            if args.sequential {
+                Ids::sequential(n)
+            } else {
+                Ids::new(n, args.zipf)
+            }
+        }),
         &headers,
         args.no_keepalive,
     )
@@ -265,6 +282,7 @@ where
         show_classes: args.mix.is_some() || args.paths.is_some(),
         paths: args.paths,
         zipf: args.zipf,
+        sequential: args.sequential,
         url,
         addr,
         classes,
@@ -373,6 +391,8 @@ mod tests {
         assert!(usage_err(&["--mix", "/nonexistent/mix", u]).contains("--mix /nonexistent/mix"));
         assert!(usage_err(&["--bogus", u]).contains("--bogus"));
         assert!(usage_err(&["--zipf", "1", u]).contains("--zipf needs --paths"));
+        assert!(usage_err(&["--sequential", u]).contains("--sequential needs --paths"));
+        assert!(usage_err(&["--paths", "9", "--sequential", "--zipf", "1", u]).contains("--zipf"));
         for bad in [
             "--zipf=0",
             "--zipf=-1",

@@ -49,6 +49,9 @@ pub fn header(cfg: &Config) -> String {
     if let (Some(a), Some(n)) = (cfg.zipf, cfg.paths) {
         let _ = writeln!(out, "  Zipf {a:.2} popularity over paths 1..{n}");
     }
+    if let (true, Some(n)) = (cfg.sequential, cfg.paths) {
+        let _ = writeln!(out, "  Paths 1..{n} in order");
+    }
     out
 }
 

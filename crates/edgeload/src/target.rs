@@ -176,12 +176,27 @@ pub fn check_header(h: &str) -> Result<String, String> {
 
 /// How the number appended to a class's path is drawn (`--paths N`, `--zipf ALPHA`).
 /// Immutable once built: every connection shares it and brings its own generator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Ids {
     /// Uniform over `1..=N`.
     Uniform(u64),
     /// Zipf popularity over `1..=N`: P(id) ∝ id^-α, id 1 the most popular.
     Zipf(Zipf),
+    /// `1, 2, ..., N, 1, ...` from one counter shared by every connection and thread
+    /// (`--sequential`: a fill that asks for each id once).
+    Sequential(u64, std::sync::Arc<std::sync::atomic::AtomicU64>),
+}
+
+impl PartialEq for Ids {
+    /// Same kind over the same ids (a sequential counter's position is not compared).
+    fn eq(&self, other: &Ids) -> bool {
+        match (self, other) {
+            (Ids::Uniform(a), Ids::Uniform(b)) => a == b,
+            (Ids::Zipf(a), Ids::Zipf(b)) => a == b,
+            (Ids::Sequential(a, _), Ids::Sequential(b, _)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl Ids {
@@ -193,12 +208,20 @@ impl Ids {
         }
     }
 
+    /// `--paths n --sequential`.
+    pub fn sequential(n: u64) -> Ids {
+        Ids::Sequential(n.max(1), Default::default())
+    }
+
     /// The next id, in `1..=N`. No allocation, no lock.
     #[inline]
     pub fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match self {
             Ids::Uniform(n) => rng.next_u64() % n + 1,
             Ids::Zipf(z) => z.sample(rng),
+            Ids::Sequential(n, next) => {
+                next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n + 1
+            }
         }
     }
 }
@@ -290,6 +313,19 @@ fn push_decimal(mut n: u64, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequential_ids_are_shared_by_every_clone_and_wrap() {
+        let ids = Ids::sequential(5);
+        let other = ids.clone(); // another connection's copy
+        let mut rng = SplitMix64::new(1);
+        let got: Vec<u64> = (0..7)
+            .map(|i| if i % 2 == 0 { &ids } else { &other }.draw(&mut rng))
+            .collect();
+        assert_eq!(got, [1, 2, 3, 4, 5, 1, 2]);
+        assert_eq!(ids, Ids::sequential(5));
+        assert_ne!(ids, Ids::Uniform(5));
+    }
 
     #[test]
     fn parses_http_urls() {

@@ -109,7 +109,11 @@ impl UpstreamGroup {
             full: match u.balance {
                 Balance::ConsistentHash => {
                     let names: Vec<String> = u.servers.get_ref().clone();
-                    let all = if names.len() >= 64 { u64::MAX } else { (1u64 << names.len()) - 1 };
+                    let all = if names.len() >= 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << names.len()) - 1
+                    };
                     maglev::Table::build(&names, all)
                 }
                 Balance::RoundRobin => None,

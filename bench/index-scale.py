@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Index and storage at scale: fill a cache with many small objects and measure what each
+costs in RAM and on disk, edgecache against nginx proxy_cache in the same run.
+
+Usage: python3 bench/index-scale.py [--objects 1000000] [--servers edgecache,nginx]
+                                    [--connections 32] [--out docs/results]
+
+For each server: one worker in front of edgeorigin, a cache directory on this machine's
+disk; a fill of `--objects` distinct objects of 512 B, 1 KiB, 2 KiB and 4 KiB (a quarter
+each, every object requested once: `edgeload --paths N --sequential --requests N` over a
+four-line mix), then:
+
+- index RAM per object: (PSS of all the server's processes after the fill - PSS before)
+  / objects. PSS, not RSS, so that nginx's keys_zone (shared memory, mapped by its master,
+  worker, cache manager and loader) is counted once; edgecache is one process;
+- disk per object: blocks allocated under the cache directory (du) / objects, and the
+  apparent bytes;
+- fill rate: objects / fill time (the origin, the load generator and the server share
+  the machine's two cores: a ratio between servers, not a disk ceiling);
+- edgecache restart: the server is stopped and started on the same directory; the time
+  until /status says the loader is done, and objects per second. (nginx's cache loader
+  starts a minute after nginx does and loads in the background; nginx answers from the
+  files meanwhile, so its load time is not comparable and not measured.)
+
+Needs target/release/{edgecache,edgeorigin,edgeload} and nginx (bench/peers/install.sh).
+Writes `index-scale.md` to --out. Disk: about 5 KiB per object per server (10 GB for the
+default); the run directory is removed at the end (--keep keeps it).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("EDGEBENCH_BIN_DIR") or os.path.join(ROOT, "target", "release")
+SIZES = ["512", "1k", "2k", "4k"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def group_pids(pgid):
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.getpgid(int(d)) == pgid:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def pss_kib(pgid):
+    """Proportional set size of every process of the group, in KiB."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def du(path):
+    """(allocated bytes, apparent bytes, files) under path."""
+    alloc = apparent = files = 0
+    for dirpath, _, names in os.walk(path):
+        for n in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, n))
+            except OSError:
+                continue
+            alloc += st.st_blocks * 512
+            apparent += st.st_size
+            files += 1
+    return alloc, apparent, files
+
+
+def get_json(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
+EDGECACHE = """
+workers = 1
+worker_cpu_affinity = "off"
+access_log = "off"
+error_log = {{ path = "{dir}/error.log", level = "warn" }}
+pid = "{dir}/edgecache.pid"
+
+[[listen]]
+addr = "127.0.0.1:{port}"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[cache]]
+name = "scale"
+path = "{dir}/cache"
+levels = "1:2"
+max_size = "64g"
+inactive = "1d"
+keys_zone = "8g"
+loader_files = 1000
+loader_sleep = "1ms"
+
+[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:{origin}"]
+keepalive = 64
+
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["scale"]
+cache_valid = {{ "200" = "1d" }}
+"""
+
+NGINX = """
+daemon off;
+master_process on;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/client_body_temp;
+    proxy_temp_path {dir}/proxy_temp;
+    fastcgi_temp_path {dir}/fastcgi_temp;
+    uwsgi_temp_path {dir}/uwsgi_temp;
+    scgi_temp_path {dir}/scgi_temp;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=scale:512m max_size=64g inactive=1d
+                     use_temp_path=off loader_files=1000 loader_sleep=1ms;
+    upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache scale;
+            proxy_cache_valid 200 1d;
+        }}
+    }}
+}}
+"""
+
+
+class Server:
+    def __init__(self, kind, work, origin):
+        self.kind = kind
+        self.dir = os.path.join(work, kind)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        self.admin = free_port()
+        text = (EDGECACHE if kind == "edgecache" else NGINX).format(
+            dir=self.dir, port=self.port, admin=self.admin, origin=origin)
+        self.cfg = os.path.join(self.dir, "server.conf")
+        with open(self.cfg, "w") as f:
+            f.write(text)
+        self.proc = None
+
+    def start(self):
+        if self.kind == "edgecache":
+            cmd = [os.path.join(BIN, "edgecache"), "-c", self.cfg]
+        else:
+            nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+            cmd = [nginx, "-c", self.cfg, "-p", self.dir]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                     stderr=open(os.path.join(self.dir, "stderr.log"), "a"),
+                                     start_new_session=True)
+        wait_port(self.port)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def pss(self):
+        return pss_kib(self.proc.pid)
+
+
+def fill(server, n, conns, work):
+    mix = os.path.join(work, "mix.txt")
+    with open(mix, "w") as f:
+        for s in SIZES:
+            f.write(f"1 /obj/{s}\n")
+    js = os.path.join(work, f"fill-{server.kind}.json")
+    t0 = time.time()
+    subprocess.run(
+        [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(conns), "-d", "900s",
+         "-T", "10s", "--mix", mix, "--paths", str(n), "--sequential", "--requests", str(n),
+         "--json", js, f"http://127.0.0.1:{server.port}/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    secs = time.time() - t0
+    with open(js) as f:
+        r = json.load(f)
+    errors = sum(v for v in r["errors"].values() if isinstance(v, (int, float)))
+    return r["requests"], errors, secs
+
+
+def measure(kind, a, work, oport):
+    s = Server(kind, work, oport)
+    s.start()
+    time.sleep(1.0)
+    before = s.pss()
+    reqs, errors, secs = fill(s, a.objects, a.connections, work)
+    time.sleep(2.0)
+    after = s.pss()
+    row = {"server": kind, "requests": reqs, "errors": errors, "fill_s": secs,
+           "pss_before_kib": before, "pss_after_kib": after}
+    if kind == "edgecache":
+        st = get_json(s.admin, "/status")["caches"][0]
+        row["objects"] = st["entries"]
+        row["index_estimate"] = st["mem_bytes"]
+    s.stop()
+    alloc, apparent, files = du(os.path.join(s.dir, "cache"))
+    row.update(disk_alloc=alloc, disk_apparent=apparent, files=files)
+    row.setdefault("objects", files)
+    if kind == "edgecache":
+        # Cold restart on the same directory: the loader rebuilds the index.
+        t0 = time.time()
+        s.start()
+        while True:
+            st = get_json(s.admin, "/status")["caches"][0]
+            if st["loader"]["done"]:
+                break
+            time.sleep(0.05)
+        row["load_s"] = time.time() - t0
+        row["loaded"] = st["loader"]["loaded"]
+        time.sleep(1.0)
+        row["pss_loaded_kib"] = s.pss()
+        s.stop()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--objects", type=int, default=1_000_000)
+    ap.add_argument("--servers", default="edgecache,nginx")
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="index-scale-", dir=os.environ.get("TMPDIR", "/var/tmp"))
+    oport = free_port()
+    origin = subprocess.Popen(
+        [os.path.join(BIN, "edgeorigin"), "--listen", f"127.0.0.1:{oport}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_port(oport)
+    started = time.time()
+    rows = []
+    try:
+        for kind in a.servers.split(","):
+            row = measure(kind, a, work, oport)
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+    finally:
+        os.killpg(origin.pid, signal.SIGTERM)
+        origin.wait()
+    write_report(a, rows, started)
+    if a.keep:
+        print(f"run directory kept: {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def write_report(a, rows, started):
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "index-scale.md")
+    with open(path, "w") as f:
+        f.write("# Index and storage at scale: RAM and disk per small object\n\n")
+        f.write(f"Produced by `python3 bench/index-scale.py --objects {a.objects} --servers "
+                f"{a.servers}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} "
+                "(2-vCPU VM, ext4 on a virtual disk; origin, load and server share the "
+                "machine).\n\n")
+        f.write(__doc__.split("\n\n", 2)[2].split("\n\nNeeds")[0] + "\n\n")
+        f.write("## Results\n\n")
+        f.write("| server | objects | errors | index RAM per object (PSS) | disk per object "
+                "(allocated) | apparent bytes per object | fill rate (objects/s) |\n")
+        f.write("|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            n = max(r["objects"], 1)
+            f.write(f"| {r['server']} | {r['objects']} | {r['errors']} | "
+                    f"{(r['pss_after_kib'] - r['pss_before_kib']) * 1024 / n:,.0f} B | "
+                    f"{r['disk_alloc'] / n:,.0f} B | {r['disk_apparent'] / n:,.0f} B | "
+                    f"{r['requests'] / r['fill_s']:,.0f} |\n")
+        for r in rows:
+            if "load_s" in r:
+                f.write(f"\nedgecache cold restart: {r['loaded']} objects indexed in "
+                        f"{r['load_s']:.1f} s (**{r['loaded'] / r['load_s']:,.0f} objects/s**, "
+                        f"`loader_files = 1000`, `loader_sleep = \"1ms\"`); PSS after the "
+                        f"load {r['pss_loaded_kib'] / 1024:,.0f} MiB, "
+                        f"{(r['pss_loaded_kib'] - r['pss_before_kib']) * 1024 / max(r['loaded'], 1):,.0f} B "
+                        "per object over the empty server. The index's own estimate "
+                        f"(`mem_bytes`, what `keys_zone` is checked against): "
+                        f"{r['index_estimate'] / max(r['objects'], 1):,.0f} B per object.\n")
+        if len(rows) == 2:
+            e, g = rows
+            ram = lambda r: (r["pss_after_kib"] - r["pss_before_kib"]) / max(r["objects"], 1)
+            if ram(g) > 0:
+                f.write(f"\nRatios (edgecache / nginx): index RAM per object "
+                        f"**{ram(e) / ram(g):.2f}×**, disk per object "
+                        f"**{(e['disk_alloc'] / max(e['objects'], 1)) / (g['disk_alloc'] / max(g['objects'], 1)):.2f}×**, "
+                        f"fill rate **{(e['requests'] / e['fill_s']) / (g['requests'] / g['fill_s']):.2f}×**.\n")
+        f.write("\nRaw:\n\n```json\n" + json.dumps(rows, indent=1) + "\n```\n")
+    print(open(path).read())
+
+
+if __name__ == "__main__":
+    main()
