@@ -180,6 +180,8 @@ class Server:
         self.kind = kind
         self.dir = os.path.join(work, kind)
         os.makedirs(self.dir)
+        # nginx's workers run as an unprivileged user: they must be able to write here.
+        os.chmod(self.dir, 0o777)
         self.port = free_port()
         self.admin = free_port()
         text = (EDGECACHE if kind == "edgecache" else NGINX).format(
@@ -276,6 +278,7 @@ def main():
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="index-scale-", dir=os.environ.get("TMPDIR", "/var/tmp"))
+    os.chmod(work, 0o755)
     oport = free_port()
     origin = subprocess.Popen(
         [os.path.join(BIN, "edgeorigin"), "--listen", f"127.0.0.1:{oport}"],
@@ -331,7 +334,7 @@ def write_report(a, rows, started):
         if len(rows) == 2:
             e, g = rows
             ram = lambda r: (r["pss_after_kib"] - r["pss_before_kib"]) / max(r["objects"], 1)
-            if ram(g) > 0:
+            if ram(g) > 0 and g["disk_alloc"] > 0 and g["objects"] > 0:
                 f.write(f"\nRatios (edgecache / nginx): index RAM per object "
                         f"**{ram(e) / ram(g):.2f}×**, disk per object "
                         f"**{(e['disk_alloc'] / max(e['objects'], 1)) / (g['disk_alloc'] / max(g['objects'], 1)):.2f}×**, "
