@@ -28,34 +28,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release")
+from benchlib import ROOT, BIN, free_port, wait_port
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"port {port} did not open")
 
 
 def get(port, path, headers=None):
@@ -193,7 +173,7 @@ def strace_calls(cmd, port, path, n, connections, work):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          cwd=work, start_new_session=True)
     try:
-        wait_port(port)
+        wait_port(port, timeout=60)
         warm(port, path)
         log = os.path.join(work, f"strace-{connections}.txt")
         s = subprocess.Popen(["strace", "-c", "-f", "-p", str(p.pid), "-o", log],
@@ -233,7 +213,7 @@ def main():
                                f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        wait_port(origin_port)
+        wait_port(origin_port, timeout=60)
         for name in a.servers.split(","):
             if name == "nginx" and not shutil.which("nginx"):
                 print("nginx not installed (bench/peers/install.sh): skipped", file=sys.stderr)

@@ -32,35 +32,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("EDGEBENCH_BIN_DIR") or os.path.join(ROOT, "target", "release")
+from benchlib import ROOT, BIN, free_port, wait_port, get_json
+
 SIZES = ["512", "1k", "2k", "4k"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def group_pids(pgid):
@@ -102,11 +81,6 @@ def du(path):
             apparent += st.st_size
             files += 1
     return alloc, apparent, files
-
-
-def get_json(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-        return json.loads(r.read())
 
 
 EDGECACHE = """
@@ -200,7 +174,7 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "stderr.log"), "a"),
                                      start_new_session=True)
-        wait_port(self.port)
+        wait_port(self.port, timeout=20)
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -283,7 +257,7 @@ def main():
     origin = subprocess.Popen(
         [os.path.join(BIN, "edgeorigin"), "--listen", f"127.0.0.1:{oport}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_port(oport)
+    wait_port(oport, timeout=20)
     started = time.time()
     rows = []
     try:

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,27 +33,8 @@ import time
 import urllib.error
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release")
+from benchlib import ROOT, BIN, free_port, wait_port
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout=15):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def http(method, url, data=None):
@@ -113,7 +93,7 @@ class Server:
             [os.path.join(BIN, "edgeorigin"), "--listen", f"127.0.0.1:{self.origin_port}",
              "--max-age", "3600"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_port(self.origin_port)
+        wait_port(self.origin_port, timeout=15)
         self.cfg = os.path.join(work, "edgecache.toml")
         with open(self.cfg, "w") as f:
             f.write(config(work, self.port, self.admin, self.origin_port))
@@ -121,8 +101,8 @@ class Server:
             [os.path.join(BIN, "edgecache"), "-c", self.cfg],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "stderr.log"), "w"),
             start_new_session=True, cwd=work)
-        wait_port(self.port)
-        wait_port(self.admin)
+        wait_port(self.port, timeout=15)
+        wait_port(self.admin, timeout=15)
 
     def stop(self):
         for p in (self.proc, self.origin):

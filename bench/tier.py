@@ -26,39 +26,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("EDGEBENCH_BIN_DIR") or os.path.join(ROOT, "target", "release")
+from benchlib import ROOT, BIN, free_port, wait_port, get_json
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout=15):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
-
-
-def get_json(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-        return json.loads(r.read())
 
 
 def origin_requests(port):
@@ -85,8 +60,8 @@ class Node:
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.dir, "stderr.log"), "a"),
             start_new_session=True)
-        wait_port(self.port)
-        wait_port(self.admin)
+        wait_port(self.port, timeout=15)
+        wait_port(self.admin, timeout=15)
 
     def kill(self):
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -101,7 +76,7 @@ class Node:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     def requests(self):
-        return get_json(self.admin, "/status")["totals"]["requests"]
+        return get_json(self.admin, "/status", timeout=5)["totals"]["requests"]
 
 
 PARENT = '''workers = 1
@@ -178,7 +153,7 @@ def main():
     origin = subprocess.Popen(
         [os.path.join(BIN, "edgeorigin"), "--listen", f"127.0.0.1:{oport}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_port(oport)
+    wait_port(oport, timeout=15)
     nodes = []
     started = time.time()
     try:
@@ -208,7 +183,7 @@ def main():
         phase("B: p2 killed at the start", lambda: parents[1].kill())
         phase("C: p2 restarted on its cache", lambda: parents[1].start())
         total_origin = origin_requests(oport)
-        status = get_json(edge.admin, "/status")
+        status = get_json(edge.admin, "/status", timeout=5)
     finally:
         for n in nodes:
             n.stop()
