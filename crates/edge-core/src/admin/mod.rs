@@ -660,33 +660,29 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
 /// The compression families of `/metrics` (sums over workers; the pool's queue).
 fn compress_metrics(o: &mut String, m: &Metrics, pool: &crate::compress::PoolSetup) {
     use edge_compress::Coding;
-    prom_header(
-        o,
-        "edgecache_compress_responses_total",
-        "counter",
-        "Responses compressed (on the fly, or while storing a compressed copy), by coding.",
-    );
-    for c in Coding::ALL {
-        prom(
-            o,
+    type ByCoding = fn(&crate::metrics::WorkerStats) -> &[std::sync::atomic::AtomicU64; 3];
+    let by_coding: [(&str, &str, ByCoding); 2] = [
+        (
             "edgecache_compress_responses_total",
-            &format!("coding=\"{}\"", c.token()),
-            m.sum(|w| &w.compress_responses[c.index()]),
-        );
-    }
-    prom_header(
-        o,
-        "edgecache_decompress_responses_total",
-        "counter",
-        "Responses decoded for clients that do not accept the origin's coding, by coding.",
-    );
-    for c in Coding::ALL {
-        prom(
-            o,
+            "Responses compressed (on the fly, or while storing a compressed copy), by coding.",
+            |w| &w.compress_responses,
+        ),
+        (
             "edgecache_decompress_responses_total",
-            &format!("coding=\"{}\"", c.token()),
-            m.sum(|w| &w.decompress_responses[c.index()]),
-        );
+            "Responses decoded for clients that do not accept the origin's coding, by coding.",
+            |w| &w.decompress_responses,
+        ),
+    ];
+    for (name, help, get) in by_coding {
+        prom_header(o, name, "counter", help);
+        for c in Coding::ALL {
+            prom(
+                o,
+                name,
+                &format!("coding=\"{}\"", c.token()),
+                m.sum(|w| &get(w)[c.index()]),
+            );
+        }
     }
     type Get = fn(&crate::metrics::WorkerStats) -> &std::sync::atomic::AtomicU64;
     let families: [(&str, &str, Get); 6] = [
