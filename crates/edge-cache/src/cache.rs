@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use edge_http::HeaderMap;
 
-use crate::index::{Index, NewEntry, Snapshot, UseGuard};
+use crate::index::{Entry, Index, NewEntry};
 use crate::inflight::Inflight;
 use crate::key::{key_hash, variant_key, KeyHash};
 use crate::local::Local;
@@ -46,8 +46,8 @@ pub enum Lookup {
 /// A stored object ready to send. The body is `body_len` bytes: at `body_offset` in a
 /// file (send it with `sendfile`/`pread`, never through an intermediate copy), or the
 /// whole of a RAM-tier buffer. The headers are `meta.header_block`, ready to send.
-/// While this lives the object is not evicted (and even if purged, the open file keeps
-/// the bytes readable).
+/// The open file keeps the bytes readable even if the object is evicted or purged
+/// meanwhile.
 #[derive(Debug)]
 pub struct HitEntry {
     pub meta: Arc<ObjectMeta>,
@@ -58,11 +58,8 @@ pub struct HitEntry {
     /// Hash of the variant key (names the file).
     pub hash: KeyHash,
     ino: u64,
-    /// The index entry's generation (see [`crate::index::Snapshot::gen`]).
+    /// The index entry's generation (see [`crate::index::Entry::gen`]).
     gen: u64,
-    /// Marks the entry in use; `None` when a worker's front answered (an object being
-    /// sent may then be evicted: its open file keeps the bytes, a RAM body is a copy).
-    _guard: Option<UseGuard>,
 }
 
 /// Where a hit's body is.
@@ -84,7 +81,6 @@ impl HitEntry {
             hash: f.hash,
             ino: f.ino,
             gen: f.gen,
-            _guard: f.guard,
         }
     }
 
@@ -105,25 +101,24 @@ impl HitEntry {
     }
 }
 
-/// What the index (or a worker's front of it) said of the current version of an object.
+/// The current version of an object: what the index said of it and what its file's
+/// header said (or a worker's front remembered of both).
 struct Found {
     hash: KeyHash,
     meta: Arc<ObjectMeta>,
     body_offset: u64,
     ino: u64,
     gen: u64,
-    guard: Option<UseGuard>,
 }
 
 impl Found {
-    fn from_snap(hash: KeyHash, snap: Snapshot) -> Found {
+    fn from_front(e: &crate::local::front::FrontEntry) -> Found {
         Found {
-            hash,
-            meta: snap.meta,
-            body_offset: snap.body_offset,
-            ino: snap.ino,
-            gen: snap.gen,
-            guard: Some(snap.guard),
+            hash: e.hash,
+            meta: e.meta.clone(),
+            body_offset: e.body_offset,
+            ino: e.ino,
+            gen: e.gen,
         }
     }
 }
@@ -348,11 +343,11 @@ impl Cache {
         self.uses.note(hash)
     }
 
-    /// Index-only probe (vary map + entry, LRU bump), without opening the file:
-    /// benchmarks and diagnostics.
-    pub fn index_probe(&self, hash: KeyHash, key: &str) -> bool {
+    /// Index-only probe (vary map + entry, access recorded), without opening the file
+    /// (so without checking the key): benchmarks and diagnostics.
+    pub fn index_probe(&self, hash: KeyHash) -> bool {
         let _ = self.index.vary_of(hash);
-        self.index.get(hash, key).is_some()
+        self.index.get(hash).is_some()
     }
 
     /// Where the object with this hash lives on disk.
@@ -429,17 +424,10 @@ impl Cache {
                 .borrow_mut()
                 .front
                 .get(self.local_key(ph), primary_key, version)
-                .map(|e| Found {
-                    hash: e.hash,
-                    meta: e.meta.clone(),
-                    body_offset: e.body_offset,
-                    ino: e.ino,
-                    gen: e.gen,
-                    guard: None,
-                });
+                .map(Found::from_front);
             if let Some(found) = remembered {
                 // Replaced or gone since (an error): the index knows better.
-                if let Ok(hit) = self.finish_lookup(local, opener, found, now).await {
+                if let Ok(hit) = self.finish_lookup(local, opener, found, None, now).await {
                     return hit;
                 }
             }
@@ -452,39 +440,21 @@ impl Cache {
             }
             None => (Cow::Borrowed(primary_key), ph),
         };
-        // Two attempts: an object replaced between the index read and the open is
-        // looked up again (the index is updated right after the rename).
-        for _ in 0..2 {
-            let version = self.index.version(vh);
-            let Some(snap) = self.index.get(vh, &vkey) else {
-                if let Some(l) = local {
-                    l.borrow_mut().forget(self.local_key(vh));
+        let front_checked = local.is_some() && vh == ph;
+        match self.find(local, opener, &vkey, vh, front_checked).await {
+            Ok(Some((found, file))) => {
+                match self.finish_lookup(local, opener, found, file, now).await {
+                    Ok(hit) => return hit,
+                    Err(fail) => {
+                        self.drop_failed(vh, fail);
+                        return Lookup::Miss;
+                    }
                 }
-                break;
-            };
-            let mut found = Found::from_snap(vh, snap);
-            if let (Some(l), true) = (local, vh == ph && found.meta.vary.is_empty()) {
-                // Remember it, with a copy of the metadata that is this worker's own.
-                found.meta = Arc::new((*found.meta).clone());
-                let e = crate::local::front::FrontEntry {
-                    version,
-                    seed: self.seed,
-                    hash: vh,
-                    meta: found.meta.clone(),
-                    body_offset: found.body_offset,
-                    ino: found.ino,
-                    gen: found.gen,
-                    touched: false,
-                };
-                l.borrow_mut().front.insert(self.local_key(vh), e);
             }
-            match self.finish_lookup(local, opener, found, now).await {
-                Ok(hit) => return hit,
-                Err(OpenFail::Replaced) => continue,
-                Err(fail) => {
-                    self.drop_failed(vh, fail);
-                    return Lookup::Miss;
-                }
+            Ok(None) => {}
+            Err(fail) => {
+                self.drop_failed(vh, fail);
+                return Lookup::Miss;
             }
         }
         if !self.loader.done.load(Ordering::Acquire) {
@@ -495,6 +465,112 @@ impl Cache {
             }
         }
         Lookup::Miss
+    }
+
+    /// The object stored under exactly `key` (`hash`): from the worker's front when it
+    /// remembers it at an unchanged version (unless the caller just asked it:
+    /// `front_checked`), else from the index and the header of its file, opened and read
+    /// through `opener` and checked against `key` (another key with the same hash is
+    /// not this object: None). What the file said is then remembered in the front;
+    /// the file comes back with it.
+    async fn find<O: FileOpener>(
+        &self,
+        local: Option<&RefCell<Local>>,
+        opener: &O,
+        key: &str,
+        hash: KeyHash,
+        front_checked: bool,
+    ) -> Result<Option<(Found, Option<Arc<File>>)>, OpenFail> {
+        if let (Some(l), false) = (local, front_checked) {
+            let version = self.index.version(hash);
+            if let Some(e) = l.borrow_mut().front.get(self.local_key(hash), key, version) {
+                return Ok(Some((Found::from_front(e), None)));
+            }
+        }
+        // Two attempts: an object replaced between the index read and the open is
+        // looked up again (the index is updated right after the rename).
+        for _ in 0..2 {
+            let version = self.index.version(hash);
+            let Some(entry) = self.index.get(hash) else {
+                if let Some(l) = local {
+                    l.borrow_mut().forget(self.local_key(hash));
+                }
+                return Ok(None);
+            };
+            match self.load(opener, hash, key, entry).await {
+                Ok((found, file)) => {
+                    if let Some(l) = local {
+                        let e = crate::local::front::FrontEntry {
+                            version,
+                            seed: self.seed,
+                            hash,
+                            meta: found.meta.clone(),
+                            body_offset: found.body_offset,
+                            ino: found.ino,
+                            gen: found.gen,
+                            touched: false,
+                        };
+                        l.borrow_mut().front.insert(self.local_key(hash), e);
+                    }
+                    return Ok(Some((found, Some(file))));
+                }
+                Err(OpenFail::Replaced) => continue,
+                Err(OpenFail::OtherKey) => return Ok(None),
+                Err(fail) => return Err(fail),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Opens the file of the index entry `entry` and reads and checks its header (two
+    /// reads at most; one for a header that fits in the first block, which for a packed
+    /// small object holds the body too).
+    async fn load<O: FileOpener>(
+        &self,
+        opener: &O,
+        hash: KeyHash,
+        key: &str,
+        entry: Entry,
+    ) -> Result<(Found, Arc<File>), OpenFail> {
+        // Boxed: the backend's futures are large; inline, every RAM or front hit
+        // would carry (and copy) their state. An open is a syscall anyway.
+        let opened = Box::pin(opener.open_stat(&self.layout.path_for(hash)))
+            .await
+            .map_err(|_| OpenFail::Gone(entry.ino))?;
+        if opened.ino != entry.ino {
+            return Err(OpenFail::Replaced);
+        }
+        let corrupt = |why: String| OpenFail::Corrupt(entry.ino, why);
+        let first = opened.len.min(storage::BODY_ALIGN) as usize;
+        let mut buf = Box::pin(opener.read_exact_at(&opened.file, 0, first))
+            .await
+            .map_err(|e| corrupt(format!("header read: {e}")))?;
+        let need = storage::header_len(&buf).map_err(|e| corrupt(e.to_string()))?;
+        if need > buf.len() {
+            let have = buf.len();
+            let rest = Box::pin(opener.read_exact_at(&opened.file, have as u64, need - have))
+                .await
+                .map_err(|e| corrupt(format!("header read: {e}")))?;
+            buf.extend_from_slice(&rest);
+        }
+        let hdr =
+            storage::decode_header(&buf, hash, opened.len).map_err(|e| corrupt(e.to_string()))?;
+        if hdr.meta.key != key {
+            return Err(OpenFail::OtherKey);
+        }
+        let mut meta = hdr.meta;
+        if entry.soft_purged {
+            // Persisting the flag in the header is best effort; the index's is the truth.
+            meta.soft_purged = true;
+        }
+        let found = Found {
+            hash,
+            meta: Arc::new(meta),
+            body_offset: hdr.body_offset,
+            ino: entry.ino,
+            gen: entry.gen,
+        };
+        Ok((found, Arc::new(opened.file)))
     }
 
     /// The copy in `coding` (a content-coding token) of the object this request would
@@ -514,7 +590,9 @@ impl Cache {
         coding: &str,
         wanted: impl FnOnce(&ObjectMeta) -> bool,
     ) -> Option<HitEntry> {
-        let identity = self.identity_meta(local, primary_key, ph, req)?;
+        let identity = self
+            .identity_meta(local, opener, primary_key, ph, req)
+            .await?;
         if identity.status != 200 || !crate::policy::is_fresh(&identity, now) {
             return None;
         }
@@ -524,8 +602,15 @@ impl Cache {
         }
         let ck = crate::key::coded_key(&identity.key, coding, identity.body_id());
         let ch = key_hash(&ck);
-        let found = self.find_keyed(local, &ck, ch)?;
-        match self.finish_lookup(local, opener, found, now).await {
+        let (found, file) = match self.find(local, opener, &ck, ch, false).await {
+            Ok(Some(f)) => f,
+            Ok(None) => return None,
+            Err(fail) => {
+                self.drop_failed(ch, fail);
+                return None;
+            }
+        };
+        match self.finish_lookup(local, opener, found, file, now).await {
             // The identity's freshness governs the copy's.
             Ok(Lookup::Fresh(hit)) | Ok(Lookup::Stale(hit)) => Some(hit),
             Ok(Lookup::Miss) | Err(OpenFail::Replaced) => None,
@@ -536,97 +621,60 @@ impl Cache {
         }
     }
 
-    /// An entry whose file is missing (unindexed) or shorter than its header says
-    /// (unindexed, deleted, and counted as corrupt).
+    /// An entry whose file is missing (unindexed) or corrupt: a bad header, or a size
+    /// other than its header says (unindexed, deleted, and counted as corrupt).
     fn drop_failed(&self, hash: KeyHash, fail: OpenFail) {
         match fail {
             OpenFail::Gone(ino) => {
                 self.index.remove(hash, Some(ino));
             }
-            OpenFail::Short(ino) => {
+            OpenFail::Corrupt(ino, why) => {
                 if let Some(v) = self.index.remove(hash, Some(ino)) {
                     self.delete_file(v.hash, v.ino);
                     self.corrupt.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(cache = %self.cfg.name, "dropped corrupt object {}: file shorter than its header says", crate::key::hash_hex(hash));
+                    tracing::warn!(cache = %self.cfg.name, "dropped corrupt object {}: {why}", crate::key::hash_hex(hash));
                 }
             }
-            OpenFail::Replaced => {}
+            OpenFail::Replaced | OpenFail::OtherKey => {}
         }
     }
 
-    /// The metadata of the object a request for `primary_key` would get, from memory
-    /// (the worker's front, else the index).
-    fn identity_meta(
+    /// The metadata of the object a request for `primary_key` would get (the worker's
+    /// front, else the index and the object's header).
+    async fn identity_meta<O: FileOpener>(
         &self,
         local: Option<&RefCell<Local>>,
+        opener: &O,
         primary_key: &str,
         ph: KeyHash,
         req: &HeaderMap,
     ) -> Option<Arc<ObjectMeta>> {
-        if let Some(l) = local {
-            let version = self.index.version(ph);
-            let mut l = l.borrow_mut();
-            if let Some(e) = l.front.get(self.local_key(ph), primary_key, version) {
-                return Some(e.meta.clone());
-            }
-        }
-        let snap = match self.index.vary_of(ph) {
+        let (key, hash): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
             Some(vary) => {
                 let k = variant_key(primary_key, &vary, req);
-                self.index.get(key_hash(&k), &k)?
+                let h = key_hash(&k);
+                (Cow::Owned(k), h)
             }
-            None => self.index.get(ph, primary_key)?,
+            None => (Cow::Borrowed(primary_key), ph),
         };
-        Some(snap.meta)
-    }
-
-    /// The object stored under exactly `key` (`hash`), from the worker's front when it
-    /// remembers it at an unchanged version, else from the index (and then remembered).
-    fn find_keyed(
-        &self,
-        local: Option<&RefCell<Local>>,
-        key: &str,
-        hash: KeyHash,
-    ) -> Option<Found> {
-        let version = self.index.version(hash);
-        if let Some(l) = local {
-            if let Some(e) = l.borrow_mut().front.get(self.local_key(hash), key, version) {
-                return Some(Found {
-                    hash: e.hash,
-                    meta: e.meta.clone(),
-                    body_offset: e.body_offset,
-                    ino: e.ino,
-                    gen: e.gen,
-                    guard: None,
-                });
+        match self.find(local, opener, &key, hash, false).await {
+            Ok(found) => found.map(|(f, _)| f.meta),
+            Err(fail) => {
+                self.drop_failed(hash, fail);
+                None
             }
         }
-        let snap = self.index.get(hash, key)?;
-        let mut found = Found::from_snap(hash, snap);
-        if let Some(l) = local {
-            found.meta = Arc::new((*found.meta).clone());
-            let e = crate::local::front::FrontEntry {
-                version,
-                seed: self.seed,
-                hash,
-                meta: found.meta.clone(),
-                body_offset: found.body_offset,
-                ino: found.ino,
-                gen: found.gen,
-                touched: false,
-            };
-            l.borrow_mut().front.insert(self.local_key(hash), e);
-        }
-        Some(found)
     }
 
-    /// The body of `found`: the worker's RAM tier (fresh objects only), its open-file
-    /// cache, or the file opened now (and checked against `found`).
+    /// The body of `found`: the worker's RAM tier (fresh objects only), the file its
+    /// header was just read from (`file`), the worker's open-file cache, or the file
+    /// opened now (and checked against `found`).
     async fn finish_lookup<O: FileOpener>(
         &self,
         local: Option<&RefCell<Local>>,
         opener: &O,
         found: Found,
+        file: Option<Arc<File>>,
         now: SystemTime,
     ) -> Result<Lookup, OpenFail> {
         let lk = self.local_key(found.hash);
@@ -640,6 +688,14 @@ impl Cache {
                     }
                 }
             }
+            if let Some(file) = file {
+                l.files.insert(lk, found.ino, file.clone());
+                let off = found.body_offset;
+                return Ok(classify(
+                    HitEntry::new(found, HitBody::File(file), off),
+                    now,
+                ));
+            }
             if let Some(file) = l.files.get(lk, found.ino) {
                 let off = found.body_offset;
                 return Ok(classify(
@@ -647,6 +703,13 @@ impl Cache {
                     now,
                 ));
             }
+        }
+        if let Some(file) = file {
+            let off = found.body_offset;
+            return Ok(classify(
+                HitEntry::new(found, HitBody::File(file), off),
+                now,
+            ));
         }
         // Boxed: the backend's open future is large; inline, every RAM or cached-fd hit
         // would carry (and copy) its state. An open is a syscall anyway.
@@ -694,12 +757,7 @@ impl Cache {
         }
     }
 
-    fn open_checked(&self, hash: KeyHash, snap: Snapshot) -> Result<HitEntry, OpenFail> {
-        let opened = BlockingOpener::open_stat_now(&self.layout.path_for(hash));
-        self.check_opened(Found::from_snap(hash, snap), opened)
-    }
-
-    /// The file opened for `snap` must be the one the index names (inode) and whole.
+    /// The file opened for `found` must be the one it names (inode) and whole.
     fn check_opened(
         &self,
         found: Found,
@@ -714,7 +772,11 @@ impl Cache {
         }
         if len != found.body_offset + body_len {
             // Cut short or grown behind our back: never serve it.
-            return Err(OpenFail::Short(found.ino));
+            let why = format!(
+                "file size {len}, its header says {}",
+                found.body_offset + body_len
+            );
+            return Err(OpenFail::Corrupt(found.ino, why));
         }
         let off = found.body_offset;
         Ok(HitEntry::new(found, HitBody::File(Arc::new(file)), off))
@@ -741,16 +803,39 @@ impl Cache {
             self.index.insert_if_absent(
                 NewEntry {
                     hash,
-                    meta: Arc::new(hdr.meta),
-                    body_offset: hdr.body_offset,
+                    meta: &hdr.meta,
                     disk_size: storage::disk_size_of(len),
                     ino,
                 },
                 verdict == RuleVerdict::MarkStale,
             );
         }
-        let snap = self.index.get(hash, key)?;
-        self.open_checked(hash, snap).ok()
+        let entry = self.index.get(hash)?;
+        if entry.ino != ino {
+            return None;
+        }
+        let mut meta = hdr.meta;
+        meta.soft_purged |= entry.soft_purged;
+        let found = Found {
+            hash,
+            meta: Arc::new(meta),
+            body_offset: hdr.body_offset,
+            ino,
+            gen: entry.gen,
+        };
+        Some(HitEntry::new(
+            found,
+            HitBody::File(Arc::new(file)),
+            hdr.body_offset,
+        ))
+    }
+
+    /// The header of `hash`'s file, read now with blocking calls (purges and refreshes,
+    /// which run off the event loop): its metadata and body offset.
+    pub(crate) fn stored_meta(&self, hash: KeyHash) -> Option<(ObjectMeta, u64)> {
+        let file = File::open(self.layout.path_for(hash)).ok()?;
+        let hdr = storage::read_header(&file, hash).ok()?;
+        Some((hdr.meta, hdr.body_offset))
     }
 
     /// Start writing an object. `primary_key` is the request's cache key; `meta` comes
@@ -802,8 +887,7 @@ impl Cache {
         self.uses.forget(key_hash(c.meta.primary_key()));
         self.index.insert(NewEntry {
             hash: c.hash,
-            meta: Arc::new(c.meta),
-            body_offset: c.body_offset,
+            meta: &c.meta,
             disk_size: c.disk_size,
             ino: c.ino,
         });
@@ -822,11 +906,8 @@ impl Cache {
     /// through a 64 KiB user-space buffer, on the calling thread) and renamed over the
     /// old one. Clears a soft purge.
     pub fn refresh(&self, entry: &HitEntry, new_meta: ObjectMeta) -> io::Result<()> {
-        self.refresh_object(entry, new_meta)?;
-        // The refreshed metadata as the index now holds it.
-        if let Some((meta, _, _)) = self.index.peek(entry.hash) {
-            self.refresh_coded(&meta);
-        }
+        let stored = self.refresh_object(entry, new_meta)?;
+        self.refresh_coded(&stored);
         Ok(())
     }
 
@@ -835,25 +916,32 @@ impl Cache {
     /// rewritten in place; a copy whose header no longer fits is removed (the next
     /// request makes it again).
     fn refresh_coded(&self, identity: &ObjectMeta) {
-        let primary = key_hash(identity.primary_key());
-        for h in self.index.variants_of(primary) {
-            let Some((copy, ino, body_offset)) = self.index.peek(h) else {
+        if !self.index.has_copies(key_hash(&identity.key)) {
+            return;
+        }
+        for coding in crate::coded::CODINGS {
+            let h = key_hash(&crate::key::coded_key(
+                &identity.key,
+                coding,
+                identity.body_id(),
+            ));
+            let Some(entry) = self.index.peek(h) else {
                 continue;
             };
-            if !crate::key::is_coded_of(&copy.key, &identity.key) {
+            let Some((copy, body_offset)) = self.stored_meta(h) else {
                 continue;
-            }
+            };
             let Some(m) = crate::coded::refreshed_coded_meta(identity, &copy) else {
                 continue;
             };
             let path = self.layout.path_for(h);
             let _stripe = self.stripe(h);
-            match storage::rewrite_header_in_place(&path, h, &m, body_offset, ino) {
+            match storage::rewrite_header_in_place(&path, h, &m, body_offset, entry.ino) {
                 Ok(()) => {
-                    self.index.update_meta(h, ino, Arc::new(m), None);
+                    self.index.update(h, entry.ino, m.soft_purged, None);
                 }
                 Err(_) => {
-                    if let Some(v) = self.index.remove(h, Some(ino)) {
+                    if let Some(v) = self.index.remove(h, Some(entry.ino)) {
                         let _ = storage::remove_if_ino(&path, v.ino);
                     }
                 }
@@ -861,7 +949,8 @@ impl Cache {
         }
     }
 
-    fn refresh_object(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<()> {
+    /// Stores the refreshed metadata of `entry`'s object; returns it as stored.
+    fn refresh_object(&self, entry: &HitEntry, mut new_meta: ObjectMeta) -> io::Result<ObjectMeta> {
         new_meta.key = entry.meta.key.clone();
         new_meta.vary = entry.meta.vary.clone();
         new_meta.body_len = entry.meta.body_len;
@@ -877,9 +966,8 @@ impl Cache {
             entry.ino,
         ) {
             Ok(()) => {
-                self.index
-                    .update_meta(entry.hash, entry.ino, Arc::new(new_meta), None);
-                Ok(())
+                self.index.update(entry.hash, entry.ino, false, None);
+                Ok(new_meta)
             }
             Err(RewriteError::NoRoom) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -903,12 +991,12 @@ impl Cache {
                     seq,
                 )
                 .inspect_err(|e| self.note_write_error("refresh", e))?;
-                let meta = Arc::new(c.meta.clone());
-                let file = Some((c.ino, c.body_offset, c.disk_size));
-                if !self.index.update_meta(entry.hash, entry.ino, meta, file) {
+                let stored = c.meta.clone();
+                let file = Some((c.ino, c.disk_size));
+                if !self.index.update(entry.hash, entry.ino, false, file) {
                     self.index_committed(c);
                 }
-                Ok(())
+                Ok(stored)
             }
             Err(RewriteError::Replaced) => Err(io::Error::other("object replaced during refresh")),
             Err(RewriteError::Io(e)) => {
@@ -1041,12 +1129,14 @@ pub struct OpenedFile {
     pub len: u64,
 }
 
-/// How [`Cache::lookup_with`] opens an object's file: `open(O_RDONLY)` then `fstat`.
-/// A server implements it with its file I/O backend (a thread pool, io_uring, or a
-/// non-blocking attempt first), so the open never blocks its event loop.
+/// How [`Cache::lookup_with`] opens an object's file (`open(O_RDONLY)` then `fstat`)
+/// and reads its header. A server implements it with its file I/O backend (a thread
+/// pool, io_uring, or a non-blocking attempt first), so neither blocks its event loop.
 #[allow(async_fn_in_trait)]
 pub trait FileOpener {
     async fn open_stat(&self, path: &std::path::Path) -> io::Result<OpenedFile>;
+    /// Exactly `len` bytes of `file` at `offset` (`UnexpectedEof` if it ends first).
+    async fn read_exact_at(&self, file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>>;
 }
 
 /// Blocking `open` + `fstat` on the calling thread.
@@ -1068,6 +1158,14 @@ impl FileOpener for BlockingOpener {
     async fn open_stat(&self, path: &std::path::Path) -> io::Result<OpenedFile> {
         Self::open_stat_now(path)
     }
+
+    async fn read_exact_at(&self, file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        if storage::read_full_at(file, &mut buf, offset)? != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(buf)
+    }
 }
 
 /// Runs a future that never waits (its opener is [`BlockingOpener`]) to completion.
@@ -1085,8 +1183,10 @@ enum OpenFail {
     Replaced,
     /// Missing: drop the entry (if it still has this inode).
     Gone(u64),
-    /// Not the size its header says: drop the entry and the file (a corrupt object).
-    Short(u64),
+    /// A bad header, or not the size its header says: drop the entry and the file.
+    Corrupt(u64, String),
+    /// The file holds another key with the same hash: a miss (nothing is dropped).
+    OtherKey,
 }
 
 fn classify(hit: HitEntry, now: SystemTime) -> Lookup {

@@ -13,6 +13,11 @@
 use crate::key::{coded_key, CODING_MARK};
 use crate::meta::{ObjectMeta, BODY_LEN_UNKNOWN};
 
+/// Every content coding a copy can be stored in: a purge by key looks for a copy in
+/// each (the server's negotiation never picks a coding outside this list; a test in
+/// edge-core checks it).
+pub const CODINGS: &[&str] = &["gzip", "br", "zstd"];
+
 /// Header lines of the identity that do not describe the encoded bytes: replaced
 /// (`ETag`, `Vary`, `Content-Encoding`) or dropped (digests of the identity bytes).
 const REPLACED: &[&str] = &[

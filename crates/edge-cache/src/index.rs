@@ -1,23 +1,36 @@
-//! The in-memory index: sharded, shared by every worker, with an LRU list per shard.
+//! The in-memory index: sharded, shared by every worker, 44 bytes per object.
 //!
-//! How it fits: a hit is one lookup here (two short mutex holds: the primary-key shard
-//! for `Vary` names, then the object's shard; shards spread keys over 64 locks, but
-//! every worker that hits the same hot key takes the same shard's lock, and the LRU
-//! move on each hit is a write to that shard) and returns the parsed
-//! [`ObjectMeta`] kept in memory, so a hit never reads or parses headers from disk. The
-//! manager asks the index for victims ([`Index::evict_lru`], [`Index::expire_inactive`])
-//! and deletes their files; the index itself never touches the disk ("eviction only
-//! decides; the caller deletes", as in Pingora).
+//! How it fits: the index knows *where* an object is and *whether* it may stay, never
+//! what it says. Each object is one fixed 44-byte [`Slot`] (its key hash, inode,
+//! generation, last access, size in blocks, directory and flags) in a chunked slab, found
+//! through a table of 4-byte slot numbers; its metadata (key, ready-to-send headers,
+//! `Vary`, tags) stays in its file and is read with the file on a lookup, checked against
+//! the requested key (so a hash collision is a miss, never a wrong object). Hot objects
+//! never pay that read: a worker's front ([`crate::local::front`]) remembers the decoded
+//! metadata of what it served recently, and the RAM tier their bodies.
 //!
-//! Lock order (deadlock freedom): object shard → primary shard → tag map → prefix set.
+//! Eviction is CLOCK per shard (a hit sets a reference bit: no list to relink, so a hit
+//! writes one byte and one word of its slot), and the victim of [`Index::evict_lru`] is
+//! the least recently used of the candidates that [`EVICT_SAMPLE`] shards' clock hands
+//! point at. The manager asks for victims ([`Index::evict_lru`],
+//! [`Index::expire_inactive`]) and deletes their files; the index itself never touches
+//! the disk ("eviction only decides; the caller deletes", as in Pingora).
+//!
+//! What costs more than the slot, and only for the objects that need it: a primary
+//! record for a primary key with `Vary` variants, a reverse tag list for a tagged
+//! object, a directory record per distinct directory of keys (purge by prefix).
+//!
+//! Lock order (deadlock freedom): object shard → primary shard → tag map → directories.
 //! Nobody takes an object shard while holding any of the others.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::key::{key_hash, KeyHash};
+use hashbrown::HashTable;
+
+use crate::key::{key_hash, KeyHash, CODING_MARK};
 use crate::meta::ObjectMeta;
 use crate::purge::{lock, PurgeIndex};
 
@@ -27,18 +40,84 @@ pub const SHARDS: usize = 64;
 /// bumps its hash's stripe, so a worker's front ([`crate::local::front`]) can tell,
 /// with one load of a line nobody writes on hits, that what it remembers still holds.
 pub const VERSION_STRIPES: usize = 4096;
-/// Estimated fixed bytes per index entry (entry, LRU slot, map slots, Arc headers),
-/// added to the variable parts (key twice, header block, tags) for the `keys_zone`
-/// budget.
-pub const ENTRY_OVERHEAD: u64 = 256;
-/// Entries skipped from an LRU tail because they are in use before giving up on that
-/// shard (nginx tries 20).
-pub const EVICT_TRIES: usize = 20;
+/// Slots per slab chunk: a shard grows by one chunk (44 KiB) at a time, so the slab
+/// never holds more than one chunk of unused slots per shard.
+pub const CHUNK: usize = 1024;
+/// What the `keys_zone` budget counts per object: the 44-byte slot plus its share of the
+/// table (4-byte slot numbers and a control byte at a load factor between 7/16 and 7/8)
+/// and of the slab's last chunk; measured at 1M objects in `docs/results/index-scale.md`.
+pub const ENTRY_BYTES: u64 = 64;
+/// Added to [`ENTRY_BYTES`] for an object in a primary record (a `Vary` variant).
+pub const VARIANT_BYTES: u64 = 96;
+/// Added per tag of a tagged object (the tag set's entry and the reverse list's).
+pub const TAG_BYTES: u64 = 64;
+/// Shards whose clock candidates one eviction compares (the oldest goes).
+pub const EVICT_SAMPLE: usize = 16;
+/// Access clock ticks per second (a `u32` of them covers 8.5 years of uptime).
+pub const TICKS_PER_SEC: u64 = 16;
+/// Slots one [`Index::expire_inactive`] call looks at, at least (it resumes where
+/// the last call stopped): a bound on the manager's pass at any index size.
+pub const INACTIVE_SCAN: usize = 65_536;
 
-const NIL: u32 = u32::MAX;
+const BLOCK: u64 = crate::storage::BODY_ALIGN;
 
-/// Keys are already xxh3-128 hashes: hashing them again (SipHash) is wasted work on
-/// the hit path. The shard is picked from the low bits, so the map uses the high half.
+// Slot flags.
+const LIVE: u8 = 1;
+/// Referenced since the clock hand last passed.
+const REFERENCED: u8 = 2;
+const SOFT_PURGED: u8 = 4;
+/// Has tags in the tag map (so removal looks there).
+const TAGGED: u8 = 8;
+/// Is a variant in a primary record (so removal detaches it).
+const IN_RECORD: u8 = 16;
+/// Has (or had) compressed copies stored (so a purge by key looks for them).
+const HAS_COPIES: u8 = 32;
+
+/// One object. `align(4)`: 44 bytes, no padding beyond the last field's 3.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Slot {
+    hash: [u32; 4],
+    ino: [u32; 2],
+    gen: u32,
+    /// Last access, in [`TICKS_PER_SEC`] ticks since the index was created.
+    access: u32,
+    /// Size on disk in 4 KiB blocks.
+    blocks: u32,
+    /// The directory record of the primary key (see [`crate::purge`]).
+    dir: u32,
+    flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 44);
+
+fn split(h: KeyHash) -> [u32; 4] {
+    [
+        h as u32,
+        (h >> 32) as u32,
+        (h >> 64) as u32,
+        (h >> 96) as u32,
+    ]
+}
+
+fn join(w: [u32; 4]) -> KeyHash {
+    u128::from(w[0]) | u128::from(w[1]) << 32 | u128::from(w[2]) << 64 | u128::from(w[3]) << 96
+}
+
+fn split_ino(ino: u64) -> [u32; 2] {
+    [ino as u32, (ino >> 32) as u32]
+}
+
+fn join_ino(w: [u32; 2]) -> u64 {
+    u64::from(w[0]) | u64::from(w[1]) << 32
+}
+
+/// The table's hash of a key hash: its high half (the shard comes from the low bits).
+fn table_hash(h: KeyHash) -> u64 {
+    (h >> 64) as u64
+}
+
+/// Keys are already xxh3-128 hashes: hashing them again (SipHash) is wasted work.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct KeyHashHasher(u64);
 
@@ -59,39 +138,25 @@ impl std::hash::Hasher for KeyHashHasher {
 
 pub(crate) type HashMapK<V> = HashMap<KeyHash, V, std::hash::BuildHasherDefault<KeyHashHasher>>;
 
-/// An index entry as inserted.
-#[derive(Debug, Clone)]
-pub struct NewEntry {
+/// An object as inserted: its metadata is read for what the index keeps (primary key,
+/// `Vary`, tags, directory) and not kept.
+#[derive(Debug, Clone, Copy)]
+pub struct NewEntry<'a> {
     pub hash: KeyHash,
-    pub meta: Arc<ObjectMeta>,
-    pub body_offset: u64,
+    pub meta: &'a ObjectMeta,
     pub disk_size: u64,
     pub ino: u64,
 }
 
-/// What a lookup gets: a consistent copy of the entry plus a use guard (the entry is
-/// not evicted while the guard lives).
-#[derive(Debug)]
-pub struct Snapshot {
-    pub meta: Arc<ObjectMeta>,
-    pub body_offset: u64,
+/// What the index knows of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
     pub ino: u64,
     /// Changes whenever the entry does (insert, refresh, soft purge): what a worker's
     /// RAM tier checks its copy against.
     pub gen: u64,
     pub soft_purged: bool,
-    pub uses: u32,
-    pub guard: UseGuard,
-}
-
-/// Marks an entry in use (open reader); dropping it releases the mark.
-#[derive(Debug)]
-pub struct UseGuard(Arc<AtomicU32>);
-
-impl Drop for UseGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+    pub disk_size: u64,
 }
 
 /// An entry taken out of the index; the caller deletes its file (if `ino` still
@@ -103,153 +168,109 @@ pub struct Victim {
     pub disk_size: u64,
 }
 
-struct Entry {
-    meta: Arc<ObjectMeta>,
-    gen: u64,
-    primary: KeyHash,
-    body_offset: u64,
-    disk_size: u64,
-    ino: u64,
-    last_access: u64,
-    uses: u32,
-    readers: Arc<AtomicU32>,
-    soft_purged: bool,
-    mem: u64,
-}
-
-struct Slot {
-    hash: KeyHash,
-    entry: Option<Entry>,
-    prev: u32,
-    next: u32,
-}
-
-/// One shard: a hash map into a slab of LRU-linked slots (head = most recent).
+/// One shard: a table of slot numbers into a chunked slab, and a clock hand.
 #[derive(Default)]
 struct Shard {
-    map: HashMapK<u32>,
-    slots: Vec<Slot>,
+    table: HashTable<u32>,
+    chunks: Vec<Box<[Slot]>>,
+    /// Slots ever used (the slab's high-water mark); `free` holds the vacant ones.
+    used: u32,
     free: Vec<u32>,
-    head: u32,
-    tail: u32,
+    hand: u32,
+    /// Variant hash → primary hash, for the slots flagged [`IN_RECORD`].
+    primary_of: HashMapK<KeyHash>,
+}
+
+fn slot_in(chunks: &[Box<[Slot]>], i: u32) -> &Slot {
+    &chunks[i as usize / CHUNK][i as usize % CHUNK]
 }
 
 impl Shard {
-    fn new() -> Shard {
-        Shard {
-            head: NIL,
-            tail: NIL,
-            ..Default::default()
-        }
+    fn slot(&self, i: u32) -> &Slot {
+        slot_in(&self.chunks, i)
     }
 
-    fn unlink(&mut self, i: u32) {
-        let (prev, next) = {
-            let s = &self.slots[i as usize];
-            (s.prev, s.next)
-        };
-        if prev != NIL {
-            self.slots[prev as usize].next = next;
-        } else {
-            self.head = next;
-        }
-        if next != NIL {
-            self.slots[next as usize].prev = prev;
-        } else {
-            self.tail = prev;
-        }
+    fn slot_mut(&mut self, i: u32) -> &mut Slot {
+        &mut self.chunks[i as usize / CHUNK][i as usize % CHUNK]
     }
 
-    fn push_front(&mut self, i: u32) {
-        let old = self.head;
-        {
-            let s = &mut self.slots[i as usize];
-            s.prev = NIL;
-            s.next = old;
-        }
-        if old != NIL {
-            self.slots[old as usize].prev = i;
-        } else {
-            self.tail = i;
-        }
-        self.head = i;
+    fn find(&self, hash: KeyHash) -> Option<u32> {
+        let w = split(hash);
+        let chunks = &self.chunks;
+        self.table
+            .find(table_hash(hash), |&i| slot_in(chunks, i).hash == w)
+            .copied()
     }
 
-    fn insert(&mut self, hash: KeyHash, entry: Entry) -> Option<Entry> {
-        if let Some(&i) = self.map.get(&hash) {
-            let old = self.slots[i as usize].entry.replace(entry);
-            self.unlink(i);
-            self.push_front(i);
-            return old;
-        }
-        let slot = Slot {
-            hash,
-            entry: Some(entry),
-            prev: NIL,
-            next: NIL,
-        };
+    fn get_mut(&mut self, hash: KeyHash) -> Option<&mut Slot> {
+        let i = self.find(hash)?;
+        Some(self.slot_mut(i))
+    }
+
+    /// Puts `slot` in a vacant place and indexes it (the hash must be absent).
+    fn add(&mut self, slot: Slot) {
         let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
-            }
+            Some(i) => i,
             None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
+                if self.used as usize == self.chunks.len() * CHUNK {
+                    self.chunks
+                        .push(vec![Slot::default(); CHUNK].into_boxed_slice());
+                }
+                self.used += 1;
+                self.used - 1
             }
         };
-        self.map.insert(hash, i);
-        self.push_front(i);
-        None
+        *self.slot_mut(i) = slot;
+        let chunks = &self.chunks;
+        self.table
+            .insert_unique(table_hash(join(slot.hash)), i, |&j| {
+                table_hash(join(slot_in(chunks, j).hash))
+            });
     }
 
-    fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
-        let i = self.map.remove(&hash)?;
-        self.unlink(i);
+    fn take(&mut self, hash: KeyHash) -> Option<Slot> {
+        let w = split(hash);
+        let chunks = &self.chunks;
+        let (i, _) = self
+            .table
+            .find_entry(table_hash(hash), |&i| slot_in(chunks, i).hash == w)
+            .ok()?
+            .remove();
+        let s = std::mem::take(self.slot_mut(i));
         self.free.push(i);
-        self.slots[i as usize].entry.take()
+        Some(s)
     }
 
-    fn get_mut(&mut self, hash: KeyHash) -> Option<&mut Entry> {
-        let i = *self.map.get(&hash)?;
-        self.slots[i as usize].entry.as_mut()
-    }
-
-    fn touch(&mut self, hash: KeyHash, now: u64) -> Option<&mut Entry> {
-        let i = *self.map.get(&hash)?;
-        if self.head != i {
-            self.unlink(i);
-            self.push_front(i);
+    /// The slot the clock hand stops at: the next live slot not referenced since the
+    /// hand last passed (clearing the bits it passes). The hand stays on it, so asking
+    /// again gives the same slot until it is removed or used. None when the shard is
+    /// empty, or when every slot was referenced (their bits are clear now: a slot used
+    /// since the last look is never the candidate of the call that saw it used).
+    fn clock_candidate(&mut self) -> Option<u32> {
+        let n = self.used;
+        if n == 0 || self.free.len() == n as usize {
+            return None;
         }
-        let e = self.slots[i as usize].entry.as_mut()?;
-        e.last_access = now;
-        Some(e)
-    }
-
-    /// The least recently used entry that is not in use, walking at most
-    /// [`EVICT_TRIES`] from the tail: (hash, last access).
-    fn lru_candidate(&self) -> Option<(KeyHash, u64)> {
-        let mut i = self.tail;
-        let mut tries = 0;
-        while i != NIL && tries < EVICT_TRIES {
-            let s = &self.slots[i as usize];
-            if let Some(e) = &s.entry {
-                if e.readers.load(Ordering::Acquire) == 0 {
-                    return Some((s.hash, e.last_access));
+        for _ in 0..n {
+            let i = self.hand % n;
+            let s = self.slot_mut(i);
+            if s.flags & LIVE != 0 {
+                if s.flags & REFERENCED == 0 {
+                    self.hand = i;
+                    return Some(i);
                 }
+                s.flags &= !REFERENCED;
             }
-            i = s.prev;
-            tries += 1;
+            self.hand = (i + 1) % n;
         }
         None
     }
 }
 
-/// Primary key record: the `Vary` names of its latest stored response and the hashes
-/// of every stored variant (for purge by key).
+/// Primary key record (only for a primary key with `Vary` variants): the `Vary` names
+/// of its latest stored response and the hashes of its stored variants.
 #[derive(Debug, Clone)]
 struct PrimaryRec {
-    key: String,
     vary: Arc<[String]>,
     variants: Vec<KeyHash>,
 }
@@ -265,6 +286,10 @@ pub struct Index {
     entries: AtomicU64,
     mem_bytes: AtomicU64,
     disk_bytes: AtomicU64,
+    /// Where the next eviction starts sampling shards.
+    evict_cursor: AtomicUsize,
+    /// Where the next inactive sweep resumes: shard and slot.
+    sweep: Mutex<(usize, u32)>,
 }
 
 impl std::fmt::Debug for Index {
@@ -290,19 +315,46 @@ fn stripe_of(hash: KeyHash) -> usize {
     ((hash >> 64) as usize) & (VERSION_STRIPES - 1)
 }
 
-fn mem_estimate(m: &ObjectMeta) -> u64 {
-    ENTRY_OVERHEAD
-        + 2 * m.key.len() as u64
-        + m.header_block.len() as u64
-        + m.etag.as_ref().map_or(0, |e| e.len() as u64)
-        + m.tags.iter().map(|t| t.len() as u64 + 48).sum::<u64>()
-        + m.vary.iter().map(|v| v.len() as u64 + 24).sum::<u64>()
+fn blocks_of(disk_size: u64) -> u32 {
+    u32::try_from(disk_size.div_ceil(BLOCK)).unwrap_or(u32::MAX)
+}
+
+/// Whether a key names a compressed copy (see [`crate::key::coded_key`]).
+fn is_copy(key: &str) -> bool {
+    key.contains(CODING_MARK)
+}
+
+/// The hash of the identity object a copy's key was made from.
+fn identity_of_copy(key: &str) -> Option<KeyHash> {
+    let (identity, _) = key.rsplit_once(CODING_MARK)?;
+    let identity = identity
+        .strip_suffix(crate::key::VARIANT_SEP)
+        .filter(|i| !i.contains(crate::key::VARIANT_SEP))
+        .unwrap_or(identity);
+    Some(key_hash(identity))
+}
+
+fn victim(hash: KeyHash, s: &Slot) -> Victim {
+    Victim {
+        hash,
+        ino: join_ino(s.ino),
+        disk_size: u64::from(s.blocks) * BLOCK,
+    }
+}
+
+fn entry_of(s: &Slot) -> Entry {
+    Entry {
+        ino: join_ino(s.ino),
+        gen: u64::from(s.gen),
+        soft_purged: s.flags & SOFT_PURGED != 0,
+        disk_size: u64::from(s.blocks) * BLOCK,
+    }
 }
 
 impl Index {
     pub fn new() -> Index {
         Index {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             versions: (0..VERSION_STRIPES).map(|_| AtomicU64::new(0)).collect(),
             next_gen: AtomicU64::new(1),
             primaries: (0..SHARDS)
@@ -313,6 +365,8 @@ impl Index {
             entries: AtomicU64::new(0),
             mem_bytes: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
+            evict_cursor: AtomicUsize::new(0),
+            sweep: Mutex::new((0, 0)),
         }
     }
 
@@ -327,32 +381,41 @@ impl Index {
         self.versions[stripe_of(hash)].fetch_add(1, Ordering::Release);
     }
 
-    fn new_gen(&self) -> u64 {
-        self.next_gen.fetch_add(1, Ordering::Relaxed)
+    fn new_gen(&self) -> u32 {
+        // Never 0 (a RAM tier's "none").
+        (self.next_gen.fetch_add(1, Ordering::Relaxed) as u32).max(1)
+    }
+
+    /// The access clock: [`TICKS_PER_SEC`] ticks since the index was created.
+    pub fn now_ticks(&self) -> u32 {
+        let t = self.epoch.elapsed().as_millis() as u64 * TICKS_PER_SEC / 1000;
+        u32::try_from(t).unwrap_or(u32::MAX)
+    }
+
+    /// `d` in access clock ticks, rounded up.
+    pub fn ticks_of(d: Duration) -> u32 {
+        let t = (d.as_millis() as u64 * TICKS_PER_SEC).div_ceil(1000);
+        u32::try_from(t).unwrap_or(u32::MAX)
     }
 
     /// Record an access to `hash` made without [`Index::get`] (a worker's front
-    /// answered it): its LRU position and last access move, at most once per second
-    /// per object and worker.
+    /// answered it): its clock bit and last access, at most once per second per object
+    /// and worker.
     pub fn touch(&self, hash: KeyHash) {
-        let now = self.now_ns();
+        let now = self.now_ticks();
         let mut shard = lock(&self.shards[shard_of(hash)]);
-        if let Some(e) = shard.touch(hash, now) {
-            e.uses = e.uses.saturating_add(1);
+        if let Some(s) = shard.get_mut(hash) {
+            s.flags |= REFERENCED;
+            s.access = now;
         }
-    }
-
-    /// Monotonic nanoseconds since the index was created: the LRU clock (fine enough
-    /// that entries touched in the same millisecond still have an order).
-    pub fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
     }
 
     pub fn entries(&self) -> u64 {
         self.entries.load(Ordering::Relaxed)
     }
 
-    /// Estimated index memory (the `keys_zone` budget is checked against this).
+    /// Index memory as the `keys_zone` budget counts it ([`ENTRY_BYTES`] per object,
+    /// plus [`VARIANT_BYTES`] per `Vary` variant and [`TAG_BYTES`] per tag).
     pub fn mem_bytes(&self) -> u64 {
         self.mem_bytes.load(Ordering::Relaxed)
     }
@@ -374,145 +437,198 @@ impl Index {
             .filter(|v| !v.is_empty())
     }
 
-    /// Hashes of every stored variant of a primary key.
+    /// Hashes of every stored object of a primary key except compressed copies (its
+    /// `Vary` variants, or itself).
     pub fn variants_of(&self, primary: KeyHash) -> Vec<KeyHash> {
-        let p = lock(&self.primaries[shard_of(primary)]);
-        p.get(&primary)
-            .map(|r| r.variants.clone())
-            .unwrap_or_default()
-    }
-
-    /// An entry's metadata, inode and body offset by hash alone (no key check, no LRU
-    /// update, not marked in use): for maintenance that walks a primary key's variants.
-    pub fn peek(&self, hash: KeyHash) -> Option<(Arc<ObjectMeta>, u64, u64)> {
-        let shard = lock(&self.shards[shard_of(hash)]);
-        let i = *shard.map.get(&hash)?;
-        let e = shard.slots[i as usize].entry.as_ref()?;
-        Some((e.meta.clone(), e.ino, e.body_offset))
-    }
-
-    /// Whether an entry exists (no LRU update).
-    pub fn contains(&self, hash: KeyHash) -> bool {
-        lock(&self.shards[shard_of(hash)]).map.contains_key(&hash)
-    }
-
-    /// Find an entry, verify its key (hash collisions), bump its LRU position and use
-    /// count, and mark it in use.
-    pub fn get(&self, hash: KeyHash, key: &str) -> Option<Snapshot> {
-        let now = self.now_ns();
-        let mut shard = lock(&self.shards[shard_of(hash)]);
-        let e = shard.get_mut(hash)?;
-        if e.meta.key != key {
-            return None;
+        let rec = {
+            let p = lock(&self.primaries[shard_of(primary)]);
+            p.get(&primary).map(|r| r.variants.clone())
+        };
+        match rec {
+            Some(v) => v,
+            None if self.contains(primary) => vec![primary],
+            None => Vec::new(),
         }
-        let e = shard.touch(hash, now)?;
-        e.uses = e.uses.saturating_add(1);
-        e.readers.fetch_add(1, Ordering::AcqRel);
-        Some(Snapshot {
-            meta: e.meta.clone(),
-            body_offset: e.body_offset,
-            ino: e.ino,
-            gen: e.gen,
-            soft_purged: e.soft_purged,
-            uses: e.uses,
-            guard: UseGuard(e.readers.clone()),
-        })
+    }
+
+    /// Whether `hash` has (or had) compressed copies stored.
+    pub fn has_copies(&self, hash: KeyHash) -> bool {
+        let shard = lock(&self.shards[shard_of(hash)]);
+        shard
+            .find(hash)
+            .is_some_and(|i| shard.slot(i).flags & HAS_COPIES != 0)
+    }
+
+    /// An entry by hash (no access recorded): for maintenance.
+    pub fn peek(&self, hash: KeyHash) -> Option<Entry> {
+        let shard = lock(&self.shards[shard_of(hash)]);
+        let i = shard.find(hash)?;
+        Some(entry_of(shard.slot(i)))
+    }
+
+    /// Whether an entry exists (no access recorded).
+    pub fn contains(&self, hash: KeyHash) -> bool {
+        lock(&self.shards[shard_of(hash)]).find(hash).is_some()
+    }
+
+    /// Find an entry and record the access. The caller checks the key in the file.
+    pub fn get(&self, hash: KeyHash) -> Option<Entry> {
+        let now = self.now_ticks();
+        let mut shard = lock(&self.shards[shard_of(hash)]);
+        let s = shard.get_mut(hash)?;
+        s.flags |= REFERENCED;
+        s.access = now;
+        Some(entry_of(s))
     }
 
     /// Insert or replace. Returns the replaced entry as a victim (its file was already
     /// replaced by the rename, so the caller only fixes accounting: nothing to delete).
-    pub fn insert(&self, new: NewEntry) -> Option<Victim> {
+    pub fn insert(&self, new: NewEntry<'_>) -> Option<Victim> {
         self.insert_inner(new, true, false).1
     }
 
     /// Insert only when absent (the loader must never overwrite a newer entry).
     /// `soft_purged` marks it stale at once. Returns true if inserted.
-    pub fn insert_if_absent(&self, new: NewEntry, soft_purged: bool) -> bool {
+    pub fn insert_if_absent(&self, new: NewEntry<'_>, soft_purged: bool) -> bool {
         self.insert_inner(new, false, soft_purged).0
     }
 
     fn insert_inner(
         &self,
-        new: NewEntry,
+        new: NewEntry<'_>,
         replace: bool,
         soft_purged: bool,
     ) -> (bool, Option<Victim>) {
-        let mut new = new;
-        if soft_purged && !new.meta.soft_purged {
-            Arc::make_mut(&mut new.meta).soft_purged = true;
+        let meta = new.meta;
+        let primary_key = meta.primary_key();
+        let primary = key_hash(primary_key);
+        let copy = is_copy(&meta.key);
+        // Taken before the shard (lock order); given back if the entry is not inserted.
+        let dir = self.purge.dir_acquire(primary_key);
+        let mut flags = LIVE;
+        if soft_purged || meta.soft_purged {
+            flags |= SOFT_PURGED;
         }
-        let primary_key = new.meta.primary_key().to_owned();
-        let primary = key_hash(&primary_key);
-        let mem = mem_estimate(&new.meta);
-        let entry = Entry {
-            soft_purged: new.meta.soft_purged,
+        if !meta.tags.is_empty() {
+            flags |= TAGGED;
+        }
+        let mut slot = Slot {
+            hash: split(new.hash),
+            ino: split_ino(new.ino),
             gen: self.new_gen(),
-            meta: new.meta,
-            primary,
-            body_offset: new.body_offset,
-            disk_size: new.disk_size,
-            ino: new.ino,
-            last_access: self.now_ns(),
-            uses: 0,
-            readers: Arc::new(AtomicU32::new(0)),
-            mem,
+            access: self.now_ticks(),
+            blocks: blocks_of(new.disk_size),
+            dir,
+            flags,
         };
         let mut shard = lock(&self.shards[shard_of(new.hash)]);
-        if !replace && shard.map.contains_key(&new.hash) {
+        let found = shard.find(new.hash);
+        if found.is_some() && !replace {
+            drop(shard);
+            self.purge.dir_release(dir);
             return (false, None);
         }
-        let tags = entry.meta.tags.clone();
-        let vary: Arc<[String]> = entry.meta.vary.clone().into();
-        let disk = entry.disk_size;
-        let old = shard.insert(new.hash, entry);
-        self.bump(new.hash);
-        self.mem_bytes.fetch_add(mem, Ordering::Relaxed);
-        self.disk_bytes.fetch_add(disk, Ordering::Relaxed);
-        let victim = match &old {
-            Some(o) => {
-                self.forget_accounting(o);
-                self.purge.remove_tags(new.hash, &o.meta.tags);
-                if o.primary != primary {
-                    // Same hash, different primary: only on a hash collision.
-                    self.detach_primary(o.primary, new.hash);
-                }
-                Some(Victim {
-                    hash: new.hash,
-                    ino: o.ino,
-                    disk_size: o.disk_size,
-                })
+        let old = found.map(|i| *shard.slot(i));
+        let old_primary = match &old {
+            Some(o) if o.flags & IN_RECORD != 0 => shard.primary_of.remove(&new.hash),
+            _ => None,
+        };
+        if let Some(o) = &old {
+            // Before the tags go: the accounting counts them.
+            self.forget_accounting(o);
+            if o.flags & TAGGED != 0 {
+                self.purge.remove_tags(new.hash);
             }
+        }
+        // A variant in its primary's record: a `Vary` response, or one without `Vary`
+        // under a primary that has a record (until it goes). Copies never are.
+        if !copy {
+            let mut p = lock(&self.primaries[shard_of(primary)]);
+            if !meta.vary.is_empty() || p.contains_key(&primary) {
+                let vary: Arc<[String]> = meta.vary.clone().into();
+                let rec = p.entry(primary).or_insert_with(|| PrimaryRec {
+                    vary: vary.clone(),
+                    variants: Vec::new(),
+                });
+                if replace || rec.variants.is_empty() {
+                    rec.vary = vary;
+                }
+                if !rec.variants.contains(&new.hash) {
+                    rec.variants.push(new.hash);
+                }
+                self.bump(primary);
+                slot.flags |= IN_RECORD;
+            }
+        }
+        if slot.flags & IN_RECORD != 0 {
+            shard.primary_of.insert(new.hash, primary);
+        }
+        if let Some(p) = old_primary.filter(|&p| p != primary) {
+            // Same hash, different primary: only on a hash collision.
+            self.detach_primary(p, new.hash);
+        }
+        match found {
+            Some(i) => *shard.slot_mut(i) = slot,
+            None => shard.add(slot),
+        }
+        if !meta.tags.is_empty() {
+            self.purge.add_tags(new.hash, &meta.tags);
+        }
+        self.bump(new.hash);
+        self.disk_bytes
+            .fetch_add(u64::from(slot.blocks) * BLOCK, Ordering::Relaxed);
+        self.mem_bytes
+            .fetch_add(self.mem_of(&slot), Ordering::Relaxed);
+        let victim = match &old {
+            Some(o) => Some(victim(new.hash, o)),
             None => {
                 self.entries.fetch_add(1, Ordering::Relaxed);
                 None
             }
         };
-        self.purge.add_tags(new.hash, &tags);
-        {
-            let mut p = lock(&self.primaries[shard_of(primary)]);
-            let rec = p.entry(primary).or_insert_with(|| {
-                self.purge.add_primary(&primary_key);
-                PrimaryRec {
-                    key: primary_key,
-                    vary: vary.clone(),
-                    variants: Vec::new(),
+        let identity = if copy {
+            identity_of_copy(&meta.key)
+        } else {
+            None
+        };
+        match identity {
+            Some(id) if shard_of(id) == shard_of(new.hash) => {
+                if let Some(s) = shard.get_mut(id) {
+                    s.flags |= HAS_COPIES;
                 }
-            });
-            if replace || rec.variants.is_empty() {
-                rec.vary = vary;
+                drop(shard);
             }
-            if !rec.variants.contains(&new.hash) {
-                rec.variants.push(new.hash);
+            Some(id) => {
+                drop(shard);
+                if let Some(s) = lock(&self.shards[shard_of(id)]).get_mut(id) {
+                    s.flags |= HAS_COPIES;
+                }
             }
-            self.bump(primary);
+            None => drop(shard),
         }
-        drop(shard);
+        if let Some(o) = &old {
+            self.purge.dir_release(o.dir);
+        }
         (true, victim)
     }
 
-    fn forget_accounting(&self, e: &Entry) {
-        self.mem_bytes.fetch_sub(e.mem, Ordering::Relaxed);
-        self.disk_bytes.fetch_sub(e.disk_size, Ordering::Relaxed);
+    fn forget_accounting(&self, s: &Slot) {
+        self.mem_bytes.fetch_sub(self.mem_of(s), Ordering::Relaxed);
+        self.disk_bytes
+            .fetch_sub(u64::from(s.blocks) * BLOCK, Ordering::Relaxed);
+    }
+
+    /// What [`Index::mem_bytes`] counted for `s` (its tags are counted from the map,
+    /// which still holds them).
+    fn mem_of(&self, s: &Slot) -> u64 {
+        let mut m = ENTRY_BYTES;
+        if s.flags & IN_RECORD != 0 {
+            m += VARIANT_BYTES;
+        }
+        if s.flags & TAGGED != 0 {
+            m += TAG_BYTES * self.purge.tags_of(join(s.hash)) as u64;
+        }
+        m
     }
 
     fn detach_primary(&self, primary: KeyHash, hash: KeyHash) {
@@ -521,8 +637,7 @@ impl Index {
             rec.variants.retain(|&h| h != hash);
             self.bump(primary);
             if rec.variants.is_empty() {
-                let rec = p.remove(&primary).expect("present");
-                self.purge.remove_primary(&rec.key);
+                p.remove(&primary);
             }
         }
     }
@@ -532,144 +647,204 @@ impl Index {
     pub fn remove(&self, hash: KeyHash, ino: Option<u64>) -> Option<Victim> {
         let mut shard = lock(&self.shards[shard_of(hash)]);
         if let Some(want) = ino {
-            if shard.get_mut(hash)?.ino != want {
+            if join_ino(shard.get_mut(hash)?.ino) != want {
                 return None;
             }
         }
-        let e = shard.remove(hash)?;
-        self.take_out(hash, &e);
+        let s = shard.take(hash)?;
+        let dir = self.take_out(&mut shard, hash, &s);
         drop(shard);
-        Some(Victim {
-            hash,
-            ino: e.ino,
-            disk_size: e.disk_size,
-        })
+        self.purge.dir_release(dir);
+        Some(victim(hash, &s))
     }
 
-    /// Bookkeeping for an entry just removed from its shard (shard lock held).
-    fn take_out(&self, hash: KeyHash, e: &Entry) {
+    /// Bookkeeping for a slot just taken out of its shard (shard lock held); returns
+    /// the directory to release once the shard lock is dropped.
+    fn take_out(&self, shard: &mut Shard, hash: KeyHash, s: &Slot) -> u32 {
         self.bump(hash);
         self.entries.fetch_sub(1, Ordering::Relaxed);
-        self.forget_accounting(e);
-        self.purge.remove_tags(hash, &e.meta.tags);
-        self.detach_primary(e.primary, hash);
+        self.forget_accounting(s);
+        if s.flags & TAGGED != 0 {
+            self.purge.remove_tags(hash);
+        }
+        if s.flags & IN_RECORD != 0 {
+            if let Some(p) = shard.primary_of.remove(&hash) {
+                self.detach_primary(p, hash);
+            }
+        }
+        s.dir
     }
 
-    /// Mark an entry soft-purged; returns what the caller needs to persist the flag.
-    pub fn set_soft_purged(&self, hash: KeyHash) -> Option<(Arc<ObjectMeta>, u64, u64)> {
+    /// Mark an entry soft-purged (a new generation); returns it (the caller persists
+    /// the flag in the file's header).
+    pub fn set_soft_purged(&self, hash: KeyHash) -> Option<Entry> {
+        let gen = self.new_gen();
         let mut shard = lock(&self.shards[shard_of(hash)]);
-        let e = shard.get_mut(hash)?;
-        e.soft_purged = true;
-        let mut m = (*e.meta).clone();
-        m.soft_purged = true;
-        e.meta = Arc::new(m);
-        e.gen = self.new_gen();
-        let out = (e.meta.clone(), e.body_offset, e.ino);
+        let s = shard.get_mut(hash)?;
+        s.flags |= SOFT_PURGED;
+        s.gen = gen;
+        let e = entry_of(s);
         self.bump(hash);
-        Some(out)
+        Some(e)
     }
 
-    /// Replace an entry's metadata after a refresh (same file, same body). With a new
-    /// inode and offset when the refresh had to rewrite the whole file.
-    pub fn update_meta(
+    /// After a refresh (same body): a new generation and the soft purge flag as given;
+    /// with a new inode and size when the refresh had to rewrite the whole file.
+    pub fn update(
         &self,
         hash: KeyHash,
         expect_ino: u64,
-        meta: Arc<ObjectMeta>,
-        new_file: Option<(u64, u64, u64)>,
+        soft_purged: bool,
+        new_file: Option<(u64, u64)>,
     ) -> bool {
+        let gen = self.new_gen();
         let mut shard = lock(&self.shards[shard_of(hash)]);
-        let Some(e) = shard.get_mut(hash) else {
+        let Some(s) = shard.get_mut(hash) else {
             return false;
         };
-        if e.ino != expect_ino {
+        if join_ino(s.ino) != expect_ino {
             return false;
         }
-        let mem = mem_estimate(&meta);
-        let old_mem = e.mem;
-        let old_disk = e.disk_size;
-        e.soft_purged = meta.soft_purged;
-        e.meta = meta;
-        e.mem = mem;
-        e.gen = self.new_gen();
-        if let Some((ino, off, disk)) = new_file {
-            e.ino = ino;
-            e.body_offset = off;
-            e.disk_size = disk;
+        let old_blocks = s.blocks;
+        s.gen = gen;
+        if soft_purged {
+            s.flags |= SOFT_PURGED;
+        } else {
+            s.flags &= !SOFT_PURGED;
         }
-        let new_disk = e.disk_size;
+        if let Some((ino, disk)) = new_file {
+            s.ino = split_ino(ino);
+            s.blocks = blocks_of(disk);
+        }
+        let new_blocks = s.blocks;
         self.bump(hash);
-        self.mem_bytes.fetch_add(mem, Ordering::Relaxed);
-        self.mem_bytes.fetch_sub(old_mem, Ordering::Relaxed);
-        self.disk_bytes.fetch_add(new_disk, Ordering::Relaxed);
-        self.disk_bytes.fetch_sub(old_disk, Ordering::Relaxed);
+        self.disk_bytes
+            .fetch_add(u64::from(new_blocks) * BLOCK, Ordering::Relaxed);
+        self.disk_bytes
+            .fetch_sub(u64::from(old_blocks) * BLOCK, Ordering::Relaxed);
         true
     }
 
-    /// Take up to `max` least recently used entries out of the index (approximate
-    /// global LRU: each victim comes from the shard whose evictable tail is oldest).
-    /// Entries in use are skipped.
+    /// Take up to `max` entries out of the index, each the least recently used of the
+    /// clock candidates of [`EVICT_SAMPLE`] shards (approximate global LRU with second
+    /// chances).
     pub fn evict_lru(&self, max: usize) -> Vec<Victim> {
         let mut out = Vec::new();
-        while out.len() < max {
-            let mut best: Option<(usize, KeyHash, u64)> = None;
-            for (i, s) in self.shards.iter().enumerate() {
-                if let Some((h, t)) = lock(s).lru_candidate() {
-                    if best.is_none_or(|(_, _, bt)| t < bt) {
-                        best = Some((i, h, t));
+        let mut released = Vec::new();
+        'victims: while out.len() < max {
+            let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
+            // The oldest access wins; within one tick, the oldest generation.
+            let mut best: Option<(usize, KeyHash, (u32, u32))> = None;
+            let mut sampled = 0;
+            for k in 0..SHARDS {
+                let si = (start + k) % SHARDS;
+                let mut shard = lock(&self.shards[si]);
+                if let Some(i) = shard.clock_candidate() {
+                    let s = shard.slot(i);
+                    let age = (s.access, s.gen);
+                    if best.is_none_or(|(_, _, a)| age < a) {
+                        best = Some((si, join(s.hash), age));
+                    }
+                    sampled += 1;
+                    if sampled == EVICT_SAMPLE {
+                        break;
                     }
                 }
             }
-            let Some((i, h, _)) = best else { break };
-            let mut shard = lock(&self.shards[i]);
+            let Some((si, h, _)) = best else { break };
+            let mut shard = lock(&self.shards[si]);
             // Re-check under the lock: it may have been used or removed meanwhile.
-            if shard.lru_candidate().map(|(c, _)| c) != Some(h) {
-                continue;
+            let still = shard
+                .clock_candidate()
+                .is_some_and(|i| join(shard.slot(i).hash) == h);
+            if !still {
+                continue 'victims;
             }
-            if let Some(e) = shard.remove(h) {
-                self.take_out(h, &e);
-                out.push(Victim {
-                    hash: h,
-                    ino: e.ino,
-                    disk_size: e.disk_size,
-                });
+            if let Some(s) = shard.take(h) {
+                released.push(self.take_out(&mut shard, h, &s));
+                out.push(victim(h, &s));
+            }
+        }
+        for d in released {
+            self.purge.dir_release(d);
+        }
+        out
+    }
+
+    /// Take up to `max` entries not accessed since `older_than` (see
+    /// [`Index::now_ticks`]) out of the index: the `inactive` expiry. Looks at
+    /// [`INACTIVE_SCAN`] slots at least (and `max` × 16), resuming where the last call
+    /// stopped, so a pass stays bounded at any index size; every object is looked at
+    /// within entries / [`INACTIVE_SCAN`] passes.
+    pub fn expire_inactive(&self, older_than: u32, max: usize) -> Vec<Victim> {
+        let mut out = Vec::new();
+        let mut released = Vec::new();
+        let mut budget = INACTIVE_SCAN.max(max.saturating_mul(16));
+        let mut sweep = lock(&self.sweep);
+        let (mut si, mut pos) = *sweep;
+        let mut shards_done = 0;
+        while budget > 0 && out.len() < max && shards_done <= SHARDS {
+            let mut shard = lock(&self.shards[si]);
+            while pos < shard.used && budget > 0 && out.len() < max {
+                let s = *shard.slot(pos);
+                pos += 1;
+                budget -= 1;
+                if s.flags & LIVE == 0 || s.access >= older_than {
+                    continue;
+                }
+                // In use (an open reader) is fine to expire: the reader keeps its fd.
+                let h = join(s.hash);
+                if shard.take(h).is_some() {
+                    released.push(self.take_out(&mut shard, h, &s));
+                    out.push(victim(h, &s));
+                }
+            }
+            if pos >= shard.used {
+                si = (si + 1) % SHARDS;
+                pos = 0;
+                shards_done += 1;
+            }
+        }
+        *sweep = (si, pos);
+        drop(sweep);
+        for d in released {
+            self.purge.dir_release(d);
+        }
+        out
+    }
+
+    /// Hashes of the live objects whose directory `pick` says yes to: the in-memory
+    /// walk behind a purge by prefix (see [`crate::purge`]). Each shard is locked for
+    /// its own walk only.
+    pub fn in_dirs(&self, pick: &dyn Fn(u32) -> bool) -> Vec<(KeyHash, u32)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let shard = lock(s);
+            for chunk in &shard.chunks {
+                for slot in chunk.iter() {
+                    if slot.flags & LIVE != 0 && pick(slot.dir) {
+                        out.push((join(slot.hash), slot.dir));
+                    }
+                }
             }
         }
         out
     }
 
-    /// Take up to `max` entries not accessed since `older_than` (monotonic ns, see
-    /// [`Index::now_ns`]) out of the index: the `inactive` expiry.
-    pub fn expire_inactive(&self, older_than: u64, max: usize) -> Vec<Victim> {
-        let mut out = Vec::new();
-        for s in self.shards.iter() {
-            let mut shard = lock(s);
-            while out.len() < max {
-                let t = shard.tail;
-                if t == NIL {
-                    break;
-                }
-                let slot = &shard.slots[t as usize];
-                let h = slot.hash;
-                match &slot.entry {
-                    Some(e) if e.last_access < older_than => {}
-                    _ => break,
-                }
-                // In use (an open reader) is fine to expire: the reader keeps its fd.
-                if let Some(e) = shard.remove(h) {
-                    self.take_out(h, &e);
-                    out.push(Victim {
-                        hash: h,
-                        ino: e.ino,
-                        disk_size: e.disk_size,
-                    });
-                }
-            }
-            if out.len() >= max {
-                break;
-            }
-        }
-        out
+    /// Bytes the index's structures hold (slabs, tables, free lists, variant maps):
+    /// what [`ENTRY_BYTES`] estimates, for tests and benchmarks.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                (s.chunks.len() * CHUNK * std::mem::size_of::<Slot>()
+                    + s.table.allocation_size()
+                    + s.free.capacity() * 4
+                    + s.chunks.capacity() * std::mem::size_of::<Box<[Slot]>>())
+                    as u64
+            })
+            .sum()
     }
 }
 
@@ -678,36 +853,42 @@ mod tests {
     use super::*;
     use std::time::SystemTime;
 
-    fn entry(key: &str, disk: u64) -> NewEntry {
-        let mut m = ObjectMeta::new(key, 200, SystemTime::now());
-        m.body_len = disk;
-        NewEntry {
+    fn meta(key: &str) -> ObjectMeta {
+        ObjectMeta::new(key, 200, SystemTime::now())
+    }
+
+    fn put(idx: &Index, key: &str, disk: u64) -> Option<Victim> {
+        let m = meta(key);
+        idx.insert(NewEntry {
             hash: key_hash(key),
-            meta: Arc::new(m),
-            body_offset: 4096,
+            meta: &m,
             disk_size: disk,
             ino: 1,
-        }
+        })
+    }
+
+    #[test]
+    fn slots_are_44_bytes_and_round_trip_hashes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 44);
+        let h = key_hash("http://h/x");
+        assert_eq!(join(split(h)), h);
+        assert_eq!(join_ino(split_ino(u64::MAX - 3)), u64::MAX - 3);
     }
 
     #[test]
     fn insert_get_remove_accounting() {
         let idx = Index::new();
-        assert!(idx.insert(entry("a", 100)).is_none());
-        assert!(idx.insert(entry("b", 50)).is_none());
+        assert!(put(&idx, "a", 8192).is_none());
+        assert!(put(&idx, "b", 4096).is_none());
         assert_eq!(idx.entries(), 2);
-        assert_eq!(idx.disk_bytes(), 150);
-        let v = idx.insert(entry("a", 10)).expect("replaced");
-        assert_eq!(v.disk_size, 100);
+        assert_eq!(idx.disk_bytes(), 12288);
+        assert_eq!(idx.mem_bytes(), 2 * ENTRY_BYTES);
+        let v = put(&idx, "a", 4096).expect("replaced");
+        assert_eq!(v.disk_size, 8192);
         assert_eq!(idx.entries(), 2);
-        assert_eq!(idx.disk_bytes(), 60);
-        let s = idx.get(key_hash("a"), "a").unwrap();
-        assert_eq!(s.uses, 1);
-        assert!(
-            idx.get(key_hash("a"), "not-a").is_none(),
-            "key mismatch is a miss"
-        );
-        drop(s);
+        assert_eq!(idx.disk_bytes(), 8192);
+        let e = idx.get(key_hash("a")).unwrap();
+        assert_eq!(e.ino, 1);
         assert!(
             idx.remove(key_hash("a"), Some(999)).is_none(),
             "wrong inode kept"
@@ -718,51 +899,106 @@ mod tests {
             (idx.entries(), idx.disk_bytes(), idx.mem_bytes()),
             (0, 0, 0)
         );
-        assert!(idx.purge_index().primaries_with_prefix("").is_empty());
+        assert_eq!(idx.purge_index().dir_count(), 0, "directories released");
     }
 
     #[test]
     fn insert_if_absent_never_overwrites() {
         let idx = Index::new();
-        idx.insert(entry("a", 100));
-        assert!(!idx.insert_if_absent(entry("a", 1), false));
-        assert_eq!(idx.disk_bytes(), 100);
+        put(&idx, "a", 8192);
+        let m = meta("a");
+        let e = NewEntry {
+            hash: key_hash("a"),
+            meta: &m,
+            disk_size: 4096,
+            ino: 2,
+        };
+        assert!(!idx.insert_if_absent(e, false));
+        assert_eq!(idx.disk_bytes(), 8192);
+        assert_eq!(idx.purge_index().dir_count(), 1);
     }
 
     #[test]
-    fn lru_order_and_in_use_skipping() {
+    fn eviction_takes_the_least_recently_used_and_gives_second_chances() {
         let idx = Index::new();
         for i in 0..10 {
-            idx.insert(entry(&format!("k{i}"), 1));
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            put(&idx, &format!("k{i}"), 4096);
+            std::thread::sleep(Duration::from_millis(70));
         }
-        // Touch k0 so that it becomes the most recent; hold k1 in use.
-        drop(idx.get(key_hash("k0"), "k0"));
-        let held = idx.get(key_hash("k1"), "k1").unwrap();
-        let v = idx.evict_lru(3);
-        let got: Vec<KeyHash> = v.iter().map(|v| v.hash).collect();
-
-        assert_eq!(got, vec![key_hash("k2"), key_hash("k3"), key_hash("k4")]);
-        drop(held);
-        // k1 is evictable again once released, in LRU order (its lookup touched it).
-        let v = idx.evict_lru(7);
-        let got: Vec<KeyHash> = v.iter().map(|v| v.hash).collect();
-        let want: Vec<KeyHash> = ["k5", "k6", "k7", "k8", "k9", "k0", "k1"]
+        // k0 is used again: the newest access, and a reference bit.
+        assert!(idx.get(key_hash("k0")).is_some());
+        let got: Vec<KeyHash> = idx.evict_lru(3).iter().map(|v| v.hash).collect();
+        let want: Vec<KeyHash> = ["k1", "k2", "k3"].iter().map(|k| key_hash(k)).collect();
+        assert_eq!(got, want);
+        let got: Vec<KeyHash> = idx.evict_lru(7).iter().map(|v| v.hash).collect();
+        let want: Vec<KeyHash> = ["k4", "k5", "k6", "k7", "k8", "k9", "k0"]
             .iter()
             .map(|k| key_hash(k))
             .collect();
         assert_eq!(got, want);
         assert_eq!(idx.entries(), 0);
+        assert!(idx.evict_lru(1).is_empty());
+    }
+
+    #[test]
+    fn clock_hand_clears_reference_bits_then_stops() {
+        let mut shard = Shard::default();
+        for i in 0..3u128 {
+            shard.add(Slot {
+                hash: split(i << 6),
+                flags: LIVE | REFERENCED,
+                ..Slot::default()
+            });
+        }
+        // Every slot referenced: one round clears them and names none; the next stops
+        // at slot 0.
+        assert_eq!(shard.clock_candidate(), None);
+        assert_eq!(shard.clock_candidate(), Some(0));
+        assert_eq!(shard.clock_candidate(), Some(0), "the hand stays put");
+        shard.take(0);
+        assert_eq!(shard.clock_candidate(), Some(1));
+        shard.slot_mut(1).flags |= REFERENCED;
+        assert_eq!(
+            shard.clock_candidate(),
+            Some(2),
+            "a referenced slot is passed"
+        );
+    }
+
+    #[test]
+    fn hashes_sharing_their_table_hash_and_shard_stay_apart() {
+        // Two keys whose hashes share the 64 bits the table hashes and the 6 bits that
+        // pick the shard: the table finds both, each by its full 128-bit hash.
+        let mut shard = Shard::default();
+        let (a, b) = ((0xabcd_u128 << 64) | 0x40, (0xabcd_u128 << 64) | 0x80);
+        assert_eq!((table_hash(a), shard_of(a)), (table_hash(b), shard_of(b)));
+        shard.add(Slot {
+            hash: split(a),
+            ino: split_ino(1),
+            flags: LIVE,
+            ..Slot::default()
+        });
+        assert!(shard.find(b).is_none(), "a shared prefix is not a match");
+        shard.add(Slot {
+            hash: split(b),
+            ino: split_ino(2),
+            flags: LIVE,
+            ..Slot::default()
+        });
+        let ino = |s: &Shard, h| join_ino(s.slot(s.find(h).unwrap()).ino);
+        assert_eq!((ino(&shard, a), ino(&shard, b)), (1, 2));
+        assert_eq!(join_ino(shard.take(a).unwrap().ino), 1);
+        assert!(shard.find(a).is_none());
+        assert_eq!(ino(&shard, b), 2);
     }
 
     #[test]
     fn inactive_expiry() {
         let idx = Index::new();
-        idx.insert(entry("old", 1));
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        let cut = idx.now_ns();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        idx.insert(entry("new", 1));
+        put(&idx, "old", 4096);
+        std::thread::sleep(Duration::from_millis(200));
+        let cut = idx.now_ticks();
+        put(&idx, "new", 4096);
         let v = idx.expire_inactive(cut, 100);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].hash, key_hash("old"));
@@ -770,21 +1006,78 @@ mod tests {
     }
 
     #[test]
+    fn inactive_sweep_is_bounded_and_resumes() {
+        let idx = Index::new();
+        let n = INACTIVE_SCAN + 5000;
+        for i in 0..n {
+            put(&idx, &format!("k{i}"), 4096);
+        }
+        let all = u32::MAX;
+        let first = idx.expire_inactive(all, usize::MAX).len();
+        assert!(first <= INACTIVE_SCAN.max(n), "bounded: {first}");
+        let mut total = first;
+        for _ in 0..4 {
+            total += idx.expire_inactive(all, usize::MAX).len();
+        }
+        assert_eq!(total, n, "every object reached within a few passes");
+        assert_eq!(idx.entries(), 0);
+    }
+
+    #[test]
     fn variants_and_vary_names() {
         let idx = Index::new();
-        let mut e = entry("p\0gzip", 1);
-        Arc::get_mut(&mut e.meta).unwrap().vary = vec!["accept-encoding".into()];
+        let mut m = meta("p\0gzip");
+        m.vary = vec!["accept-encoding".into()];
+        let e = NewEntry {
+            hash: key_hash("p\0gzip"),
+            meta: &m,
+            disk_size: 4096,
+            ino: 1,
+        };
         idx.insert(e);
-        let mut e = entry("p\0br", 1);
-        Arc::get_mut(&mut e.meta).unwrap().vary = vec!["accept-encoding".into()];
-        idx.insert(e);
+        let mut m2 = meta("p\0br");
+        m2.vary = m.vary.clone();
+        idx.insert(NewEntry {
+            hash: key_hash("p\0br"),
+            meta: &m2,
+            ..e
+        });
         let p = key_hash("p");
         assert_eq!(&*idx.vary_of(p).unwrap(), &["accept-encoding".to_string()]);
         assert_eq!(idx.variants_of(p).len(), 2);
+        assert_eq!(idx.mem_bytes(), 2 * (ENTRY_BYTES + VARIANT_BYTES));
         idx.remove(key_hash("p\0gzip"), None);
         assert_eq!(idx.variants_of(p), vec![key_hash("p\0br")]);
         idx.remove(key_hash("p\0br"), None);
         assert!(idx.vary_of(p).is_none());
+        assert!(idx.variants_of(p).is_empty());
+        assert_eq!(idx.mem_bytes(), 0);
+    }
+
+    #[test]
+    fn plain_objects_have_no_record_and_copies_flag_their_identity() {
+        let idx = Index::new();
+        put(&idx, "http://h/a", 4096);
+        let p = key_hash("http://h/a");
+        assert!(idx.vary_of(p).is_none());
+        assert_eq!(idx.variants_of(p), vec![p]);
+        assert!(!idx.has_copies(p));
+        let ck = crate::key::coded_key("http://h/a", "gzip", 7);
+        put(&idx, &ck, 4096);
+        assert!(idx.has_copies(p));
+        assert_eq!(idx.variants_of(p), vec![p], "copies are not variants");
+    }
+
+    #[test]
+    fn memory_per_object_is_within_the_budget() {
+        let idx = Index::new();
+        let n = 200_000;
+        for i in 0..n {
+            put(&idx, &format!("http://h/obj/{}/{i}", i % 4), 4096);
+        }
+        let per = idx.allocated_bytes() as f64 / n as f64;
+        assert!(per <= ENTRY_BYTES as f64, "{per:.1} bytes per object");
+        assert_eq!(idx.purge_index().dir_count(), 4);
     }
 
     #[test]
@@ -797,11 +1090,11 @@ mod tests {
                     for i in 0..2000 {
                         let k = format!("k{}", (i * 7 + t) % 500);
                         if i % 3 == 0 {
-                            idx.insert(entry(&k, 10));
+                            put(&idx, &k, 4096);
                         } else if i % 11 == 0 {
                             idx.remove(key_hash(&k), None);
-                        } else if let Some(s) = idx.get(key_hash(&k), &k) {
-                            assert_eq!(s.meta.key, k);
+                        } else {
+                            let _ = idx.get(key_hash(&k));
                         }
                         if i % 97 == 0 {
                             idx.evict_lru(2);
@@ -821,7 +1114,8 @@ mod tests {
             }
         }
         assert_eq!(idx.entries(), n);
-        assert_eq!(idx.disk_bytes(), n * 10);
-        assert_eq!(idx.purge_index().primaries_with_prefix("k").len() as u64, n);
+        assert_eq!(idx.disk_bytes(), n * 4096);
+        assert_eq!(idx.mem_bytes(), n * ENTRY_BYTES);
+        assert_eq!(idx.purge_index().dir_count(), usize::from(n > 0));
     }
 }

@@ -175,8 +175,7 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool) {
             let inserted = cache.index.insert_if_absent(
                 NewEntry {
                     hash,
-                    meta: Arc::new(hdr.meta),
-                    body_offset: hdr.body_offset,
+                    meta: &hdr.meta,
                     disk_size,
                     ino: md.ino(),
                 },

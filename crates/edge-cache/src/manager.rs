@@ -78,9 +78,9 @@ pub fn pass(cache: &Cache) -> PassOutcome {
     let budget = cfg.manager_files.max(1);
     let mut out = PassOutcome::default();
 
-    // 1. inactive expiry, from the LRU tails.
-    let now = cache.index.now_ns();
-    let inactive = u64::try_from(cfg.inactive.as_nanos()).unwrap_or(u64::MAX);
+    // 1. inactive expiry (a bounded sweep of the index, resumed by the next pass).
+    let now = cache.index.now_ticks();
+    let inactive = crate::index::Index::ticks_of(cfg.inactive);
     if now > inactive {
         let victims = cache.index.expire_inactive(now - inactive, budget);
         out.expired = victims.len();

@@ -9,10 +9,11 @@
 //! purge is also remembered as a [`PurgeRule`] until the loader is done; the loader and
 //! the disk fallback in `lookup` apply those rules to the files they find.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use crate::index::HashMapK;
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
 
@@ -24,94 +25,187 @@ pub const MAX_TAG_LEN: usize = 256;
 /// bound on memory; documented in docs/cache.md as a limit of purging during loading).
 pub const MAX_PENDING_RULES: usize = 10_000;
 
-/// Ordered primary keys and the tag map.
+/// The directories of primary keys and the tag map.
+///
+/// Purge by prefix: every object's slot names the *directory* of its primary key (the
+/// key up to and including its last `/`), a 4-byte id into this table of distinct
+/// directories (reference counted, so a directory lives as long as one object in it).
+/// A prefix selects the directories that start with it (all their objects match) and
+/// at most one more, the prefix's own directory when the prefix ends inside a name,
+/// whose objects are checked against their stored key. The purge then walks the index
+/// in memory for slots in the selected directories: no per-object key is kept in RAM,
+/// and no disk scan happens (only that one directory's headers are read, when asked).
+///
+/// Purge by tag: tag → objects, and object → tags for the tagged objects only (so
+/// removing an object finds its tags without its metadata).
 #[derive(Debug, Default)]
 pub struct PurgeIndex {
-    prefixes: RwLock<BTreeSet<String>>,
-    tags: Mutex<HashMap<String, HashSet<KeyHash>>>,
+    dirs: Mutex<Dirs>,
+    tags: Mutex<Tags>,
+}
+
+#[derive(Debug, Default)]
+struct Dirs {
+    by_path: HashMap<Arc<str>, u32>,
+    nodes: Vec<Option<DirNode>>,
+    free: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct DirNode {
+    path: Arc<str>,
+    refs: u32,
+}
+
+type HashSetK = HashSet<KeyHash, std::hash::BuildHasherDefault<crate::index::KeyHashHasher>>;
+
+#[derive(Debug, Default)]
+struct Tags {
+    by_tag: HashMap<Arc<str>, HashSetK>,
+    of: HashMapK<Box<[Arc<str>]>>,
+}
+
+/// The directory of a primary key: up to and including its last `/` (empty without).
+pub fn dir_of(primary: &str) -> &str {
+    primary.rfind('/').map_or("", |i| &primary[..=i])
+}
+
+/// Which directories a purge by prefix selects (see [`PurgeIndex`]).
+#[derive(Debug, Default)]
+pub struct DirPick {
+    /// Every object in these matches.
+    pub all: HashSet<u32>,
+    /// Objects in this one match when their key starts with the prefix.
+    pub check: Option<u32>,
+}
+
+impl DirPick {
+    pub fn wants(&self, dir: u32) -> bool {
+        self.all.contains(&dir) || self.check == Some(dir)
+    }
 }
 
 impl PurgeIndex {
-    pub(crate) fn add_primary(&self, primary: &str) {
-        write(&self.prefixes).insert(primary.to_owned());
+    /// The id of `primary`'s directory, with one more reference.
+    pub(crate) fn dir_acquire(&self, primary: &str) -> u32 {
+        let path = dir_of(primary);
+        let mut d = lock(&self.dirs);
+        if let Some(&id) = d.by_path.get(path) {
+            if let Some(n) = d.nodes[id as usize].as_mut() {
+                n.refs += 1;
+            }
+            return id;
+        }
+        let path: Arc<str> = path.into();
+        let node = DirNode {
+            path: path.clone(),
+            refs: 1,
+        };
+        let id = match d.free.pop() {
+            Some(id) => {
+                d.nodes[id as usize] = Some(node);
+                id
+            }
+            None => {
+                d.nodes.push(Some(node));
+                (d.nodes.len() - 1) as u32
+            }
+        };
+        d.by_path.insert(path, id);
+        id
     }
 
-    pub(crate) fn remove_primary(&self, primary: &str) {
-        write(&self.prefixes).remove(primary);
+    /// Drops one reference to a directory (the last one frees it).
+    pub(crate) fn dir_release(&self, id: u32) {
+        let mut d = lock(&self.dirs);
+        let Some(Some(n)) = d.nodes.get_mut(id as usize) else {
+            return;
+        };
+        n.refs -= 1;
+        if n.refs == 0 {
+            let path = n.path.clone();
+            d.nodes[id as usize] = None;
+            d.by_path.remove(&path);
+            d.free.push(id);
+        }
+    }
+
+    /// Distinct directories of stored primary keys.
+    pub fn dir_count(&self) -> usize {
+        lock(&self.dirs).by_path.len()
+    }
+
+    /// The directories a purge of `prefix` selects.
+    pub fn pick_dirs(&self, prefix: &str) -> DirPick {
+        let own = dir_of(prefix);
+        let d = lock(&self.dirs);
+        let mut pick = DirPick::default();
+        for (path, &id) in d.by_path.iter() {
+            if path.starts_with(prefix) {
+                pick.all.insert(id);
+            } else if &**path == own {
+                pick.check = Some(id);
+            }
+        }
+        pick
+    }
+
+    /// The hosts of stored `http://host/...` primary keys (a purge by path on every
+    /// host purges `http://<host><path>` for each).
+    pub fn hosts(&self) -> Vec<String> {
+        let d = lock(&self.dirs);
+        let mut hosts: HashSet<&str> = HashSet::new();
+        for path in d.by_path.keys() {
+            if let Some(rest) = path.strip_prefix("http://") {
+                let end = rest.find(['/', '?']).unwrap_or(rest.len());
+                hosts.insert(&rest[..end]);
+            }
+        }
+        hosts.into_iter().map(str::to_owned).collect()
     }
 
     pub(crate) fn add_tags(&self, hash: KeyHash, tags: &[String]) {
         if tags.is_empty() {
             return;
         }
-        let mut map = lock(&self.tags);
-        for t in tags {
-            map.entry(t.clone()).or_default().insert(hash);
+        let mut t = lock(&self.tags);
+        let mut names = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let name = match t.by_tag.get_key_value(tag.as_str()) {
+                Some((k, _)) => k.clone(),
+                None => Arc::from(tag.as_str()),
+            };
+            t.by_tag.entry(name.clone()).or_default().insert(hash);
+            names.push(name);
         }
+        names.dedup();
+        t.of.insert(hash, names.into_boxed_slice());
     }
 
-    pub(crate) fn remove_tags(&self, hash: KeyHash, tags: &[String]) {
-        if tags.is_empty() {
+    pub(crate) fn remove_tags(&self, hash: KeyHash) {
+        let mut t = lock(&self.tags);
+        let Some(names) = t.of.remove(&hash) else {
             return;
-        }
-        let mut map = lock(&self.tags);
-        for t in tags {
-            if let Some(set) = map.get_mut(t) {
+        };
+        for name in names.iter() {
+            if let Some(set) = t.by_tag.get_mut(name) {
                 set.remove(&hash);
                 if set.is_empty() {
-                    map.remove(t);
+                    t.by_tag.remove(name);
                 }
             }
         }
     }
 
-    /// Primary keys starting with `prefix` (an ordered range walk, not a scan).
-    pub fn primaries_with_prefix(&self, prefix: &str) -> Vec<String> {
-        let set = read(&self.prefixes);
-        set.range::<str, _>((
-            std::ops::Bound::Included(prefix),
-            std::ops::Bound::Unbounded,
-        ))
-        .take_while(|k| k.starts_with(prefix))
-        .cloned()
-        .collect()
-    }
-
-    /// Primary keys of the form `http://<any host><pq>`: a purge by path alone. The
-    /// whole key set is walked (memory only), in batches, so a fill waiting to insert
-    /// waits for one batch at most.
-    pub fn primaries_with_path(&self, pq: &str) -> Vec<String> {
-        const BATCH: usize = 4096;
-        let mut out = Vec::new();
-        let mut from: Option<String> = None;
-        loop {
-            let set = read(&self.prefixes);
-            let lower = match &from {
-                Some(f) => std::ops::Bound::Excluded(f.as_str()),
-                None => std::ops::Bound::Unbounded,
-            };
-            let mut seen = 0;
-            let mut last = None;
-            for k in set
-                .range::<str, _>((lower, std::ops::Bound::Unbounded))
-                .take(BATCH)
-            {
-                seen += 1;
-                if key_path(k) == Some(pq) {
-                    out.push(k.clone());
-                }
-                last = Some(k);
-            }
-            if seen < BATCH {
-                return out;
-            }
-            from = last.cloned();
-        }
+    /// How many tags `hash` has in the map.
+    pub(crate) fn tags_of(&self, hash: KeyHash) -> usize {
+        lock(&self.tags).of.get(&hash).map_or(0, |n| n.len())
     }
 
     /// Objects carrying `tag`.
     pub fn tagged(&self, tag: &str) -> Vec<KeyHash> {
         lock(&self.tags)
+            .by_tag
             .get(tag)
             .map(|s| s.iter().copied().collect())
             .unwrap_or_default()
@@ -119,7 +213,7 @@ impl PurgeIndex {
 
     /// Number of distinct tags (stats).
     pub fn tag_count(&self) -> usize {
-        lock(&self.tags).len()
+        lock(&self.tags).by_tag.len()
     }
 }
 
@@ -228,29 +322,43 @@ impl PendingRules {
 }
 
 impl crate::Cache {
-    /// Purge a URL: every stored variant of the primary key. `soft` marks them stale
-    /// (served as STALE/UPDATING while revalidated) instead of deleting. Returns the
-    /// number of objects affected.
+    /// Purge a URL: every stored variant of the primary key and their compressed
+    /// copies. `soft` marks them stale (served as STALE/UPDATING while revalidated)
+    /// instead of deleting. Returns the number of objects affected.
     pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
-        let hashes = self.index.variants_of(crate::key::key_hash(primary_key));
+        let hashes = self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
         self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
     }
 
-    /// Purge a path on every host (see [`PurgeTarget::Path`]).
+    /// Purge a path on every host (see [`PurgeTarget::Path`]): the primary key
+    /// `http://<host><pq>` for every host with something stored.
     pub fn purge_path(&self, pq: &str, soft: bool) -> usize {
         let mut hashes = Vec::new();
-        for primary in self.index.purge_index().primaries_with_path(pq) {
-            hashes.extend(self.index.variants_of(crate::key::key_hash(&primary)));
+        for host in self.index.purge_index().hosts() {
+            let key = format!("http://{host}{pq}");
+            hashes.extend(self.index.variants_of(crate::key::key_hash(&key)));
         }
+        let hashes = self.with_copies(hashes);
         self.purge_hashes(PurgeTarget::Path(pq.to_owned()), hashes, soft)
     }
 
-    /// Purge every object whose primary key starts with `prefix` (an ordered index
-    /// walk; the disk is never scanned).
+    /// Purge every object whose primary key starts with `prefix`: the directories that
+    /// match (see [`PurgeIndex`]), then a walk of the index in memory; only when the
+    /// prefix ends inside a name are that one directory's headers read, to check keys.
     pub fn purge_prefix(&self, prefix: &str, soft: bool) -> usize {
+        let pick = self.index.purge_index().pick_dirs(prefix);
         let mut hashes = Vec::new();
-        for primary in self.index.purge_index().primaries_with_prefix(prefix) {
-            hashes.extend(self.index.variants_of(crate::key::key_hash(&primary)));
+        if !pick.all.is_empty() || pick.check.is_some() {
+            for (h, dir) in self.index.in_dirs(&|d| pick.wants(d)) {
+                // In a selected directory, or in the prefix's own (its key is checked).
+                let matches = pick.all.contains(&dir)
+                    || self
+                        .stored_meta(h)
+                        .is_some_and(|(m, _)| m.primary_key().starts_with(prefix));
+                if matches {
+                    hashes.push(h);
+                }
+            }
         }
         self.purge_hashes(PurgeTarget::Prefix(prefix.to_owned()), hashes, soft)
     }
@@ -259,6 +367,29 @@ impl crate::Cache {
     pub fn purge_tag(&self, tag: &str, soft: bool) -> usize {
         let hashes = self.index.purge_index().tagged(tag);
         self.purge_hashes(PurgeTarget::Tag(tag.to_owned()), hashes, soft)
+    }
+
+    /// `hashes` and the compressed copies of their current bodies (read from the
+    /// headers of the objects that have copies).
+    fn with_copies(&self, mut hashes: Vec<KeyHash>) -> Vec<KeyHash> {
+        let n = hashes.len();
+        for i in 0..n {
+            let h = hashes[i];
+            if !self.index.has_copies(h) {
+                continue;
+            }
+            let Some((m, _)) = self.stored_meta(h) else {
+                continue;
+            };
+            for coding in crate::coded::CODINGS {
+                let ck = crate::key::coded_key(&m.key, coding, m.body_id());
+                let ch = crate::key::key_hash(&ck);
+                if self.index.contains(ch) {
+                    hashes.push(ch);
+                }
+            }
+        }
+        hashes
     }
 
     fn purge_hashes(&self, target: PurgeTarget, hashes: Vec<KeyHash>, soft: bool) -> usize {
@@ -281,12 +412,20 @@ impl crate::Cache {
         let mut n = 0;
         for h in hashes {
             if soft {
-                if let Some((meta, body_offset, ino)) = self.index.set_soft_purged(h) {
+                if let Some(e) = self.index.set_soft_purged(h) {
                     // Persist the flag so a restart does not resurrect the object as
                     // fresh; best effort (the in-memory flag already applies).
-                    let path = self.layout.path_for(h);
-                    let _ =
-                        crate::storage::rewrite_header_in_place(&path, h, &meta, body_offset, ino);
+                    if let Some((mut meta, body_offset)) = self.stored_meta(h) {
+                        meta.soft_purged = true;
+                        let path = self.layout.path_for(h);
+                        let _ = crate::storage::rewrite_header_in_place(
+                            &path,
+                            h,
+                            &meta,
+                            body_offset,
+                            e.ino,
+                        );
+                    }
                     n += 1;
                 }
             } else if let Some(v) = self.index.remove(h, None) {
@@ -456,39 +595,51 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
 
     #[test]
-    fn prefix_walk_is_ordered_and_exact() {
+    fn prefixes_pick_whole_directories_and_at_most_one_to_check() {
         let p = PurgeIndex::default();
+        let mut ids = Vec::new();
         for k in [
             "http://a/x/1",
             "http://a/x/2",
+            "http://a/x/y/3",
             "http://a/xy",
             "http://a/y",
             "http://b/x",
         ] {
-            p.add_primary(k);
+            ids.push(p.dir_acquire(k));
         }
         assert_eq!(
-            p.primaries_with_prefix("http://a/x/"),
-            vec!["http://a/x/1", "http://a/x/2"]
+            p.dir_count(),
+            4,
+            "http://a/, http://a/x/, http://a/x/y/, http://b/"
         );
-        assert_eq!(p.primaries_with_prefix("http://a/x").len(), 3);
-        assert_eq!(p.primaries_with_prefix("http://c").len(), 0);
-        p.remove_primary("http://a/x/1");
-        assert_eq!(p.primaries_with_prefix("http://a/x/"), vec!["http://a/x/2"]);
+        let pick = p.pick_dirs("http://a/x/");
+        assert_eq!(pick.all.len(), 2, "a/x/ and a/x/y/");
+        assert!(pick.check.is_none());
+        let pick = p.pick_dirs("http://a/x");
+        assert_eq!(pick.all.len(), 2);
+        assert_eq!(
+            pick.check,
+            Some(ids[3]),
+            "http://a/ holds xy and y: keys checked"
+        );
+        let pick = p.pick_dirs("http://c");
+        assert!(pick.all.is_empty() && pick.check.is_none());
+        let mut hosts = p.hosts();
+        hosts.sort();
+        assert_eq!(hosts, vec!["a", "b"]);
+        for id in ids {
+            p.dir_release(id);
+        }
+        assert_eq!(p.dir_count(), 0);
+        assert_eq!(dir_of("no-slash"), "");
+        assert_eq!(dir_of("http://h/a/b?c=/d"), "http://h/a/b?c=/");
     }
 
     #[test]
@@ -499,7 +650,9 @@ mod tests {
         let mut a = p.tagged("a");
         a.sort();
         assert_eq!(a, vec![1, 2]);
-        p.remove_tags(1, &["a".into(), "b".into()]);
+        assert_eq!(p.tags_of(1), 2);
+        p.remove_tags(1);
+        assert_eq!(p.tags_of(1), 0);
         assert_eq!(p.tagged("a"), vec![2]);
         assert!(p.tagged("b").is_empty());
         assert_eq!(p.tag_count(), 1);

@@ -223,12 +223,10 @@ fn header_checksum(prefix: &[u8], meta: &[u8]) -> u64 {
     h.digest()
 }
 
-/// Read and validate the header of an open object file. Reads only the header region,
-/// never the body. `expect` is the hash the file name promises.
-pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, StorageError> {
-    let mut first = vec![0u8; BODY_ALIGN as usize];
-    let n = read_full_at(file, &mut first, 0)?;
-    first.truncate(n);
+/// How many bytes the header region has (prefix + meta), from the first bytes of a
+/// file (at least [`PREFIX_LEN`]; a reader asks for the first block and reads more only
+/// when this says so).
+pub fn header_len(first: &[u8]) -> Result<usize, StorageError> {
     if first.len() < PREFIX_LEN || &first[0..8] != MAGIC {
         return Err(StorageError::BadMagic);
     }
@@ -240,28 +238,35 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     if meta_len > MAX_META_LEN {
         return Err(StorageError::BadChecksum);
     }
-    let body_offset = u64::from_le_bytes(first[16..24].try_into().expect("8 bytes"));
-    let body_len = u64::from_le_bytes(first[24..32].try_into().expect("8 bytes"));
-    let hash = u128::from_le_bytes(first[32..48].try_into().expect("16 bytes"));
-    let sum = u64::from_le_bytes(first[56..64].try_into().expect("8 bytes"));
-    let end = PREFIX_LEN + meta_len;
-    let meta_bytes: Vec<u8> = if end <= first.len() {
-        first[PREFIX_LEN..end].to_vec()
-    } else {
-        let mut rest = vec![0u8; meta_len];
-        let n = read_full_at(file, &mut rest, PREFIX_LEN as u64)?;
-        if n != meta_len {
-            return Err(StorageError::BadChecksum);
-        }
-        rest
-    };
-    if header_checksum(&first[..56], &meta_bytes) != sum {
+    Ok(PREFIX_LEN + meta_len)
+}
+
+/// Validates a header read from a file of `file_len` bytes (`buf` holds at least
+/// [`header_len`] bytes from offset 0) and decodes it. `expect` is the hash the file
+/// name promises. Sans-I/O: the same check for the loader's blocking reads and a
+/// lookup's reads through the server's I/O backend.
+pub fn decode_header(
+    buf: &[u8],
+    expect: KeyHash,
+    file_len: u64,
+) -> Result<StoredHeader, StorageError> {
+    let end = header_len(buf)?;
+    if buf.len() < end {
+        return Err(StorageError::BadChecksum);
+    }
+    let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
+    let body_offset = u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes"));
+    let body_len = u64::from_le_bytes(buf[24..32].try_into().expect("8 bytes"));
+    let hash = u128::from_le_bytes(buf[32..48].try_into().expect("16 bytes"));
+    let sum = u64::from_le_bytes(buf[56..64].try_into().expect("8 bytes"));
+    let meta_bytes = &buf[PREFIX_LEN..end];
+    if header_checksum(&buf[..56], meta_bytes) != sum {
         return Err(StorageError::BadChecksum);
     }
     let mut meta = if version >= 3 {
-        ObjectMeta::decode(&meta_bytes)
+        ObjectMeta::decode(meta_bytes)
     } else {
-        ObjectMeta::decode_before_body_id(&meta_bytes)
+        ObjectMeta::decode_before_body_id(meta_bytes)
     }
     .map_err(StorageError::BadMeta)?;
     if version == 1 {
@@ -280,16 +285,35 @@ pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, Storage
     {
         return Err(StorageError::BadChecksum);
     }
-    let actual = file.metadata()?.len();
     let expected = body_offset.saturating_add(body_len);
-    if actual != expected {
-        return Err(StorageError::BadSize { expected, actual });
+    if file_len != expected {
+        return Err(StorageError::BadSize {
+            expected,
+            actual: file_len,
+        });
     }
     Ok(StoredHeader {
         meta,
         hash,
         body_offset,
     })
+}
+
+/// Read and validate the header of an open object file (blocking reads). Reads only
+/// the header region, never the body. `expect` is the hash the file name promises.
+pub fn read_header(file: &File, expect: KeyHash) -> Result<StoredHeader, StorageError> {
+    let mut buf = vec![0u8; BODY_ALIGN as usize];
+    let n = read_full_at(file, &mut buf, 0)?;
+    buf.truncate(n);
+    let need = header_len(&buf)?;
+    if need > buf.len() {
+        let have = buf.len();
+        buf.resize(need, 0);
+        if read_full_at(file, &mut buf[have..], have as u64)? != need - have {
+            return Err(StorageError::BadChecksum);
+        }
+    }
+    decode_header(&buf, expect, file.metadata()?.len())
 }
 
 /// The xxh3-64 of `len` body bytes at `offset` of `file` (the loader's `cache_verify`),

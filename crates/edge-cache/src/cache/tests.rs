@@ -266,6 +266,8 @@ fn eviction_keeps_disk_use_under_max_size() {
             assert!(get(&c, "http://h/0").is_some());
         }
         if i % 10 == 9 {
+            // The index's access clock ticks 16 times a second: let this use be later.
+            std::thread::sleep(Duration::from_millis(70));
             let s = c.stats();
             assert!(
                 get(&c, "http://h/0").is_some(),
@@ -318,7 +320,7 @@ fn the_manager_thread_evicts_on_its_own() {
 fn keys_zone_budget_is_enforced() {
     let d = tempfile::tempdir().unwrap();
     let c = Cache::open(CacheConfig {
-        keys_zone: 20 * 1024,
+        keys_zone: 8 * 1024,
         ..cfg(d.path())
     })
     .unwrap();
@@ -329,7 +331,7 @@ fn keys_zone_budget_is_enforced() {
     // Stop the background manager first: it may still be deleting while we count.
     c.shutdown();
     let s = c.stats();
-    assert!(s.mem_bytes <= 20 * 1024, "{s:?}");
+    assert!(s.mem_bytes <= 8 * 1024, "{s:?}");
     assert!(s.entries > 10 && s.entries < 200, "{s:?}");
     assert_eq!(files(d.path()).len() as u64, s.entries);
 }
@@ -343,7 +345,8 @@ fn inactive_objects_expire() {
     })
     .unwrap();
     put(&c, "http://h/old", b"o");
-    std::thread::sleep(Duration::from_millis(150));
+    // Past `inactive` by more than two ticks of the index's access clock (1/16 s).
+    std::thread::sleep(Duration::from_millis(300));
     put(&c, "http://h/new", b"n");
     // The manager thread may get there first; either way the end state is the same.
     manager::pass(&c);
@@ -661,4 +664,61 @@ fn coded_copies_survive_a_restart() {
     drop(c);
     let c = open(d.path());
     assert_eq!(body_of(&coded(&c, "http://h/r").expect("reloaded")), b"GZ");
+}
+
+#[test]
+fn a_file_holding_another_key_is_never_served() {
+    // The index names a file by hash only; the key is checked against the file's header
+    // on every lookup the worker's front does not answer. Here the index entry for B
+    // points at a file that holds A (what a hash collision, or a file moved behind our
+    // back, looks like): B is a miss, the entry is dropped, A is untouched.
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "http://h/a", b"object a");
+    let (ha, hb) = (key_hash("http://h/a"), key_hash("http://h/b"));
+    let pb = c.path_for(hb);
+    fs::create_dir_all(pb.parent().unwrap()).unwrap();
+    fs::copy(c.path_for(ha), &pb).unwrap();
+    let ino = fs::metadata(&pb).unwrap().ino();
+    let (ma, _) = c.stored_meta(ha).unwrap();
+    let mut mb = ma.clone();
+    mb.key = "http://h/b".into();
+    c.index.insert(NewEntry {
+        hash: hb,
+        meta: &mb,
+        disk_size: 4096,
+        ino,
+    });
+    assert!(
+        get(&c, "http://h/b").is_none(),
+        "another key's bytes are never served"
+    );
+    assert!(!c.index.contains(hb), "the bad entry is dropped");
+    assert_eq!(c.stats().corrupt, 1);
+    assert_eq!(get(&c, "http://h/a").as_deref(), Some(&b"object a"[..]));
+}
+
+#[test]
+fn hits_read_the_header_once_then_the_front_answers() {
+    // Without a worker's front, every lookup reads the header (the index keeps no
+    // metadata); through a front, the first lookup reads it and the rest do not, and a
+    // purge makes the front ask again.
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    put(&c, "http://h/f", b"front");
+    let local = RefCell::new(Local::disabled());
+    let now = SystemTime::now();
+    for _ in 0..3 {
+        match c.lookup_in(&local, "http://h/f", &HeaderMap::new(), now) {
+            Lookup::Fresh(h) => assert_eq!(body_of(&h), b"front"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let st = local.borrow().front.stats();
+    assert_eq!((st.misses, st.hits), (1, 2), "{st:?}");
+    assert_eq!(c.purge_key("http://h/f", false), 1);
+    assert!(matches!(
+        c.lookup_in(&local, "http://h/f", &HeaderMap::new(), now),
+        Lookup::Miss
+    ));
 }

@@ -27,7 +27,7 @@ use crate::key::KeyHash;
 /// the zone's seed, see [`crate::Cache::local_key`]).
 #[derive(Debug)]
 pub struct Local {
-    /// What the worker remembers of the shared index (hot objects without `Vary`).
+    /// What the worker remembers of the shared index and the headers it read.
     pub front: Front,
     /// `None` without `[memory_cache]`.
     pub mem: Option<MemTier>,

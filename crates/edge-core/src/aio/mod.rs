@@ -256,6 +256,13 @@ impl edge_cache::FileOpener for FileBackend {
             len: md.size,
         })
     }
+
+    async fn read_exact_at(&self, file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let (r, buf) = self
+            .read_exact_append(file, offset, len, Vec::with_capacity(len))
+            .await;
+        r.map(|()| buf)
+    }
 }
 
 /// A handle just opened (nobody else holds it) as a plain `File`.

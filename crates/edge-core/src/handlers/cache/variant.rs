@@ -429,3 +429,19 @@ async fn on_the_fly(
     ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// A purge by key finds an object's copies by trying each coding the cache knows
+    /// (`edge_cache::coded::CODINGS`): every coding the server can store must be there.
+    #[test]
+    fn every_stored_coding_is_one_a_purge_looks_for() {
+        for c in edge_compress::Coding::ALL {
+            assert!(
+                edge_cache::coded::CODINGS.contains(&c.token()),
+                "{} missing from edge_cache::coded::CODINGS",
+                c.token()
+            );
+        }
+    }
+}
