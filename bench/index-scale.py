@@ -7,8 +7,8 @@ Usage: python3 bench/index-scale.py [--objects 1000000] [--servers edgecache,ngi
 
 For each server: one worker in front of edgeorigin, a cache directory on this machine's
 disk; a fill of `--objects` distinct objects of 512 B, 1 KiB, 2 KiB and 4 KiB (a quarter
-each, every object requested once: `edgeload --paths N --sequential --requests N` over a
-four-line mix), then:
+each, every object requested once: `edgeload --paths N/4 --sequential --requests N/4`
+per size), then:
 
 - index RAM per object: (PSS of all the server's processes after the fill - PSS before)
   / objects. PSS, not RSS, so that nginx's keys_zone (shared memory, mapped by its master,
@@ -17,10 +17,16 @@ four-line mix), then:
   apparent bytes;
 - fill rate: objects / fill time (the origin, the load generator and the server share
   the machine's two cores: a ratio between servers, not a disk ceiling);
-- edgecache restart: the server is stopped and started on the same directory; the time
-  until /status says the loader is done, and objects per second. (nginx's cache loader
-  starts a minute after nginx does and loads in the background; nginx answers from the
-  files meanwhile, so its load time is not comparable and not measured.)
+- hits over the whole set: `--hit-seconds` of requests for ids drawn uniformly from all
+  the objects (so almost every hit is one the worker has not seen lately: edgecache reads
+  the object's header from its file, as nginx does), req/s and server CPU per request;
+- edgecache restarts on the same directory, the time until /status says the loader is
+  done, and objects per second: after a clean stop (the index snapshot written at
+  shutdown is restored at start, then the loader's walk checks it by `readdir` alone),
+  and cold (the snapshot deleted first, as after a crash: the loader reads every
+  header). (nginx's cache loader starts a minute after nginx does and loads in the
+  background; nginx answers from the files meanwhile, so its load time is not
+  comparable and not measured.)
 
 Needs target/release/{edgecache,edgeorigin,edgeload} and nginx (bench/peers/install.sh).
 Writes `index-scale.md` to --out. Disk: about 5 KiB per object per server (10 GB for the
@@ -189,23 +195,83 @@ class Server:
         return pss_kib(self.proc.pid)
 
 
+def cpu_s(pgid):
+    """User + system CPU seconds of every process of the group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / tick
+
+
+def hits(server, n, conns, secs, work):
+    """Random hits over all n objects for secs: (requests, errors, server CPU seconds)."""
+    mix = os.path.join(work, "mix.txt")
+    js = os.path.join(work, f"hits-{server.kind}.json")
+    c0 = cpu_s(server.proc.pid)
+    subprocess.run(
+        [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(conns), "-d", f"{secs}s",
+         "-T", "10s", "--mix", mix, "--paths", str(n // len(SIZES)), "--json", js,
+         f"http://127.0.0.1:{server.port}/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    cpu = cpu_s(server.proc.pid) - c0
+    with open(js) as f:
+        r = json.load(f)
+    errors = sum(v for v in r["errors"].values() if isinstance(v, (int, float)))
+    return r["requests"], errors, cpu
+
+
+def restart(s, row, label, cold):
+    """Start s on its directory (after deleting the index snapshot when cold) and time
+    the loader."""
+    snap = os.path.join(s.dir, "cache", "index.snapshot")
+    row[f"{label}_snapshot_file"] = os.path.exists(snap)
+    if cold and os.path.exists(snap):
+        os.remove(snap)
+    t0 = time.time()
+    s.start()
+    st = get_json(s.admin, "/status")["caches"][0]
+    row[f"{label}_serving_s"] = time.time() - t0
+    row[f"{label}_serving_entries"] = st["entries"]
+    while not st["loader"]["done"]:
+        time.sleep(0.05)
+        st = get_json(s.admin, "/status")["caches"][0]
+    row[f"{label}_load_s"] = time.time() - t0
+    row[f"{label}_loaded"] = st["loader"]["loaded"]
+    row[f"{label}_snapshot"] = st["loader"].get("snapshot", 0)
+    row[f"{label}_entries"] = st["entries"]
+    time.sleep(1.0)
+    row[f"{label}_pss_kib"] = s.pss()
+    s.stop()
+
+
 def fill(server, n, conns, work):
+    """Each size's ids 1..n/4 asked once (one edgeload run per size, so the hit phase
+    can draw (size, id) pairs that are all stored)."""
+    per = n // len(SIZES)
     mix = os.path.join(work, "mix.txt")
     with open(mix, "w") as f:
         for s in SIZES:
             f.write(f"1 /obj/{s}\n")
-    js = os.path.join(work, f"fill-{server.kind}.json")
+    total = errors = 0
     t0 = time.time()
-    subprocess.run(
-        [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(conns), "-d", "900s",
-         "-T", "10s", "--mix", mix, "--paths", str(n), "--sequential", "--requests", str(n),
-         "--json", js, f"http://127.0.0.1:{server.port}/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    secs = time.time() - t0
-    with open(js) as f:
-        r = json.load(f)
-    errors = sum(v for v in r["errors"].values() if isinstance(v, (int, float)))
-    return r["requests"], errors, secs
+    for size in SIZES:
+        js = os.path.join(work, f"fill-{server.kind}-{size}.json")
+        subprocess.run(
+            [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(conns), "-d", "900s",
+             "-T", "10s", "--paths", str(per), "--sequential", "--requests", str(per),
+             "--json", js, f"http://127.0.0.1:{server.port}/obj/{size}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        with open(js) as f:
+            r = json.load(f)
+        total += r["requests"]
+        errors += sum(v for v in r["errors"].values() if isinstance(v, (int, float)))
+    return total, errors, time.time() - t0
 
 
 def measure(kind, a, work, oport):
@@ -222,24 +288,24 @@ def measure(kind, a, work, oport):
         st = get_json(s.admin, "/status")["caches"][0]
         row["objects"] = st["entries"]
         row["index_estimate"] = st["mem_bytes"]
+    if a.hit_seconds > 0:
+        row["hit_requests"], row["hit_errors"], row["hit_cpu_s"] = hits(
+            s, a.objects, a.connections, a.hit_seconds, work)
+        row["hit_s"] = a.hit_seconds
     s.stop()
     alloc, apparent, files = du(os.path.join(s.dir, "cache"))
     row.update(disk_alloc=alloc, disk_apparent=apparent, files=files)
     row.setdefault("objects", files)
     if kind == "edgecache":
-        # Cold restart on the same directory: the loader rebuilds the index.
-        t0 = time.time()
-        s.start()
-        while True:
-            st = get_json(s.admin, "/status")["caches"][0]
-            if st["loader"]["done"]:
-                break
-            time.sleep(0.05)
-        row["load_s"] = time.time() - t0
-        row["loaded"] = st["loader"]["loaded"]
-        time.sleep(1.0)
-        row["pss_loaded_kib"] = s.pss()
-        s.stop()
+        # index.snapshot is not an object: out of the disk figures.
+        snap = os.path.join(s.dir, "cache", "index.snapshot")
+        if os.path.exists(snap):
+            row["snapshot_bytes"] = os.path.getsize(snap)
+            row["disk_alloc"] -= os.stat(snap).st_blocks * 512
+            row["disk_apparent"] -= row["snapshot_bytes"]
+            row["files"] -= 1
+        restart(s, row, "snapshot", cold=False)
+        restart(s, row, "cold", cold=True)
     return row
 
 
@@ -248,6 +314,7 @@ def main():
     ap.add_argument("--objects", type=int, default=1_000_000)
     ap.add_argument("--servers", default="edgecache,nginx")
     ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--hit-seconds", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
@@ -295,16 +362,33 @@ def write_report(a, rows, started):
                     f"{(r['pss_after_kib'] - r['pss_before_kib']) * 1024 / n:,.0f} B | "
                     f"{r['disk_alloc'] / n:,.0f} B | {r['disk_apparent'] / n:,.0f} B | "
                     f"{r['requests'] / r['fill_s']:,.0f} |\n")
+        if any("hit_requests" in r for r in rows):
+            f.write(f"\nRandom hits over all the objects ({a.hit_seconds} s each, "
+                    f"{a.connections} connections):\n\n")
+            f.write("| server | requests | errors | req/s | server CPU per request |\n")
+            f.write("|---|---|---|---|---|\n")
+            for r in rows:
+                if "hit_requests" in r:
+                    f.write(f"| {r['server']} | {r['hit_requests']} | {r['hit_errors']} | "
+                            f"{r['hit_requests'] / r['hit_s']:,.0f} | "
+                            f"{r['hit_cpu_s'] * 1e6 / max(r['hit_requests'], 1):,.1f} µs |\n")
         for r in rows:
-            if "load_s" in r:
-                f.write(f"\nedgecache cold restart: {r['loaded']} objects indexed in "
-                        f"{r['load_s']:.1f} s (**{r['loaded'] / r['load_s']:,.0f} objects/s**, "
-                        f"`loader_files = 1000`, `loader_sleep = \"1ms\"`); PSS after the "
-                        f"load {r['pss_loaded_kib'] / 1024:,.0f} MiB, "
-                        f"{(r['pss_loaded_kib'] - r['pss_before_kib']) * 1024 / max(r['loaded'], 1):,.0f} B "
-                        "per object over the empty server. The index's own estimate "
-                        f"(`mem_bytes`, what `keys_zone` is checked against): "
-                        f"{r['index_estimate'] / max(r['objects'], 1):,.0f} B per object.\n")
+            if "snapshot_load_s" in r:
+                n = max(r["objects"], 1)
+                f.write("\nedgecache restarts (`loader_files = 1000`, `loader_sleep = \"1ms\"`):\n\n")
+                f.write("| restart | index restored, serving | loader done | objects/s | "
+                        "from the snapshot | read by the loader | PSS after |\n")
+                f.write("|---|---|---|---|---|---|---|\n")
+                for label, what in (("snapshot", "clean stop (snapshot)"),
+                                    ("cold", "cold (no snapshot)")):
+                    f.write(f"| {what} | {r[label + '_serving_entries']:,} objects at "
+                            f"{r[label + '_serving_s']:.2f} s | {r[label + '_load_s']:.1f} s | "
+                            f"{r[label + '_entries'] / r[label + '_load_s']:,.0f} | "
+                            f"{r[label + '_snapshot']:,} | {r[label + '_loaded']:,} | "
+                            f"{r[label + '_pss_kib'] / 1024:,.0f} MiB |\n")
+                f.write(f"\nThe snapshot file: {r.get('snapshot_bytes', 0) / n:.1f} bytes per "
+                        "object. The index's own estimate (`mem_bytes`, what `keys_zone` is "
+                        f"checked against): {r['index_estimate'] / n:,.0f} B per object.\n")
         if len(rows) == 2:
             e, g = rows
             ram = lambda r: (r["pss_after_kib"] - r["pss_before_kib"]) / max(r["objects"], 1)

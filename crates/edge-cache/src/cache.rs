@@ -60,6 +60,10 @@ pub struct HitEntry {
     ino: u64,
     /// The index entry's generation (see [`crate::index::Entry::gen`]).
     gen: u64,
+    /// The first body bytes, when the lookup read them with the header (a packed small
+    /// object's header block holds its whole body): a response within them needs no
+    /// other read.
+    pub body_head: Option<bytes::Bytes>,
 }
 
 /// Where a hit's body is.
@@ -81,6 +85,7 @@ impl HitEntry {
             hash: f.hash,
             ino: f.ino,
             gen: f.gen,
+            body_head: f.head,
         }
     }
 
@@ -109,6 +114,8 @@ struct Found {
     body_offset: u64,
     ino: u64,
     gen: u64,
+    /// Body bytes read with the header (see [`HitEntry::body_head`]).
+    head: Option<bytes::Bytes>,
 }
 
 impl Found {
@@ -119,6 +126,7 @@ impl Found {
             body_offset: e.body_offset,
             ino: e.ino,
             gen: e.gen,
+            head: None,
         }
     }
 }
@@ -239,6 +247,8 @@ pub(crate) struct LoaderCounters {
     pub(crate) scanned: AtomicU64,
     pub(crate) loaded: AtomicU64,
     pub(crate) removed: AtomicU64,
+    pub(crate) snapshot: AtomicU64,
+    pub(crate) unseen: AtomicU64,
     pub(crate) done: AtomicBool,
 }
 
@@ -318,6 +328,7 @@ impl Cache {
             uses: crate::uses::UseCounter::default(),
             cfg,
         });
+        cache.restore_snapshot();
         let loader = crate::loader::spawn(&cache)?;
         let manager = crate::manager::spawn(&cache)?;
         lock(&cache.threads).extend([loader, manager]);
@@ -537,7 +548,7 @@ impl Cache {
         let opened = Box::pin(opener.open_stat(&self.layout.path_for(hash)))
             .await
             .map_err(|_| OpenFail::Gone(entry.ino))?;
-        if opened.ino != entry.ino {
+        if storage::ino_key(opened.ino) != entry.ino {
             return Err(OpenFail::Replaced);
         }
         let corrupt = |why: String| OpenFail::Corrupt(entry.ino, why);
@@ -563,12 +574,17 @@ impl Cache {
             // Persisting the flag in the header is best effort; the index's is the truth.
             meta.soft_purged = true;
         }
+        // A packed small object: the block just read holds (part of) its body too.
+        let start = (hdr.body_offset as usize).min(buf.len());
+        let end = (hdr.body_offset.saturating_add(meta.body_len) as usize).min(buf.len());
+        let head = (end > start).then(|| bytes::Bytes::from(buf).slice(start..end));
         let found = Found {
             hash,
             meta: Arc::new(meta),
             body_offset: hdr.body_offset,
             ino: entry.ino,
             gen: entry.gen,
+            head,
         };
         Ok((found, Arc::new(opened.file)))
     }
@@ -767,7 +783,7 @@ impl Cache {
         let Ok(OpenedFile { file, ino, len }) = opened else {
             return Err(OpenFail::Gone(found.ino));
         };
-        if ino != found.ino {
+        if storage::ino_key(ino) != found.ino {
             return Err(OpenFail::Replaced);
         }
         if len != found.body_offset + body_len {
@@ -790,7 +806,7 @@ impl Cache {
         if hdr.meta.key != key {
             return None;
         }
-        let ino = file.metadata().ok()?.ino();
+        let ino = storage::ino_key(file.metadata().ok()?.ino());
         let len = hdr.body_offset + hdr.meta.body_len;
         {
             let _gate = lock(&self.loader_gate);
@@ -822,6 +838,7 @@ impl Cache {
             body_offset: hdr.body_offset,
             ino,
             gen: entry.gen,
+            head: None,
         };
         Some(HitEntry::new(
             found,
@@ -1051,6 +1068,50 @@ impl Cache {
         }
     }
 
+    /// Reads (and deletes) the index snapshot of the last clean shutdown, if any; see
+    /// [`crate::snapshot`]. Not with `cache_verify` (the loader then reads every body
+    /// anyway, which a snapshot would skip).
+    fn restore_snapshot(&self) {
+        let root = &self.layout.root;
+        let Some(read) = crate::snapshot::take(root) else {
+            return;
+        };
+        let t0 = std::time::Instant::now();
+        let name = &self.cfg.name;
+        let bytes = match read {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(cache = %name, "index snapshot: read failed ({e}); loading from the files");
+                return;
+            }
+        };
+        if self.verify() != crate::Verify::Off {
+            tracing::info!(cache = %name, "index snapshot ignored: cache_verify checks every body on load");
+            return;
+        }
+        match crate::snapshot::decode(&bytes, &self.layout.levels) {
+            Ok(img) => {
+                let n = self.index.import(img);
+                self.loader.snapshot.store(n as u64, Ordering::Relaxed);
+                tracing::info!(cache = %name, "index snapshot: {n} objects restored in {:?}; the loader checks them against the directories", t0.elapsed());
+            }
+            Err(e) => {
+                tracing::warn!(cache = %name, "index snapshot ignored: {e}; loading from the files");
+            }
+        }
+    }
+
+    /// Writes the index snapshot that the next [`Cache::open`] of this directory starts
+    /// from. Call after [`Cache::shutdown`], once nothing writes to the cache any more
+    /// (the server does, when every worker has stopped). Returns the objects written.
+    pub fn write_snapshot(&self) -> io::Result<usize> {
+        let img = self.index.export();
+        let n = img.objects.len();
+        let bytes = crate::snapshot::encode(&img, &self.layout.levels);
+        crate::snapshot::write(&self.layout.root, &bytes)?;
+        Ok(n)
+    }
+
     /// Counters for metrics and status pages.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
@@ -1072,6 +1133,8 @@ impl Cache {
                 scanned: self.loader.scanned.load(Ordering::Relaxed),
                 loaded: self.loader.loaded.load(Ordering::Relaxed),
                 removed: self.loader.removed.load(Ordering::Relaxed),
+                snapshot: self.loader.snapshot.load(Ordering::Relaxed),
+                unseen: self.loader.unseen.load(Ordering::Relaxed),
                 done: self.loader.done.load(Ordering::Acquire),
             },
         }

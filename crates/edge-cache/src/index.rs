@@ -1,7 +1,7 @@
-//! The in-memory index: sharded, shared by every worker, 44 bytes per object.
+//! The in-memory index: sharded, shared by every worker, 40 bytes per object.
 //!
 //! How it fits: the index knows *where* an object is and *whether* it may stay, never
-//! what it says. Each object is one fixed 44-byte [`Slot`] (its key hash, inode,
+//! what it says. Each object is one fixed 40-byte [`Slot`] (its key hash, inode,
 //! generation, last access, size in blocks, directory and flags) in a chunked slab, found
 //! through a table of 4-byte slot numbers; its metadata (key, ready-to-send headers,
 //! `Vary`, tags) stays in its file and is read with the file on a lookup, checked against
@@ -40,10 +40,10 @@ pub const SHARDS: usize = 64;
 /// bumps its hash's stripe, so a worker's front ([`crate::local::front`]) can tell,
 /// with one load of a line nobody writes on hits, that what it remembers still holds.
 pub const VERSION_STRIPES: usize = 4096;
-/// Slots per slab chunk: a shard grows by one chunk (44 KiB) at a time, so the slab
+/// Slots per slab chunk: a shard grows by one chunk (40 KiB) at a time, so the slab
 /// never holds more than one chunk of unused slots per shard.
 pub const CHUNK: usize = 1024;
-/// What the `keys_zone` budget counts per object: the 44-byte slot plus its share of the
+/// What the `keys_zone` budget counts per object: the 40-byte slot plus its share of the
 /// table (4-byte slot numbers and a control byte at a load factor between 7/16 and 7/8)
 /// and of the slab's last chunk; measured at 1M objects in `docs/results/index-scale.md`.
 pub const ENTRY_BYTES: u64 = 64;
@@ -72,13 +72,28 @@ const TAGGED: u8 = 8;
 const IN_RECORD: u8 = 16;
 /// Has (or had) compressed copies stored (so a purge by key looks for them).
 const HAS_COPIES: u8 = 32;
+/// Restored from a snapshot and not yet seen on disk by the loader's walk.
+const UNSEEN: u8 = 64;
+/// The flags a snapshot keeps.
+const KEPT_FLAGS: u8 = LIVE | SOFT_PURGED | TAGGED | IN_RECORD | HAS_COPIES;
 
-/// One object. `align(4)`: 44 bytes, no padding beyond the last field's 3.
+/// What the loader's walk found of a file the index may know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Indexed, with this inode (now marked seen).
+    Known,
+    /// Indexed with another inode: the entry was dropped, the file is to be loaded.
+    Stale,
+    NotIndexed,
+}
+
+/// One object. `align(4)`: 40 bytes, 3 of them padding after the flags.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct Slot {
     hash: [u32; 4],
-    ino: [u32; 2],
+    /// [`crate::storage::ino_key`] of the file's inode.
+    ino: u32,
     gen: u32,
     /// Last access, in [`TICKS_PER_SEC`] ticks since the index was created.
     access: u32,
@@ -89,7 +104,7 @@ struct Slot {
     flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() == 44);
+const _: () = assert!(std::mem::size_of::<Slot>() == 40);
 
 fn split(h: KeyHash) -> [u32; 4] {
     [
@@ -104,12 +119,12 @@ fn join(w: [u32; 4]) -> KeyHash {
     u128::from(w[0]) | u128::from(w[1]) << 32 | u128::from(w[2]) << 64 | u128::from(w[3]) << 96
 }
 
-fn split_ino(ino: u64) -> [u32; 2] {
-    [ino as u32, (ino >> 32) as u32]
+fn split_ino(ino: u64) -> u32 {
+    crate::storage::ino_key(ino) as u32
 }
 
-fn join_ino(w: [u32; 2]) -> u64 {
-    u64::from(w[0]) | u64::from(w[1]) << 32
+fn join_ino(w: u32) -> u64 {
+    u64::from(w)
 }
 
 /// The table's hash of a key hash: its high half (the shard comes from the low bits).
@@ -647,7 +662,7 @@ impl Index {
     pub fn remove(&self, hash: KeyHash, ino: Option<u64>) -> Option<Victim> {
         let mut shard = lock(&self.shards[shard_of(hash)]);
         if let Some(want) = ino {
-            if join_ino(shard.get_mut(hash)?.ino) != want {
+            if join_ino(shard.get_mut(hash)?.ino) != crate::storage::ino_key(want) {
                 return None;
             }
         }
@@ -702,7 +717,7 @@ impl Index {
         let Some(s) = shard.get_mut(hash) else {
             return false;
         };
-        if join_ino(s.ino) != expect_ino {
+        if join_ino(s.ino) != crate::storage::ino_key(expect_ino) {
             return false;
         }
         let old_blocks = s.blocks;
@@ -731,7 +746,11 @@ impl Index {
     pub fn evict_lru(&self, max: usize) -> Vec<Victim> {
         let mut out = Vec::new();
         let mut released = Vec::new();
-        'victims: while out.len() < max {
+        // A candidate used between the sampling and the removal is passed over; bounded
+        // so that a storm of hits cannot keep the manager here.
+        let mut tries = max.saturating_mul(4).saturating_add(SHARDS);
+        'victims: while out.len() < max && tries > 0 {
+            tries -= 1;
             let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
             // The oldest access wins; within one tick, the oldest generation.
             let mut best: Option<(usize, KeyHash, (u32, u32))> = None;
@@ -831,6 +850,141 @@ impl Index {
         out
     }
 
+    /// The loader's walk found `hash`'s file with inode `ino` (from its directory
+    /// entry).
+    pub fn mark_seen(&self, hash: KeyHash, ino: u64) -> Seen {
+        let mut shard = lock(&self.shards[shard_of(hash)]);
+        let Some(s) = shard.get_mut(hash) else {
+            return Seen::NotIndexed;
+        };
+        if join_ino(s.ino) == crate::storage::ino_key(ino) {
+            s.flags &= !UNSEEN;
+            return Seen::Known;
+        }
+        drop(shard);
+        self.remove(hash, None);
+        Seen::Stale
+    }
+
+    /// After the loader's walk: drops what a snapshot named but the disk no longer has.
+    pub fn drop_unseen(&self) -> usize {
+        let mut n = 0;
+        let mut released = Vec::new();
+        for s in self.shards.iter() {
+            let mut shard = lock(s);
+            for i in 0..shard.used {
+                let slot = *shard.slot(i);
+                if slot.flags & LIVE != 0 && slot.flags & UNSEEN != 0 {
+                    let h = join(slot.hash);
+                    if shard.take(h).is_some() {
+                        released.push(self.take_out(&mut shard, h, &slot));
+                        n += 1;
+                    }
+                }
+            }
+        }
+        for d in released {
+            self.purge.dir_release(d);
+        }
+        n
+    }
+
+    /// Everything a snapshot needs, least recently used objects first.
+    pub(crate) fn export(&self) -> crate::snapshot::Image {
+        let (dirs, dir_ids) = self.purge.dir_table();
+        let mut objects = Vec::with_capacity(self.entries() as usize);
+        for s in self.shards.iter() {
+            let shard = lock(s);
+            for chunk in &shard.chunks {
+                for slot in chunk.iter().filter(|s| s.flags & LIVE != 0) {
+                    let Some(&dir) = dir_ids.get(&slot.dir) else {
+                        continue;
+                    };
+                    objects.push((
+                        (slot.access, slot.gen),
+                        crate::snapshot::ObjectRec {
+                            hash: join(slot.hash),
+                            ino: join_ino(slot.ino),
+                            blocks: slot.blocks,
+                            dir,
+                            flags: slot.flags & KEPT_FLAGS,
+                        },
+                    ));
+                }
+            }
+        }
+        objects.sort_unstable_by_key(|(age, _)| *age);
+        let mut records = Vec::new();
+        for p in self.primaries.iter() {
+            for (h, r) in lock(p).iter() {
+                records.push((*h, r.vary.to_vec(), r.variants.clone()));
+            }
+        }
+        crate::snapshot::Image {
+            dirs,
+            objects: objects.into_iter().map(|(_, o)| o).collect(),
+            tags: self.purge.tag_table(),
+            records,
+        }
+    }
+
+    /// Fills an empty index from a snapshot; returns the objects restored. Each is
+    /// marked unseen until the loader's walk finds its file ([`Index::mark_seen`]).
+    pub(crate) fn import(&self, img: crate::snapshot::Image) -> usize {
+        let mut tagged: HashMapK<Vec<String>> = img.tags.into_iter().collect();
+        let now = self.now_ticks();
+        let mut n = 0;
+        for o in img.objects {
+            let dir = self.purge.dir_acquire(&img.dirs[o.dir as usize]);
+            let mut flags = (o.flags & KEPT_FLAGS) | LIVE | UNSEEN;
+            let tags = tagged.remove(&o.hash);
+            if tags.is_none() {
+                flags &= !TAGGED;
+            }
+            let slot = Slot {
+                hash: split(o.hash),
+                ino: split_ino(o.ino),
+                gen: self.new_gen(),
+                access: now,
+                blocks: o.blocks,
+                dir,
+                flags,
+            };
+            let mut shard = lock(&self.shards[shard_of(o.hash)]);
+            if shard.find(o.hash).is_some() {
+                drop(shard);
+                self.purge.dir_release(dir);
+                continue;
+            }
+            shard.add(slot);
+            if let Some(t) = tags {
+                self.purge.add_tags(o.hash, &t);
+            }
+            self.entries.fetch_add(1, Ordering::Relaxed);
+            self.disk_bytes
+                .fetch_add(u64::from(slot.blocks) * BLOCK, Ordering::Relaxed);
+            self.mem_bytes
+                .fetch_add(self.mem_of(&slot), Ordering::Relaxed);
+            n += 1;
+        }
+        // Records keep the variants that came back (none: no record).
+        for (p, vary, mut variants) in img.records {
+            variants.retain(|&v| self.contains(v));
+            if variants.is_empty() {
+                continue;
+            }
+            for &v in &variants {
+                lock(&self.shards[shard_of(v)]).primary_of.insert(v, p);
+            }
+            let rec = PrimaryRec {
+                vary: vary.into(),
+                variants,
+            };
+            lock(&self.primaries[shard_of(p)]).insert(p, rec);
+        }
+        n
+    }
+
     /// Bytes the index's structures hold (slabs, tables, free lists, variant maps):
     /// what [`ENTRY_BYTES`] estimates, for tests and benchmarks.
     pub fn allocated_bytes(&self) -> u64 {
@@ -868,11 +1022,11 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_44_bytes_and_round_trip_hashes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 44);
+    fn slots_are_40_bytes_and_round_trip_hashes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
         let h = key_hash("http://h/x");
         assert_eq!(join(split(h)), h);
-        assert_eq!(join_ino(split_ino(u64::MAX - 3)), u64::MAX - 3);
+        assert_eq!(join_ino(split_ino(u64::MAX - 3)), u64::from(u32::MAX - 3));
     }
 
     #[test]

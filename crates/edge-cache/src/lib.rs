@@ -16,8 +16,9 @@
 //!
 //! Module map: [`policy`] (RFC 9111), [`hit`] (304, Range, multipart on hits),
 //! [`key`] (keys, Vary), [`local`] (a worker's RAM tier and open-file cache), [`meta`] (object metadata
-//! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded LRU
-//! index), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at start), [`manager`]
+//! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded CLOCK
+//! index, 44 bytes per object), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at
+//! start), [`snapshot`] (the index saved at shutdown), [`manager`]
 //! (eviction/expiry), [`inflight`] (collapse lock), [`select`] (several caches), and
 //! [`cache`] (the [`Cache`] type tying them together). The design and the on-disk
 //! format are in `docs/cache.md`.
@@ -35,6 +36,7 @@ pub mod meta;
 pub mod policy;
 pub mod purge;
 pub mod select;
+pub mod snapshot;
 pub mod storage;
 pub mod uses;
 
@@ -153,6 +155,10 @@ pub struct LoaderStats {
     pub loaded: u64,
     /// Corrupt, truncated, old-version, misplaced or leftover temp files deleted.
     pub removed: u64,
+    /// Objects restored from the index snapshot of the last clean shutdown.
+    pub snapshot: u64,
+    /// Snapshot entries whose file the loader's walk did not find (dropped).
+    pub unseen: u64,
     pub done: bool,
 }
 

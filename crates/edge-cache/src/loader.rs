@@ -39,7 +39,8 @@ pub(crate) fn spawn(cache: &Arc<Cache>) -> io::Result<JoinHandle<()>> {
 /// What the walk found at one path.
 enum Item {
     Dir(PathBuf, usize),
-    File(PathBuf, usize),
+    /// A file, its depth and the inode its directory entry gave.
+    File(PathBuf, usize, u64),
 }
 
 fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
@@ -61,7 +62,9 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
                                 stack.push(Item::Dir(ent.path(), d + 1));
                             }
                         } else {
-                            stack.push(Item::File(ent.path(), d));
+                            use std::os::unix::fs::DirEntryExt;
+                            let ino = storage::ino_key(ent.ino());
+                            stack.push(Item::File(ent.path(), d, ino));
                         }
                     }
                 }
@@ -69,8 +72,8 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
                     tracing::warn!(cache = %cache.cfg.name, "loader: opendir {} failed: {e}", dir.display());
                 }
             },
-            Item::File(path, d) => {
-                load_file(&cache, &path, d == depth);
+            Item::File(path, d, ino) => {
+                load_file(&cache, &path, d == depth, ino);
                 in_batch += 1;
                 if in_batch >= cache.cfg.loader_files.max(1) {
                     in_batch = 0;
@@ -82,6 +85,9 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
     let Some(cache) = weak.upgrade() else { return };
     {
         let _gate = lock(&cache.loader_gate);
+        // What a snapshot named that the walk did not find is gone from the disk.
+        let unseen = cache.index.drop_unseen();
+        cache.loader.unseen.store(unseen as u64, Ordering::Relaxed);
         cache.loader.done.store(true, Ordering::Release);
         cache.pending.clear();
     }
@@ -89,13 +95,13 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
     let s = cache.stats().loader;
     tracing::info!(
         cache = %cache.cfg.name,
-        "cache loader done in {:?}: {} files scanned, {} objects loaded, {} removed",
-        start.elapsed(), s.scanned, s.loaded, s.removed
+        "cache loader done in {:?}: {} files scanned, {} objects loaded, {} removed; of {} restored from the index snapshot, {} were gone from the disk",
+        start.elapsed(), s.scanned, s.loaded, s.removed, s.snapshot, s.unseen
     );
 }
 
 /// Examine one file: index it, skip it, or delete it.
-fn load_file(cache: &Cache, path: &Path, at_leaf: bool) {
+fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
     cache.loader.scanned.fetch_add(1, Ordering::Relaxed);
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return;
@@ -117,7 +123,9 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool) {
         remove(cache, path, "misplaced (levels changed?)");
         return;
     }
-    if cache.index.contains(hash) {
+    // Indexed already (by a fill, or by the snapshot, which this confirms): done, with
+    // no read. A snapshot entry naming another inode is dropped and the file loaded.
+    if cache.index.mark_seen(hash, ino) == crate::index::Seen::Known {
         return;
     }
     let file = match File::open(path) {
@@ -177,7 +185,7 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool) {
                     hash,
                     meta: &hdr.meta,
                     disk_size,
-                    ino: md.ino(),
+                    ino: storage::ino_key(md.ino()),
                 },
                 v == RuleVerdict::MarkStale,
             );

@@ -130,6 +130,27 @@ impl PurgeIndex {
         }
     }
 
+    /// The directory table for a snapshot: the paths, and each live id's place in them.
+    pub(crate) fn dir_table(&self) -> (Vec<String>, HashMap<u32, u32>) {
+        let d = lock(&self.dirs);
+        let mut paths = Vec::with_capacity(d.by_path.len());
+        let mut ids = HashMap::with_capacity(d.by_path.len());
+        for (path, &id) in d.by_path.iter() {
+            ids.insert(id, paths.len() as u32);
+            paths.push(path.to_string());
+        }
+        (paths, ids)
+    }
+
+    /// Every tagged object and its tags, for a snapshot.
+    pub(crate) fn tag_table(&self) -> Vec<(KeyHash, Vec<String>)> {
+        lock(&self.tags)
+            .of
+            .iter()
+            .map(|(h, names)| (*h, names.iter().map(|n| n.to_string()).collect()))
+            .collect()
+    }
+
     /// Distinct directories of stored primary keys.
     pub fn dir_count(&self) -> usize {
         lock(&self.dirs).by_path.len()

@@ -533,7 +533,7 @@ impl TempObject {
             hash: self.hash,
             body_offset: self.body_offset,
             disk_size: disk_size_of(self.body_offset + self.written),
-            ino,
+            ino: ino_key(ino),
         }
     }
 }
@@ -571,7 +571,7 @@ pub fn rewrite_header_in_place(
 ) -> Result<(), RewriteError> {
     let header = encode_header(hash, meta, Some(body_offset)).map_err(|_| RewriteError::NoRoom)?;
     let file = OpenOptions::new().write(true).open(path)?;
-    if file.metadata()?.ino() != expect_ino {
+    if ino_key(file.metadata()?.ino()) != ino_key(expect_ino) {
         return Err(RewriteError::Replaced);
     }
     file.write_all_at(&header, 0)?;
@@ -626,11 +626,20 @@ pub fn rewrite_whole(
     obj.commit()
 }
 
+/// How the cache keeps and compares inode numbers: their low 32 bits (the index slot
+/// has room for 32). The check they serve is "is this still the file that was indexed";
+/// a replacement file with the same low 32 bits is as unlikely as one with the same
+/// number (ext4's inode numbers are 32-bit), and every read checks the header's key,
+/// hash and size anyway.
+pub fn ino_key(ino: u64) -> u64 {
+    ino & 0xffff_ffff
+}
+
 /// Unlink `path` only if it is still the file with inode `ino` (a newer object renamed
 /// into the same name is left alone).
 pub fn remove_if_ino(path: &Path, ino: u64) -> io::Result<()> {
     let md = fs::symlink_metadata(path)?;
-    if md.ino() != ino {
+    if ino_key(md.ino()) != ino_key(ino) {
         return Ok(());
     }
     fs::remove_file(path)

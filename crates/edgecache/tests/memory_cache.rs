@@ -864,6 +864,57 @@ fn ram_is_empty_after_a_restart_but_the_disk_cache_is_not() {
     e.wait_metric("edgecache_memory_cache_objects", "1", |v| v == 1);
 }
 
+#[test]
+fn a_clean_restart_starts_from_the_index_snapshot_and_a_crash_from_the_files() {
+    let mut e = Edge::with_edgeorigin("", "", "");
+    let paths: Vec<String> = (0..20).map(|i| format!("/obj/2k/{}", 900 + i)).collect();
+    let bodies: Vec<Vec<u8>> = paths.iter().map(|p| e.direct(p, &[]).body).collect();
+    for p in &paths {
+        assert_eq!(status(&e.get(p, &[])), "MISS");
+    }
+    e.restart();
+    let snap = e.cache_dir().join("index.snapshot");
+    assert!(!snap.exists(), "read once, then deleted");
+    let st = get_text(e.admin, "/status");
+    assert!(st.contains("\"snapshot\": 20"), "{st}");
+    assert!(st.contains("\"unseen\": 0"), "{st}");
+    let m = e.metrics();
+    assert!(
+        m.contains("edgecache_cache_loader_snapshot{cache=\"c1\"} 20"),
+        "{m}"
+    );
+    let before = e.origin_count();
+    for (p, b) in paths.iter().zip(&bodies) {
+        let r = e.get(p, &[]);
+        assert_eq!(status(&r), "HIT", "{p} after a clean restart");
+        assert!(r.body == *b, "{p}: body");
+    }
+    // A crash writes no snapshot: the loader reads the files instead.
+    e.cache.signal("KILL");
+    let _ = e.cache.wait_exit(Duration::from_secs(10));
+    assert!(!snap.exists());
+    let (p, addr, admin) = edgecache(&e.config);
+    (e.cache, e.addr, e.admin) = (p, addr, admin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get_text(e.admin, "/status").contains("\"done\": true") {
+        assert!(Instant::now() < deadline, "the loader never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = get_text(e.admin, "/status");
+    assert!(st.contains("\"snapshot\": 0"), "{st}");
+    assert!(st.contains("\"loaded\": 20"), "{st}");
+    for (p, b) in paths.iter().zip(&bodies) {
+        let r = e.get(p, &[]);
+        assert_eq!(status(&r), "HIT", "{p} after a crash");
+        assert!(r.body == *b, "{p}: body");
+    }
+    assert_eq!(
+        e.origin_count(),
+        before,
+        "no origin request after either restart"
+    );
+}
+
 // ---- 6. The byte budget ----
 
 #[test]

@@ -23,6 +23,15 @@ fn open(dir: &Path) -> Arc<Cache> {
     c
 }
 
+/// Where `key`'s object file is in a cache at `dir` (the test config's levels).
+fn layout_path(dir: &Path, key: &str) -> PathBuf {
+    Layout {
+        root: dir.to_path_buf(),
+        levels: cfg(dir).levels,
+    }
+    .path_for(key_hash(key))
+}
+
 fn req(pairs: &[(&str, &str)]) -> HeaderMap {
     let mut h = HeaderMap::new();
     for (n, v) in pairs {
@@ -721,4 +730,65 @@ fn hits_read_the_header_once_then_the_front_answers() {
         c.lookup_in(&local, "http://h/f", &HeaderMap::new(), now),
         Lookup::Miss
     ));
+}
+
+#[test]
+fn a_snapshot_restores_the_index_and_the_walk_corrects_a_stale_one() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    assert!(c.wait_loaded(Duration::from_secs(10)));
+    for i in 0..30 {
+        put(
+            &c,
+            &format!("http://h/s/{i}"),
+            format!("body {i}").as_bytes(),
+        );
+    }
+    let mut m = meta(600);
+    m.vary = vec!["accept-encoding".into()];
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    put_meta(&c, "http://h/v", &gz, m.clone(), b"gzip body");
+    let mut t = meta(600);
+    t.tags = vec!["red".into()];
+    put_meta(&c, "http://h/t", &HeaderMap::new(), t, b"tagged");
+    c.shutdown();
+    assert_eq!(c.write_snapshot().unwrap(), 32);
+    let disk = c.stats().disk_bytes;
+    drop(c);
+    // While stopped: one object's file disappears, and a file the snapshot never saw
+    // appears (written by a cache that is then dropped without a snapshot).
+    fs::remove_file(layout_path(d.path(), "http://h/s/0")).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let o = open(other.path());
+    put(&o, "http://h/new", b"new");
+    o.shutdown();
+    let from = layout_path(other.path(), "http://h/new");
+    let to = layout_path(d.path(), "http://h/new");
+    fs::create_dir_all(to.parent().unwrap()).unwrap();
+    fs::copy(from, &to).unwrap();
+
+    let c = open(d.path());
+    assert!(!d.path().join(crate::snapshot::FILE).exists(), "taken");
+    // The whole index at once, before the loader's walk.
+    assert_eq!(c.stats().loader.snapshot, 32);
+    assert!(c.stats().disk_bytes >= disk);
+    assert_eq!(
+        c.index.vary_of(key_hash("http://h/v")).map(|v| v.len()),
+        Some(1)
+    );
+    assert_eq!(c.index.purge_index().tagged("red").len(), 1);
+    assert!(c.wait_loaded(Duration::from_secs(10)));
+    let s = c.stats();
+    assert_eq!(
+        (s.loader.snapshot, s.loader.unseen, s.loader.loaded),
+        (32, 1, 1),
+        "{s:?}"
+    );
+    assert_eq!(get(&c, "http://h/s/7").as_deref(), Some(&b"body 7"[..]));
+    assert!(get(&c, "http://h/s/0").is_none());
+    assert_eq!(get(&c, "http://h/new").as_deref(), Some(&b"new"[..]));
+    assert_eq!(c.purge_tag("red", false), 1);
+    assert_eq!(c.purge_key("http://h/v", false), 1);
+    assert_eq!(c.purge_prefix("http://h/s/", false), 29);
+    assert_eq!(c.stats().entries, 1);
 }

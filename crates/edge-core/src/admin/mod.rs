@@ -254,6 +254,8 @@ fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
                     "scanned": s.loader.scanned,
                     "loaded": s.loader.loaded,
                     "removed": s.loader.removed,
+                    "snapshot": s.loader.snapshot,
+                    "unseen": s.loader.unseen,
                 },
             })
         })
@@ -392,7 +394,7 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
         &'static str,
         fn(&edge_cache::CacheStats) -> u64,
     );
-    let families: [Family; 7] = [
+    let families: [Family; 8] = [
         (
             "edgecache_cache_entries",
             "gauge",
@@ -422,6 +424,12 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
             "gauge",
             "Objects indexed by the start-up loader.",
             |s| s.loader.loaded,
+        ),
+        (
+            "edgecache_cache_loader_snapshot",
+            "gauge",
+            "Objects restored from the index snapshot of the last clean shutdown.",
+            |s| s.loader.snapshot,
         ),
         (
             "edgecache_cache_write_errors_total",

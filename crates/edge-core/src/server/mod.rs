@@ -359,8 +359,22 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             "shutdown_timeout passed with {left} connection(s) still open; closing them"
         );
     }
+    // The index snapshot needs a cache nobody writes to any more: only when every
+    // worker stopped (a fill still running would be missing from it).
+    let quiet = threads.iter().all(|t| t.is_finished());
     for c in shared.load().caches.values() {
         c.shutdown();
+        if !quiet {
+            tracing::warn!(cache = %c.name(), "no index snapshot: workers still running");
+            continue;
+        }
+        let t0 = Instant::now();
+        match c.write_snapshot() {
+            Ok(n) => {
+                tracing::info!(cache = %c.name(), "index snapshot: {n} objects written in {:?}", t0.elapsed())
+            }
+            Err(e) => tracing::warn!(cache = %c.name(), "index snapshot not written: {e}"),
+        }
     }
     if let Some(o) = demo_origin {
         o.shutdown();

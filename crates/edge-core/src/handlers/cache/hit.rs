@@ -309,6 +309,16 @@ async fn send_body(
         }
         HitBody::File(f) => &**f,
     };
+    if let Some(part) = entry
+        .body_head
+        .as_ref()
+        .and_then(|b| b.get(range.start as usize..range.end as usize))
+    {
+        // Read with the header by the lookup (a packed small object): no other read.
+        conn.write_two(&head, part, send).await?;
+        ctx.w.give_buf(head);
+        return Ok(n);
+    }
     let off = entry.body_offset + range.start;
     let io = &ctx.w.file_io;
     if n <= INLINE_BODY {
