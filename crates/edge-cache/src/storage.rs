@@ -27,7 +27,7 @@
 //! `.tmp.` file that the loader deletes.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -395,7 +395,9 @@ impl std::fmt::Debug for TempObject {
 }
 
 impl TempObject {
-    /// Create the temp file (and its directories) and write the provisional header.
+    /// Create the temp file (and its directories). The header is written by the commit
+    /// only (nothing reads a temp file's header: followers get the head from the fill,
+    /// the loader deletes temp files), so the body is written first at its offset.
     /// `token` makes temp names unique per process, so the loader only removes temp
     /// files left by earlier processes.
     pub fn create(
@@ -417,7 +419,7 @@ impl TempObject {
                 .create_new(true)
                 .open(&tmp_path)
         };
-        let mut file = match open() {
+        let file = match open() {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::create_dir_all(&dir)?;
@@ -427,8 +429,8 @@ impl TempObject {
         };
         let header = encode_header(hash, &meta, None)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
-        let mut obj = TempObject {
-            file: None,
+        Ok(TempObject {
+            file: Some(file),
             tmp_path,
             final_path,
             hash,
@@ -437,12 +439,7 @@ impl TempObject {
             written: 0,
             hasher: Xxh3::new(),
             committed: false,
-        };
-        // From here on, Drop removes the temp file on any error.
-        let res = file.write_all(&header);
-        obj.file = Some(file);
-        res?;
-        Ok(obj)
+        })
     }
 
     /// Append body bytes (a positioned write at [`TempObject::next_offset`]).

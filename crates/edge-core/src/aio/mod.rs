@@ -206,10 +206,11 @@ impl FileBackend {
         self.engine.blocking(f).await
     }
 
-    /// A handle of our own on `file` (a `dup`), for the writes of a whole fill: an op in
-    /// flight keeps it open even if the fill is abandoned.
-    pub fn own(&self, file: &File) -> io::Result<edge_aio::AioFile> {
-        Ok(edge_aio::AioFile::from(file.try_clone()?))
+    /// `file` (a handle of its own, e.g. from `ObjectWriter::reader`) for the writes of a
+    /// whole fill, through the backend: an op in flight keeps it open even if the fill is
+    /// abandoned.
+    pub fn own(&self, file: File) -> edge_aio::AioFile {
+        edge_aio::AioFile::from(file)
     }
 
     /// Writes all of `buf` at `offset` (cache fills): on the pool under `threads` and
@@ -278,12 +279,36 @@ pub struct Committer<'a> {
     pub files: &'a FileBackend,
     /// Our handle on the temp file.
     pub out: &'a edge_aio::AioFile,
+    /// A packed small object's body, written right after the header in the same write
+    /// (the header ends where the body starts).
+    pub body: Option<&'a [u8]>,
 }
 
 impl edge_cache::CommitIo for Committer<'_> {
     async fn commit(&self, plan: &edge_cache::CommitPlan) -> io::Result<u64> {
         let e = &self.files.engine;
-        let (r, _) = e.write_all_at(self.out, 0, plan.header.clone()).await;
+        let mut block = plan.header.clone();
+        if let Some(body) = self.body {
+            block.extend_from_slice(body);
+        }
+        if self.files.mode() != Mode::IoUring {
+            // On the pool (or inline under `off`), the write, the fstat and the rename
+            // are one hand-off, not three round trips.
+            use std::os::fd::AsFd;
+            use std::os::unix::fs::{FileExt, MetadataExt};
+            let file = File::from(self.out.as_fd().try_clone_to_owned()?);
+            let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
+            return self
+                .files
+                .blocking(move || -> io::Result<u64> {
+                    file.write_all_at(&block, 0)?;
+                    let ino = file.metadata()?.ino();
+                    std::fs::rename(&tmp, &fin)?;
+                    Ok(ino)
+                })
+                .await?;
+        }
+        let (r, _) = e.write_all_at(self.out, 0, block).await;
         r?;
         let ino = e.stat(self.out).await?.ino;
         e.rename(&plan.tmp_path, &plan.final_path).await?;

@@ -20,6 +20,10 @@ pub struct Store {
     out: Option<edge_aio::AioFile>,
     /// The buffer each write hands to the backend and gets back.
     scratch: Vec<u8>,
+    /// A body that will be packed in the header's block (its length is known and fits):
+    /// kept here and written with the final header in one write at the commit, instead
+    /// of a body write and a header write. Followers learn of it when it is done.
+    pending: Option<Vec<u8>>,
 }
 
 impl Store {
@@ -27,8 +31,22 @@ impl Store {
     /// stalls the loop) and tell followers; on a write error (ENOSPC, EIO, EFBIG) the
     /// fill fails (followers abort) and the caller continues uncached.
     pub(super) async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
+        if let Some(p) = &mut self.pending {
+            if p.len() + data.len() <= edge_cache::storage::BODY_ALIGN as usize {
+                p.extend_from_slice(data);
+                self.writer.record_written(data);
+                return true;
+            }
+            // More than its length said (the commit's length check fails it anyway):
+            // written out like any body.
+            let held = std::mem::take(p);
+            self.pending = None;
+            if !held.is_empty() && !Box::pin(self.write(files, &held)).await {
+                return false;
+            }
+        }
         if self.out.is_none() {
-            match self.writer.reader().and_then(|f| files.own(&f)) {
+            match self.writer.reader().map(|f| files.own(f)) {
                 Ok(f) => self.out = Some(f),
                 Err(e) => {
                     self.writer.write_failed(&e);
@@ -79,29 +97,34 @@ impl Store {
             writer,
             handle,
             out,
+            pending,
             ..
         } = self;
         let out = match out {
             Some(o) => Some(o),
-            None => writer.reader().and_then(|f| files.own(&f)).ok(),
+            None => writer.reader().map(|f| files.own(f)).ok(),
         };
-        let res = match &out {
-            Some(out) => {
+        let res = match (&out, &pending) {
+            (Some(out), _) => {
+                let body = pending.as_deref();
                 writer
-                    .finish_with(&crate::aio::Committer { files, out })
+                    .finish_with(&crate::aio::Committer { files, out, body })
                     .await
             }
-            None => writer.finish(),
+            (None, None) => writer.finish(),
+            (None, Some(_)) => Err(std::io::Error::other("no handle on the temp file")),
         };
         let stored = res.is_ok();
         match (res, handle) {
             (Ok(()), Some(h)) => h.done(len),
             (Err(e), h) => {
                 // Counted and rate-limit logged by the cache. A whole body still
-                // reaches every client (from the open file); it is only not stored.
+                // reaches every client (from the open file) when it was written
+                // there; it is only not stored.
                 tracing::debug!("cache commit failed: {e}");
                 if let Some(h) = h {
-                    if declared == edge_cache::BODY_LEN_UNKNOWN || declared == len {
+                    let in_file = pending.is_none();
+                    if in_file && (declared == edge_cache::BODY_LEN_UNKNOWN || declared == len) {
                         h.done(len);
                     } else {
                         h.fail();
@@ -136,11 +159,15 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
         },
         None => None,
     };
+    let m = writer.meta();
+    let packed = m.body_len != edge_cache::BODY_LEN_UNKNOWN
+        && writer.body_offset().saturating_add(m.body_len) <= edge_cache::storage::BODY_ALIGN;
     Some(Store {
         writer,
         handle,
         out: None,
         scratch: Vec::new(),
+        pending: packed.then(Vec::new),
     })
 }
 
@@ -198,21 +225,57 @@ mod tests {
         let c = cache(dir.path());
         let key = "http://h/a";
         let (handle, f) = leader(&c, key);
+        // Larger than a block: the body streams to followers as it is written.
         let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 5))
+            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10_000))
             .unwrap();
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
+        assert!(store.pending.is_none());
         assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
-        assert!(rt_write(&mut store, b"hel"));
-        assert!(matches!(f.state(), FillState::Streaming { written: 3, .. }));
-        assert!(rt_write(&mut store, b"lo"));
+        assert!(rt_write(&mut store, &[b'a'; 3000]));
+        assert!(matches!(
+            f.state(),
+            FillState::Streaming { written: 3000, .. }
+        ));
+        assert!(rt_write(&mut store, &[b'b'; 7000]));
         rt_finish(store);
-        assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
+        assert!(matches!(f.state(), FillState::Done { len: 10_000, .. }));
         let now = SystemTime::now();
         assert!(matches!(
             c.lookup(key, &edge_http::HeaderMap::new(), now),
             edge_cache::Lookup::Fresh(_)
         ));
+        c.shutdown();
+    }
+
+    #[test]
+    fn a_packed_fill_is_written_once_with_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let key = "http://h/small";
+        let (handle, f) = leader(&c, key);
+        let writer = c
+            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 5))
+            .unwrap();
+        let mut store = publish(Some(writer), Some(handle)).expect("storing");
+        assert!(store.pending.is_some(), "5 bytes fit beside the header");
+        assert!(rt_write(&mut store, b"hel"));
+        assert!(rt_write(&mut store, b"lo"));
+        // Nothing in the file yet, so nothing published: followers wait for the end.
+        assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
+        rt_finish(store);
+        assert!(matches!(f.state(), FillState::Done { len: 5, .. }));
+        let now = SystemTime::now();
+        match c.lookup(key, &edge_http::HeaderMap::new(), now) {
+            edge_cache::Lookup::Fresh(hit) => {
+                let file = hit.file().expect("on disk");
+                assert!(hit.body_offset + 5 <= 4096, "packed");
+                assert_eq!(file.metadata().unwrap().len(), hit.body_offset + 5);
+                let body = edge_cache::storage::read_body(file, hit.body_offset, 5).unwrap();
+                assert_eq!(body, b"hello");
+            }
+            other => panic!("{other:?}"),
+        }
         c.shutdown();
     }
 
