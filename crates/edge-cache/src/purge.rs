@@ -347,19 +347,21 @@ impl crate::Cache {
     /// copies. `soft` marks them stale (served as STALE/UPDATING while revalidated)
     /// instead of deleting. Returns the number of objects affected.
     pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
-        let hashes = self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
+        let hashes = || self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
         self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
     }
 
     /// Purge a path on every host (see [`PurgeTarget::Path`]): the primary key
     /// `http://<host><pq>` for every host with something stored.
     pub fn purge_path(&self, pq: &str, soft: bool) -> usize {
-        let mut hashes = Vec::new();
-        for host in self.index.purge_index().hosts() {
-            let key = format!("http://{host}{pq}");
-            hashes.extend(self.index.variants_of(crate::key::key_hash(&key)));
-        }
-        let hashes = self.with_copies(hashes);
+        let hashes = || {
+            let mut hashes = Vec::new();
+            for host in self.index.purge_index().hosts() {
+                let key = format!("http://{host}{pq}");
+                hashes.extend(self.index.variants_of(crate::key::key_hash(&key)));
+            }
+            self.with_copies(hashes)
+        };
         self.purge_hashes(PurgeTarget::Path(pq.to_owned()), hashes, soft)
     }
 
@@ -367,26 +369,30 @@ impl crate::Cache {
     /// match (see [`PurgeIndex`]), then a walk of the index in memory; only when the
     /// prefix ends inside a name are that one directory's headers read, to check keys.
     pub fn purge_prefix(&self, prefix: &str, soft: bool) -> usize {
-        let pick = self.index.purge_index().pick_dirs(prefix);
-        let mut hashes = Vec::new();
-        if !pick.all.is_empty() || pick.check.is_some() {
-            for (h, dir) in self.index.in_dirs(&|d| pick.wants(d)) {
-                // In a selected directory, or in the prefix's own (its key is checked).
-                let matches = pick.all.contains(&dir)
-                    || self
-                        .stored_meta(h)
-                        .is_some_and(|(m, _)| m.primary_key().starts_with(prefix));
-                if matches {
-                    hashes.push(h);
+        let hashes = || {
+            let pick = self.index.purge_index().pick_dirs(prefix);
+            let mut hashes = Vec::new();
+            if !pick.all.is_empty() || pick.check.is_some() {
+                for (h, dir) in self.index.in_dirs(&|d| pick.wants(d)) {
+                    // In a selected directory, or in the prefix's own (its key is
+                    // checked).
+                    let matches = pick.all.contains(&dir)
+                        || self
+                            .stored_meta(h)
+                            .is_some_and(|(m, _)| m.primary_key().starts_with(prefix));
+                    if matches {
+                        hashes.push(h);
+                    }
                 }
             }
-        }
+            hashes
+        };
         self.purge_hashes(PurgeTarget::Prefix(prefix.to_owned()), hashes, soft)
     }
 
     /// Purge every object tagged `tag` (from `Cache-Tag` / `Surrogate-Key`).
     pub fn purge_tag(&self, tag: &str, soft: bool) -> usize {
-        let hashes = self.index.purge_index().tagged(tag);
+        let hashes = || self.index.purge_index().tagged(tag);
         self.purge_hashes(PurgeTarget::Tag(tag.to_owned()), hashes, soft)
     }
 
@@ -413,7 +419,15 @@ impl crate::Cache {
         hashes
     }
 
-    fn purge_hashes(&self, target: PurgeTarget, hashes: Vec<KeyHash>, soft: bool) -> usize {
+    /// Purges what `hashes` finds, found after the loader gate is taken: while loading,
+    /// an object is either indexed before the purge looks (and found) or checked
+    /// against the purge's rule by the loader (never neither).
+    fn purge_hashes(
+        &self,
+        target: PurgeTarget,
+        hashes: impl FnOnce() -> Vec<KeyHash>,
+        soft: bool,
+    ) -> usize {
         use std::sync::atomic::Ordering;
         // While loading, remember the purge for files not indexed yet; the gate makes
         // "record + purge" atomic against the loader's "check + insert".
@@ -431,7 +445,7 @@ impl crate::Cache {
             Some(g)
         };
         let mut n = 0;
-        for h in hashes {
+        for h in hashes() {
             if soft {
                 if let Some(e) = self.index.set_soft_purged(h) {
                     // Persist the flag so a restart does not resurrect the object as
