@@ -34,8 +34,27 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read, released; the usual small race applies).
+/// A free TCP port on 127.0.0.1 for a server a test starts (bound, released).
+///
+/// Taken below Linux's ephemeral range (32768-60999), walking a per-process sequence:
+/// a port the kernel hands out as `bind(0)` or as a client socket's local port can be
+/// taken by another test's connection before the server binds it ("Address already in
+/// use", seen in CI-like runs); these never are, and the walk keeps this process's
+/// picks apart.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // 7 and SPAN are coprime: the walk visits every port of the span.
+        let port = (LOW + (seed + n.wrapping_mul(7)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
