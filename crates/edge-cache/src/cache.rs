@@ -443,14 +443,7 @@ impl Cache {
                 }
             }
         }
-        let (vkey, vh): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
-            Some(vary) => {
-                let k = variant_key(primary_key, &vary, req);
-                let h = key_hash(&k);
-                (Cow::Owned(k), h)
-            }
-            None => (Cow::Borrowed(primary_key), ph),
-        };
+        let (vkey, vh) = self.variant_of(primary_key, ph, req);
         let front_checked = local.is_some() && vh == ph;
         match self.find(local, opener, &vkey, vh, front_checked).await {
             Ok(Some((found, file))) => {
@@ -476,6 +469,24 @@ impl Cache {
             }
         }
         Lookup::Miss
+    }
+
+    /// The variant key (and its hash) a request for `primary_key` (`ph`) looks up: the
+    /// primary key itself unless the stored response varies.
+    fn variant_of<'k>(
+        &self,
+        primary_key: &'k str,
+        ph: KeyHash,
+        req: &HeaderMap,
+    ) -> (Cow<'k, str>, KeyHash) {
+        match self.index.vary_of(ph) {
+            Some(vary) => {
+                let k = variant_key(primary_key, &vary, req);
+                let h = key_hash(&k);
+                (Cow::Owned(k), h)
+            }
+            None => (Cow::Borrowed(primary_key), ph),
+        }
     }
 
     /// The object stored under exactly `key` (`hash`): from the worker's front when it
@@ -665,14 +676,7 @@ impl Cache {
         ph: KeyHash,
         req: &HeaderMap,
     ) -> Option<Arc<ObjectMeta>> {
-        let (key, hash): (Cow<'_, str>, KeyHash) = match self.index.vary_of(ph) {
-            Some(vary) => {
-                let k = variant_key(primary_key, &vary, req);
-                let h = key_hash(&k);
-                (Cow::Owned(k), h)
-            }
-            None => (Cow::Borrowed(primary_key), ph),
-        };
+        let (key, hash) = self.variant_of(primary_key, ph, req);
         match self.find(local, opener, &key, hash, false).await {
             Ok(found) => found.map(|(f, _)| f.meta),
             Err(fail) => {
