@@ -77,16 +77,6 @@ const UNSEEN: u8 = 64;
 /// The flags a snapshot keeps.
 const KEPT_FLAGS: u8 = LIVE | SOFT_PURGED | TAGGED | IN_RECORD | HAS_COPIES;
 
-/// What the loader's walk found of a file the index may know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seen {
-    /// Indexed, with this inode (now marked seen).
-    Known,
-    /// Indexed with another inode: the entry was dropped, the file is to be loaded.
-    Stale,
-    NotIndexed,
-}
-
 /// One object. `align(4)`: 40 bytes, 3 of them padding after the flags.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
@@ -851,19 +841,21 @@ impl Index {
     }
 
     /// The loader's walk found `hash`'s file with inode `ino` (from its directory
-    /// entry).
-    pub fn mark_seen(&self, hash: KeyHash, ino: u64) -> Seen {
+    /// entry). True when the index has it with that inode (now marked seen); an entry
+    /// with another inode is dropped, and the file is then to be loaded like an
+    /// unknown one (false).
+    pub fn mark_seen(&self, hash: KeyHash, ino: u64) -> bool {
         let mut shard = lock(&self.shards[shard_of(hash)]);
         let Some(s) = shard.get_mut(hash) else {
-            return Seen::NotIndexed;
+            return false;
         };
         if join_ino(s.ino) == crate::storage::ino_key(ino) {
             s.flags &= !UNSEEN;
-            return Seen::Known;
+            return true;
         }
         drop(shard);
         self.remove(hash, None);
-        Seen::Stale
+        false
     }
 
     /// After the loader's walk: drops what a snapshot named but the disk no longer has.

@@ -125,7 +125,7 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
     }
     // Indexed already (by a fill, or by the snapshot, which this confirms): done, with
     // no read. A snapshot entry naming another inode is dropped and the file loaded.
-    if cache.index.mark_seen(hash, ino) == crate::index::Seen::Known {
+    if cache.index.mark_seen(hash, ino) {
         return;
     }
     let file = match File::open(path) {
