@@ -20,6 +20,7 @@ pub mod http;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod rt;
 pub mod server;
 pub mod state;
 pub mod upstream;

@@ -49,15 +49,8 @@ pub fn start(listener: std::net::TcpListener, ctx: AdminCtx) -> std::io::Result<
     std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("admin: cannot build runtime: {e}");
-                    return;
-                }
+            let Some(rt) = crate::rt::thread_runtime("admin") else {
+                return;
             };
             rt.block_on(async move {
                 let listener = match tokio::net::TcpListener::from_std(listener) {

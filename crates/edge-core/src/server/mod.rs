@@ -393,15 +393,8 @@ fn spawn_health_checks(
     std::thread::Builder::new()
         .name("health".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("health checks: cannot build a runtime: {e}");
-                    return;
-                }
+            let Some(rt) = crate::rt::thread_runtime("health checks") else {
+                return;
             };
             let local = tokio::task::LocalSet::new();
             local.block_on(

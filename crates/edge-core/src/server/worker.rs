@@ -173,15 +173,8 @@ pub fn spawn(spec: WorkerSpec) -> std::io::Result<std::thread::JoinHandle<()>> {
                     );
                 }
             }
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("worker {}: cannot build runtime: {e}", spec.id);
-                    return;
-                }
+            let Some(rt) = crate::rt::thread_runtime(&format!("worker {}", spec.id)) else {
+                return;
             };
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, run(spec));
