@@ -9,6 +9,7 @@
 //! - [`aio`]: the file I/O seam every file read goes through.
 //! - [`compress`]: response compression (plans, filters, the offload pool).
 //! - [`upstream`]: server groups and per-worker keep-alive pools.
+//! - [`tls`]: rustls configs (listeners and https upstreams) and their counters.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
@@ -23,4 +24,5 @@ pub mod net;
 pub mod rt;
 pub mod server;
 pub mod state;
+pub mod tls;
 pub mod upstream;

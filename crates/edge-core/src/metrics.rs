@@ -58,7 +58,55 @@ pub struct WorkerStats {
     pub compress_variant_hits: AtomicU64,
     /// Compressed copies stored.
     pub compress_variants_stored: AtomicU64,
+    /// Requests by HTTP version, indexed like [`HTTP_VERSIONS`].
+    pub http_versions: [AtomicU64; HTTP_VERSIONS.len()],
+    /// TLS handshakes and their failures.
+    pub tls: crate::tls::TlsStats,
+    /// HTTP/2 connections, streams and the defences' counters.
+    pub h2: H2Stats,
 }
+
+/// The `version` label values of `edgecache_http_requests_total`.
+pub const HTTP_VERSIONS: [&str; 3] = ["1.0", "1.1", "2"];
+
+impl WorkerStats {
+    /// Counts a request by its version.
+    pub fn count_version(&self, v: edge_http::Version) {
+        let i = match v {
+            edge_http::Version::Http10 => 0,
+            edge_http::Version::Http11 => 1,
+            edge_http::Version::Http2 => 2,
+        };
+        self.http_versions[i].fetch_add(1, Relaxed);
+    }
+}
+
+/// HTTP/2 counters of one worker.
+#[derive(Default)]
+pub struct H2Stats {
+    pub connections: AtomicU64,
+    pub streams: AtomicU64,
+    /// Streams the client reset before their response was complete.
+    pub client_resets: AtomicU64,
+    /// Connections closed with GOAWAY ENHANCE_YOUR_CALM for resetting streams faster
+    /// than they are answered (rapid reset, CVE-2023-44487).
+    pub rapid_reset_goaways: AtomicU64,
+    /// Connections that ended on a protocol error, indexed like [`H2_ERRORS`].
+    pub errors: [AtomicU64; H2_ERRORS.len()],
+}
+
+/// The `reason` label values of `edgecache_h2_connection_errors_total`: the HTTP/2
+/// error code the connection ended with (`compression_error` covers HPACK bombs,
+/// `enhance_your_calm` floods of resets or CONTINUATION frames, `io` a broken socket).
+pub const H2_ERRORS: [&str; 7] = [
+    "protocol_error",
+    "flow_control_error",
+    "frame_size_error",
+    "compression_error",
+    "enhance_your_calm",
+    "other",
+    "io",
+];
 
 /// A worker's RAM tier and open-file cache counters, see `edge_cache::local`.
 #[derive(Default)]

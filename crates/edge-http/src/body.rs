@@ -327,6 +327,11 @@ impl BodyDecoder {
         Ok(State::Chunked(next))
     }
 
+    /// Whether the body runs until the peer closes (no length, not chunked).
+    pub fn is_close_delimited(&self) -> bool {
+        self.state == State::Close
+    }
+
     /// Whether the whole body has been decoded.
     pub fn is_done(&self) -> bool {
         self.state == State::Done

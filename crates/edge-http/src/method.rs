@@ -3,14 +3,17 @@
 //! How it fits: the request parser turns httparse's method token into a [`Method`] without
 //! allocating for the standard methods; the cache and router match on the enum.
 
-/// The HTTP protocol version of a message. Only 1.0 and 1.1 exist here: anything else is
-/// rejected with 505 before a head is built.
+/// The HTTP protocol version of a message. The HTTP/1 parser builds only 1.0 and 1.1
+/// (anything else is rejected with 505); `Http2` marks a request that arrived on an
+/// HTTP/2 stream (the server translates it into an HTTP/1.1 head, then sets this).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     /// HTTP/1.0: close after each message unless `Connection: keep-alive`.
     Http10,
     /// HTTP/1.1: persistent unless `Connection: close`.
     Http11,
+    /// HTTP/2 (one stream): framed by the stream, never by `Connection`.
+    Http2,
 }
 
 impl Version {
@@ -19,6 +22,7 @@ impl Version {
         match self {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
+            Version::Http2 => "HTTP/2.0",
         }
     }
 }

@@ -453,6 +453,92 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
     prom(o, "edgecache_cache_collapsed_total", "", collapsed);
 }
 
+/// Requests by HTTP version, TLS handshakes and HTTP/2 counters.
+fn protocol_metrics(o: &mut String, m: &crate::metrics::Metrics) {
+    use crate::metrics::{H2_ERRORS, HTTP_VERSIONS};
+    prom_header(
+        o,
+        "edgecache_http_requests_total",
+        "counter",
+        "Client requests by HTTP version.",
+    );
+    for (i, v) in HTTP_VERSIONS.iter().enumerate() {
+        let n = m.sum(|w| &w.http_versions[i]);
+        prom(
+            o,
+            "edgecache_http_requests_total",
+            &format!("version=\"{v}\""),
+            n,
+        );
+    }
+    prom_header(
+        o,
+        "edgecache_tls_handshakes_total",
+        "counter",
+        "TLS handshakes completed: full, or resumed (session ticket or cache).",
+    );
+    let full = m.sum(|w| &w.tls.handshakes_full);
+    let resumed = m.sum(|w| &w.tls.handshakes_resumed);
+    prom(o, "edgecache_tls_handshakes_total", "kind=\"full\"", full);
+    prom(
+        o,
+        "edgecache_tls_handshakes_total",
+        "kind=\"resumed\"",
+        resumed,
+    );
+    prom_header(
+        o,
+        "edgecache_tls_handshake_errors_total",
+        "counter",
+        "TLS handshakes that failed, by kind.",
+    );
+    for (i, k) in crate::tls::HANDSHAKE_ERRORS.iter().enumerate() {
+        let n = m.sum(|w| &w.tls.handshake_errors[i]);
+        prom(
+            o,
+            "edgecache_tls_handshake_errors_total",
+            &format!("kind=\"{k}\""),
+            n,
+        );
+    }
+    for (name, help, f) in [
+        (
+            "edgecache_h2_connections_total",
+            "HTTP/2 connections.",
+            (|w| &w.h2.connections) as fn(&crate::metrics::WorkerStats) -> &std::sync::atomic::AtomicU64,
+        ),
+        ("edgecache_h2_streams_total", "HTTP/2 streams (requests).", |w| &w.h2.streams),
+        (
+            "edgecache_h2_client_resets_total",
+            "HTTP/2 streams the client reset before their response was complete.",
+            |w| &w.h2.client_resets,
+        ),
+        (
+            "edgecache_h2_rapid_reset_goaways_total",
+            "HTTP/2 connections closed for resetting streams faster than they are answered (CVE-2023-44487).",
+            |w| &w.h2.rapid_reset_goaways,
+        ),
+    ] {
+        prom_header(o, name, "counter", help);
+        prom(o, name, "", m.sum(f));
+    }
+    prom_header(
+        o,
+        "edgecache_h2_connection_errors_total",
+        "counter",
+        "HTTP/2 connections ended by an error, by HTTP/2 error code.",
+    );
+    for (i, r) in H2_ERRORS.iter().enumerate() {
+        let n = m.sum(|w| &w.h2.errors[i]);
+        prom(
+            o,
+            "edgecache_h2_connection_errors_total",
+            &format!("reason=\"{r}\""),
+            n,
+        );
+    }
+}
+
 fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
     let m = &ctx.metrics;
     let mut o = String::with_capacity(4096);
@@ -567,6 +653,7 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         "Client connections open now.",
     );
     prom(&mut o, "edgecache_connections_active", "", m.active());
+    protocol_metrics(&mut o, m);
     prom_header(
         &mut o,
         "edgecache_bytes_sent_total",

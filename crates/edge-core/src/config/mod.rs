@@ -226,6 +226,58 @@ pub struct Listen {
     pub addr: Spanned<String>,
     #[serde(default = "default_backlog")]
     pub backlog: i32,
+    /// TLS termination on this address (`docs/tls.md`); certificates are read again on
+    /// every reload.
+    #[serde(default)]
+    pub tls: Option<Spanned<TlsCfg>>,
+    /// HTTP/2: offered by ALPN next to http/1.1 on a TLS listener; on a plain listener,
+    /// h2c with prior knowledge (a connection that opens with the HTTP/2 preface).
+    #[serde(default)]
+    pub http2: bool,
+}
+
+/// `[[listen]] tls`: one certificate (`cert` and `key`), or several chosen by SNI
+/// (`certs`). The first certificate is the default for clients that send no name or a
+/// name no certificate covers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCfg {
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    #[serde(default)]
+    pub certs: Vec<TlsCertCfg>,
+    /// TLS 1.3 session tickets and the TLS 1.2 session cache (resumption): on by
+    /// default; ticket keys rotate every 6 hours and survive reloads.
+    #[serde(default = "default_true")]
+    pub session_resumption: bool,
+}
+
+/// One certificate of `tls.certs`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCertCfg {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The SNI names it answers (`a.example`, `*.example`); empty: the DNS names of the
+    /// certificate's subjectAltName.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+impl TlsCfg {
+    /// Every (cert, key, names) of the listener, the default first.
+    pub fn all(&self) -> Vec<(PathBuf, PathBuf, Vec<String>)> {
+        let mut v = Vec::new();
+        if let (Some(c), Some(k)) = (&self.cert, &self.key) {
+            v.push((c.clone(), k.clone(), Vec::new()));
+        }
+        for c in &self.certs {
+            v.push((c.cert.clone(), c.key.clone(), c.names.clone()));
+        }
+        v
+    }
 }
 fn default_backlog() -> i32 {
     65535
@@ -548,6 +600,14 @@ pub struct Upstream {
     /// consecutive failures take it out, `passes` consecutive successes bring it back.
     #[serde(default)]
     pub health_check: Option<HealthCheckCfg>,
+    /// CA certificates (PEM) that `https://` servers are verified against, instead of
+    /// the system's roots.
+    #[serde(default)]
+    pub tls_ca: Option<Spanned<PathBuf>>,
+    /// Verify `https://` servers' certificates (on by default; off is logged as a
+    /// warning).
+    #[serde(default = "default_true")]
+    pub tls_verify: bool,
 }
 
 /// `[[upstream]] balance`.

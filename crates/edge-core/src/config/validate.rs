@@ -53,6 +53,62 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, BadValue> {
     }
 }
 
+/// A configured server: `host:port` (plain) or `https://host[:port]`.
+pub struct ServerTarget {
+    pub addr: SocketAddr,
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// `Host` for an https server: the host, with the port when it is not 443.
+    pub tls_host: Option<String>,
+}
+
+/// Parses one `servers` entry (names are resolved now, as nginx does at start).
+pub fn parse_server(s: &str) -> Result<ServerTarget, BadValue> {
+    let lower = s.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("https://") {
+        let hostport = rest.trim_end_matches('/');
+        if hostport.is_empty() || hostport.contains('/') {
+            return Err(BadValue(format!(
+                "invalid server {s:?}: expected https://host[:port] (no path)"
+            )));
+        }
+        // [v6]:port, host:port, or a host alone (port 443).
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && !p.contains(']') => match p.parse::<u16>() {
+                Ok(port) => (h, port),
+                Err(_) => return Err(BadValue(format!("invalid port in {s:?}"))),
+            },
+            _ => (hostport, 443),
+        };
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let addr = crate::config::validate::parse_addr(&if bare.contains(':') {
+            format!("[{bare}]:{port}")
+        } else {
+            format!("{bare}:{port}")
+        })?;
+        let name = rustls::pki_types::ServerName::try_from(bare.to_string())
+            .map_err(|_| BadValue(format!("invalid server name in {s:?}")))?;
+        let host_header = if port == 443 {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        return Ok(ServerTarget {
+            addr,
+            tls_name: Some(name),
+            tls_host: Some(host_header),
+        });
+    }
+    let plain = lower
+        .strip_prefix("http://")
+        .map(|r| &s[7..7 + r.len()])
+        .unwrap_or(s);
+    Ok(ServerTarget {
+        addr: crate::config::validate::parse_addr(plain.trim_end_matches('/'))?,
+        tls_name: None,
+        tls_host: None,
+    })
+}
+
 /// A parsed `allow` entry: an address prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
@@ -145,6 +201,33 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         }
         if l.backlog <= 0 {
             return err(Some(l.addr.span()), "listen.backlog", "must be positive");
+        }
+        if let Some(t) = &l.tls {
+            let span = Some(t.span());
+            let cfg = t.get_ref();
+            if cfg.cert.is_some() != cfg.key.is_some() {
+                return err(span, "listen.tls", "`cert` and `key` go together");
+            }
+            if cfg.cert.is_none() && cfg.certs.is_empty() {
+                return err(span, "listen.tls", "needs `cert` and `key`, or `certs`");
+            }
+            // Read now, so a missing file or a key that is not the certificate's is a
+            // config error (`-t`), not a failed start or reload.
+            for (cert, key, names) in cfg.all() {
+                if let Err(m) = crate::tls::load_key_pair(&cert, &key) {
+                    return err(span, "listen.tls", m);
+                }
+                if let Some(n) = names
+                    .iter()
+                    .find(|n| n.is_empty() || n.contains(['/', ' ']))
+                {
+                    return err(
+                        span,
+                        "listen.tls.certs.names",
+                        format!("{n:?} is not a host name"),
+                    );
+                }
+            }
         }
     }
     if cfg.worker_connections == 0 {
@@ -269,10 +352,31 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
                 "at least one server is required",
             );
         }
+        let mut https = false;
         for s in u.servers.get_ref() {
-            if let Err(m) = parse_addr(s) {
-                return err(Some(u.servers.span()), "upstream.servers", m);
+            match parse_server(s) {
+                Ok(t) => https |= t.tls_name.is_some(),
+                Err(m) => return err(Some(u.servers.span()), "upstream.servers", m),
             }
+        }
+        if let Some(ca) = &u.tls_ca {
+            if !https {
+                return err(
+                    Some(ca.span()),
+                    "upstream.tls_ca",
+                    "set, but no server of this upstream is https://",
+                );
+            }
+            if let Err(m) = crate::tls::client::load_ca(ca.get_ref()) {
+                return err(Some(ca.span()), "upstream.tls_ca", m);
+            }
+        }
+        if !u.tls_verify && !https {
+            return err(
+                Some(u.name.span()),
+                "upstream.tls_verify",
+                "set, but no server of this upstream is https://",
+            );
         }
         if u.max_fails == 0 {
             return err(

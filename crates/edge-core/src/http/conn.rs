@@ -5,8 +5,10 @@
 use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// Initial read buffer; grows up to the head limit while a head is incomplete. 4 KiB
@@ -16,9 +18,113 @@ use tokio::net::TcpStream;
 pub const READ_BUF: usize = 4 * 1024;
 
 pub struct Conn {
-    pub io: TcpStream,
+    pub io: ClientIo,
     pub rbuf: BytesMut,
     pub peer: SocketAddr,
+}
+
+/// What a client's bytes travel over. Handlers see one byte stream of HTTP/1.1 either
+/// way; only the file-body path asks for [`ClientIo::tcp`] (sendfile needs the socket).
+pub enum ClientIo {
+    /// Plain TCP (or kernel TLS): bodies go out by `sendfile`.
+    Tcp(TcpStream),
+    /// TLS in user space (rustls): bodies are read and encrypted.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes and the response
+    /// written as HTTP/1.1 goes out as HEADERS and DATA frames.
+    H2(Box<super::h2stream::StreamIo>),
+}
+
+impl ClientIo {
+    /// The socket, when bytes written to it reach the client as they are (sendfile,
+    /// parking, readiness).
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            ClientIo::Tcp(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// TCP_NODELAY on the connection's socket (an HTTP/2 stream's is the connection's
+    /// business).
+    pub fn set_nodelay(&self) {
+        let s = match self {
+            ClientIo::Tcp(s) => s,
+            ClientIo::Tls(t) => t.get_ref().0,
+            ClientIo::H2(_) => return,
+        };
+        let _ = s.set_nodelay(true);
+    }
+
+    /// Ends a response that cannot be completed so the client cannot take it for a
+    /// whole one: a TCP reset, or RST_STREAM on HTTP/2.
+    pub fn abort(self) {
+        match self {
+            ClientIo::Tcp(s) => crate::net::sys::close_with_reset(s),
+            ClientIo::Tls(t) => crate::net::sys::close_with_reset(t.into_inner().0),
+            ClientIo::H2(mut s) => s.reset(),
+        }
+    }
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            ClientIo::H2(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            ClientIo::H2(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            ClientIo::H2(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_flush(cx),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            ClientIo::H2(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            ClientIo::H2(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
 }
 
 pub fn timed_out(what: &str) -> io::Error {
@@ -27,6 +133,10 @@ pub fn timed_out(what: &str) -> io::Error {
 
 impl Conn {
     pub fn new(io: TcpStream, peer: SocketAddr) -> Conn {
+        Conn::over(ClientIo::Tcp(io), peer)
+    }
+
+    pub fn over(io: ClientIo, peer: SocketAddr) -> Conn {
         Conn {
             io,
             // Allocated when the first bytes are about to arrive (see the session: an
@@ -57,8 +167,37 @@ impl Conn {
 
     /// Writes all of `buf`; each write must make progress within `limit`.
     pub async fn write_all(&mut self, buf: &[u8], limit: Duration) -> io::Result<()> {
-        write_all_timed(&mut self.io, buf, limit).await
+        match &mut self.io {
+            ClientIo::Tcp(s) => write_all_timed(s, buf, limit).await,
+            io => write_all_io(io, buf, limit).await,
+        }
     }
+
+    /// Sends what TLS or HTTP/2 still buffers of the response (a no-op on TCP), within
+    /// `limit`.
+    pub async fn flush(&mut self, limit: Duration) -> io::Result<()> {
+        if matches!(self.io, ClientIo::Tcp(_)) {
+            return Ok(());
+        }
+        match tokio::time::timeout(limit, self.io.flush()).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out("send")),
+        }
+    }
+}
+
+/// `write_all` over TLS or an HTTP/2 stream: each write must make progress within
+/// `limit`.
+async fn write_all_io(io: &mut ClientIo, mut buf: &[u8], limit: Duration) -> io::Result<()> {
+    while !buf.is_empty() {
+        match tokio::time::timeout(limit, io.write(buf)).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => buf = &buf[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(timed_out("send")),
+        }
+    }
+    Ok(())
 }
 
 /// `write_all` where each write must make progress within `limit`. The first attempt
@@ -94,12 +233,17 @@ impl Conn {
         mut b: &[u8],
         limit: Duration,
     ) -> io::Result<()> {
-        let mut first = true;
+        // Over TLS or HTTP/2 the first attempt is an ordinary write (there is no
+        // non-blocking try without a context).
+        let mut first = matches!(self.io, ClientIo::Tcp(_));
         while !a.is_empty() {
             let iov = [io::IoSlice::new(a), io::IoSlice::new(b)];
             let r = if first {
                 first = false;
-                match self.io.try_write_vectored(&iov) {
+                let ClientIo::Tcp(s) = &self.io else {
+                    continue;
+                };
+                match s.try_write_vectored(&iov) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     r => r,
                 }

@@ -100,9 +100,10 @@ impl Exchange {
         self.req.method == edge_http::Method::Head
     }
 
-    /// True when the client can take a chunked body (HTTP/1.1).
+    /// True when the client can take a chunked body (HTTP/1.1, and HTTP/2, whose stream
+    /// turns the chunks into DATA frames).
     pub fn chunked_ok(&self) -> bool {
-        self.req.version == Version::Http11
+        self.req.version != Version::Http10
     }
 
     /// Status line, Date and Server. The caller adds its headers, then [`Self::end_head`].

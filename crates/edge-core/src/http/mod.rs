@@ -9,6 +9,8 @@
 
 pub mod conn;
 pub mod exchange;
+pub mod h2;
+pub mod h2stream;
 pub mod idle;
 pub mod node;
 pub mod respond;

@@ -84,6 +84,12 @@ pub async fn send_file_range(
     mode: SendMode,
     send_timeout: Duration,
 ) -> io::Result<u64> {
+    // sendfile needs the bytes to reach the client as they are: over TLS in user space
+    // or HTTP/2 the body is read (through the backend) and written.
+    let mode = match (mode, conn.io.tcp()) {
+        (SendMode::Sendfile, None) => SendMode::Copy,
+        (m, _) => m,
+    };
     match (mode, files.mode()) {
         (SendMode::Direct, _) => match files.open_direct(file).await {
             Some(direct) => direct_range(conn, files, &direct, offset, len, send_timeout).await,
@@ -121,6 +127,11 @@ pub async fn send_file_range(
         }
         _ => copy_range(conn, files, file, offset, len, send_timeout).await,
     }
+}
+
+/// sendfile asked of a connection that is not plain TCP (`send_file_range` never does).
+fn not_tcp() -> io::Error {
+    io::Error::other("sendfile on a connection that is not plain TCP")
 }
 
 fn short_file() -> io::Error {
@@ -193,8 +204,9 @@ struct Pooled {
 
 impl Pooled {
     fn new(conn: &Conn, file: &File) -> io::Result<Pooled> {
+        let sock = conn.io.tcp().ok_or_else(not_tcp)?;
         Ok(Pooled {
-            sock: Arc::new(conn.io.as_fd().try_clone_to_owned()?),
+            sock: Arc::new(sock.as_fd().try_clone_to_owned()?),
             file: Arc::new(file.try_clone()?),
             first: std::cell::Cell::new(true),
         })
@@ -229,8 +241,8 @@ async fn pool_sendfile_range(
             Ok(0) => return Err(short_file()),
             Ok(n) => off += n as u64,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(send_timeout, crate::net::sys::wait_writable(&conn.io))
-                    .await
+                let sock = conn.io.tcp().ok_or_else(not_tcp)?;
+                match tokio::time::timeout(send_timeout, crate::net::sys::wait_writable(sock)).await
                 {
                     Ok(r) => r?,
                     Err(_) => return Err(timed_out("send")),
@@ -250,11 +262,12 @@ async fn sendfile_range(
     send_timeout: Duration,
 ) -> io::Result<u64> {
     let in_fd = file.as_raw_fd();
+    let sock = conn.io.tcp().ok_or_else(not_tcp)?;
     let mut off = offset;
     let end = offset + len;
     while off < end {
         let want = ((end - off) as usize).min(SENDFILE_CHUNK);
-        let step = crate::net::sys::sendfile_once(&conn.io, in_fd, &mut off, want);
+        let step = crate::net::sys::sendfile_once(sock, in_fd, &mut off, want);
         match tokio::time::timeout(send_timeout, step).await {
             Ok(Ok(0)) => return Err(short_file()),
             Ok(Ok(_)) => {}

@@ -7,7 +7,7 @@
 //! smuggling attempt can never desynchronise what we and the client think the next
 //! request is.
 
-use super::conn::Conn;
+use super::conn::{ClientIo, Conn};
 use super::exchange::{Exchange, ExchangeError};
 use super::idle::{IdleEnd, IdleTimers};
 use super::Timeouts;
@@ -189,6 +189,17 @@ pub fn resume_owned(p: Parked) -> Start {
     Start::Resume(p)
 }
 
+/// [`serve`] over TLS: the handshake is done. Such a connection is never parked (its
+/// TLS state would have to be kept anyway).
+pub async fn serve_io<S: Service>(w: &S, io: ClientIo, peer: SocketAddr) -> Option<Parked> {
+    serve_conn(w, Conn::over(io, peer), 0, false).await
+}
+
+/// One HTTP/2 stream, whose request head is in `conn.rbuf` already.
+pub async fn serve_stream<S: Service>(w: &S, conn: Conn) {
+    serve_conn(w, conn, 0, true).await;
+}
+
 /// [`serve`] for a [`Parked`] connection that became readable.
 pub async fn resume<S: Service>(w: &S, p: Parked) -> Option<Parked> {
     serve_conn(w, Conn::new(p.io, p.peer), p.served, p.nodelay).await
@@ -211,6 +222,10 @@ async fn serve_conn<S: Service>(
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
                 }
+                // Only plain TCP connections are parked (see `read_head`).
+                let ClientIo::Tcp(io) = io else {
+                    return None;
+                };
                 return Some(Parked {
                     io,
                     peer,
@@ -232,9 +247,15 @@ async fn serve_conn<S: Service>(
                 let _ = conn.io.shutdown().await;
                 return None;
             }
-            HeadOutcome::Request(req, n) => {
+            HeadOutcome::Request(mut req, n) => {
                 conn.rbuf.advance(n);
                 served += 1;
+                // One exchange per HTTP/2 stream; its head was written as HTTP/1.1.
+                let one_shot = matches!(conn.io, ClientIo::H2(_));
+                if one_shot {
+                    req.version = edge_http::Version::Http2;
+                }
+                w.stats().count_version(req.version);
                 let keep_alive = req.keep_alive
                     && served < params.keepalive_requests
                     && !params.timeouts.keepalive.is_zero()
@@ -245,12 +266,18 @@ async fn serve_conn<S: Service>(
                     // delay (background.md: nginx's 40 ms tcp_nopush stall on
                     // loopback). Set on the first kept-alive exchange, as nginx does:
                     // a one-request connection skips the syscall.
-                    let _ = conn.io.set_nodelay(true);
+                    conn.io.set_nodelay();
                     nodelay = true;
                 }
                 let mut ex =
                     Exchange::new(req, keep_alive, params.limits.max_body, w.idle().clone());
-                let result = w.call(&cfg, &mut conn, &mut ex).await;
+                let mut result = w.call(&cfg, &mut conn, &mut ex).await;
+                if result.is_ok() {
+                    // TLS may hold the response's last record (a no-op on TCP).
+                    if let Err(e) = conn.flush(params.timeouts.send).await {
+                        result = Err(ExchangeError::Client(e));
+                    }
+                }
                 let stats = w.stats();
                 stats.requests.fetch_add(1, Relaxed);
                 if ex.status != 0 {
@@ -261,7 +288,7 @@ async fn serve_conn<S: Service>(
                 let ex_keep = ex.keep_alive && ex.body.is_none();
                 w.recycle_head(ex.into_request());
                 match result {
-                    Ok(()) if ex_keep => continue,
+                    Ok(()) if ex_keep && !one_shot => continue,
                     Ok(()) => break,
                     Err(ExchangeError::Client(e)) => {
                         tracing::debug!("client {peer}: {e}");
@@ -269,7 +296,7 @@ async fn serve_conn<S: Service>(
                     }
                     Err(ExchangeError::Aborted(why)) => {
                         tracing::warn!("client {peer}: response aborted: {why}");
-                        crate::net::sys::close_with_reset(conn.io);
+                        conn.io.abort();
                         return None;
                     }
                 }
@@ -277,7 +304,13 @@ async fn serve_conn<S: Service>(
         }
     }
     // A plain close (the FIN follows the response): a separate shutdown() first would
-    // only cost a syscall per connection (nginx does not either).
+    // only cost a syscall per connection (nginx does not either). An HTTP/2 stream's
+    // response that runs until its end is ended now.
+    if matches!(conn.io, ClientIo::H2(_)) {
+        let timeout = w.config();
+        let send = S::params(&timeout).timeouts.send;
+        let _ = tokio::time::timeout(send, conn.io.shutdown()).await;
+    }
     None
 }
 
@@ -310,7 +343,8 @@ async fn read_head<S: Service>(
         // read buffer in place. The wait is a coarse worker-local timer (see `idle`),
         // not a runtime timer: a request arms and disarms nothing in tokio's wheel.
         let grace = idle.min(IDLE_GRACE);
-        if served > 0 && idle > grace && w.can_park() && w.idle().waiting() >= MAX_IN_GRACE {
+        let can_park = w.can_park() && conn.io.tcp().is_some();
+        if served > 0 && idle > grace && can_park && w.idle().waiting() >= MAX_IN_GRACE {
             // A burst: enough connections already wait with their buffers and tasks;
             // this one is parked at once (and resumed at once if its bytes are in).
             return HeadOutcome::Park(idle);
@@ -336,10 +370,25 @@ async fn read_head<S: Service>(
             None if idle <= grace => return HeadOutcome::Close,
             None => {
                 let rest = idle - grace;
-                if w.can_park() {
+                if can_park {
                     // Idle: the worker keeps the socket, not this task.
                     return HeadOutcome::Park(rest);
                 }
+                let Some(sock) = conn.io.tcp() else {
+                    // TLS: bytes may already wait decrypted inside the session, so the
+                    // socket's readiness says nothing; read (the buffer stays).
+                    return match tokio::select! {
+                        biased;
+                        r = conn.fill_untimed() => r,
+                        _ = w.idle().wait(rest, served > 0) => return HeadOutcome::Close,
+                    } {
+                        Ok(n) if n > 0 => {
+                            w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                            read_rest_of_head(w, conn, params).await
+                        }
+                        _ => HeadOutcome::Close,
+                    };
+                };
                 // Idle: the connection gives its read buffer back to the worker while
                 // it waits, so an idle connection is little more than its task.
                 if conn.rbuf.capacity() > 0 {
@@ -347,7 +396,7 @@ async fn read_head<S: Service>(
                 }
                 let ready = tokio::select! {
                     biased;
-                    r = conn.io.readable() => r,
+                    r = sock.readable() => r,
                     _ = w.idle().wait(rest, served > 0) => return HeadOutcome::Close,
                 };
                 if ready.is_err() {

@@ -27,8 +27,9 @@ use crate::config::AcceptKind;
 use std::io;
 use std::net::TcpListener;
 
-/// A connection accepted below the runtime: already non-blocking, with its peer.
-pub type Accepted = (std::net::TcpStream, std::net::SocketAddr);
+/// A connection accepted below the runtime: already non-blocking, with its peer and the
+/// index of its `[[listen]]` (which says whether it speaks TLS).
+pub type Accepted = (std::net::TcpStream, std::net::SocketAddr, usize);
 
 /// What one worker accepts from.
 pub enum WorkerAcceptor {
@@ -185,11 +186,13 @@ impl AcceptStrategy for Threaded {
                     spawn_acceptor(w, move || exclusive_loop(&ep, &socks, &tx, multi))?;
                 }
                 ThreadMode::Blocking | ThreadMode::Mutex => {
-                    for s in &socks {
+                    for (i, s) in socks.iter().enumerate() {
                         let sock = s.try_clone()?;
                         let tx = tx.clone();
                         let m = (mode == ThreadMode::Mutex).then(|| accept_mutex.clone());
-                        spawn_acceptor(w, move || blocking_loop(&sock, &tx, m.as_deref(), multi))?;
+                        spawn_acceptor(w, move || {
+                            blocking_loop(&sock, i, &tx, m.as_deref(), multi)
+                        })?;
                     }
                 }
             }
@@ -219,6 +222,7 @@ fn accept_failed(e: &io::Error) {
 /// the mutex, nobody else can take it first).
 fn blocking_loop(
     sock: &TcpListener,
+    index: usize,
     tx: &Handoff,
     mutex: Option<&std::sync::Mutex<()>>,
     multi: bool,
@@ -229,7 +233,7 @@ fn blocking_loop(
             let _held = mutex.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
             loop {
                 match super::sys::accept_nonblocking(sock) {
-                    Ok(c) => batch.push(c),
+                    Ok((c, peer)) => batch.push((c, peer, index)),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         accept_failed(&e);
@@ -269,8 +273,8 @@ fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff, multi: bool) 
             };
             loop {
                 match super::sys::accept_nonblocking(sock) {
-                    Ok(c) => {
-                        if tx.blocking_send(c).is_err() {
+                    Ok((c, peer)) => {
+                        if tx.blocking_send((c, peer, idx as usize)).is_err() {
                             return;
                         }
                         if !multi {
@@ -339,7 +343,8 @@ mod tests {
                                 }
                             }
                             WorkerAcceptor::Channel(rx) => {
-                                if let Ok((s, peer)) = rx.try_recv() {
+                                if let Ok((s, peer, listen)) = rx.try_recv() {
+                                    assert_eq!(listen, 0);
                                     assert_eq!(peer, c.local_addr().unwrap(), "the peer");
                                     got = Some(s);
                                 }

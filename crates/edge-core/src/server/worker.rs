@@ -220,10 +220,15 @@ async fn run(spec: WorkerSpec) {
         WorkerAcceptor::Sockets(socks) => {
             let mut tasks = Vec::new();
             for s in socks {
+                let index = match s.local_addr() {
+                    Ok(a) => worker.shared.load().listen_index(a),
+                    Err(_) => 0,
+                };
                 match tokio::net::TcpListener::from_std(s) {
                     Ok(l) => tasks.push(tokio::task::spawn_local(accept_loop(
                         worker.clone(),
                         l,
+                        index,
                         spec.multi_accept,
                     ))),
                     Err(e) => {
@@ -319,7 +324,7 @@ impl Worker {
     /// Takes a new connection: served when there is room (made by closing idle ones
     /// if need be), else closed at once and counted (`refused` in /status): a client
     /// beyond `worker_connections` gets a prompt close, not a hang in the backlog.
-    fn admit(self: &Rc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    fn admit(self: &Rc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr, listen: usize) {
         if self.full() && !self.make_room() {
             self.svc.stats().refused.fetch_add(1, Relaxed);
             let now = std::time::Instant::now();
@@ -335,7 +340,7 @@ impl Worker {
             drop(stream);
             return;
         }
-        start_session(self, stream, peer);
+        start_session(self, stream, peer, listen);
     }
 }
 
@@ -346,7 +351,7 @@ const REFUSED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 /// wake-up: the worker yields to its other tasks (the sessions) before accepting again,
 /// as nginx does with `multi_accept off`. With it, every connection already waiting is
 /// taken first (a non-blocking attempt until the socket says EAGAIN).
-async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, multi: bool) {
+async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, listen: usize, multi: bool) {
     let mut shutdown = w.shutdown.clone();
     loop {
         if w.draining() {
@@ -358,10 +363,10 @@ async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, multi: bo
         };
         match res {
             Ok((stream, peer)) => {
-                w.admit(stream, peer);
+                w.admit(stream, peer, listen);
                 if multi {
                     while let Some(Ok((stream, peer))) = try_now(listener.accept()) {
-                        w.admit(stream, peer);
+                        w.admit(stream, peer, listen);
                     }
                 }
                 tokio::task::yield_now().await;
@@ -398,20 +403,117 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
             _ = shutdown.changed() => return,
         };
         // Accepted non-blocking, with its peer (accept4): no syscall here.
-        let Some((s, peer)) = s else { return };
+        let Some((s, peer, listen)) = s else { return };
         match tokio::net::TcpStream::from_std(s) {
-            Ok(stream) => w.admit(stream, peer),
+            Ok(stream) => w.admit(stream, peer, listen),
             Err(e) => tracing::error!("worker {}: cannot register connection: {e}", w.id),
         }
     }
 }
 
-fn start_session(w: &Rc<Worker>, stream: tokio::net::TcpStream, peer: std::net::SocketAddr) {
+fn start_session(
+    w: &Rc<Worker>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    listen: usize,
+) {
     // TCP_NODELAY is set by the session on the first kept-alive exchange.
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
-    run_session(w, session::Start::New(stream, peer));
+    let proto = {
+        let cfg = w.config();
+        match cfg.listeners.get(listen) {
+            Some(p) if p.tls.is_some() || p.http2 => Some(p.clone()),
+            _ => None,
+        }
+    };
+    match proto {
+        None => run_session(w, session::Start::New(stream, peer)),
+        Some(p) => {
+            tokio::task::spawn_local(secure_session(w.clone(), stream, peer, p));
+        }
+    }
+}
+
+/// A connection of a TLS or HTTP/2 listener: the handshake, then HTTP/2 (ALPN `h2`, or
+/// the h2c preface on a plain listener) or HTTP/1.1. These connections are not parked
+/// when idle.
+async fn secure_session(
+    w: Rc<Worker>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    proto: crate::tls::ListenerProto,
+) {
+    let timeout = w.config().timeouts.client_header;
+    let stats = w.svc.stats();
+    match proto.tls {
+        Some(cfg) => {
+            let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(stream);
+            match tokio::time::timeout(timeout, accept).await {
+                Ok(Ok(tls)) => {
+                    let sc = tls.get_ref().1;
+                    let resumed = sc.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    stats.tls.handshake_done(resumed);
+                    if sc.alpn_protocol() == Some(crate::tls::ALPN_H2) {
+                        let _ = tls.get_ref().0.set_nodelay(true);
+                        crate::http::h2::serve(w.clone(), tls, peer).await;
+                    } else {
+                        let io = crate::http::conn::ClientIo::Tls(Box::new(tls));
+                        session::serve_io(&*w, io, peer).await;
+                    }
+                }
+                Ok(Err(e)) => {
+                    let kind = crate::tls::handshake_error_kind(&e);
+                    stats.tls.handshake_errors[kind].fetch_add(1, Relaxed);
+                    tracing::debug!("client {peer}: TLS handshake: {e}");
+                }
+                Err(_) => {
+                    stats.tls.handshake_errors[0].fetch_add(1, Relaxed);
+                }
+            }
+        }
+        None => match h2c_preface(&stream, timeout).await {
+            Some(true) => {
+                let _ = stream.set_nodelay(true);
+                crate::http::h2::serve(w.clone(), stream, peer).await;
+            }
+            Some(false) => {
+                // HTTP/1.1 on a listener that also takes h2c: the ordinary session.
+                run_session(&w, session::Start::New(stream, peer));
+                return;
+            }
+            None => {}
+        },
+    }
+    w.connections_closed(1);
+}
+
+/// The client connection preface of HTTP/2 (RFC 9113 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether a plain connection opens with the HTTP/2 preface (h2c with prior
+/// knowledge); None if it closes or sends nothing within `timeout`.
+async fn h2c_preface(stream: &tokio::net::TcpStream, timeout: std::time::Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        };
+        if buf[..n] != H2_PREFACE[..n] {
+            return Some(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(true);
+        }
+        // A preface split across packets: its rest is on the way.
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+    }
 }
 
 /// Runs a session task: a new connection, or a parked one that became readable. When

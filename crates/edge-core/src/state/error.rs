@@ -13,6 +13,9 @@ pub enum StateError {
     CacheNotOpen(String),
     /// A location with neither `prefix` nor `exact`.
     LocationWithoutMatch,
+    /// A TLS certificate or key of a listener (or CA file of an upstream) cannot be
+    /// used: read again at each reload, it may have changed since `-t`.
+    Tls(String),
     /// A cache zone's directory cannot be opened or created.
     CacheOpen {
         name: String,
@@ -28,6 +31,7 @@ impl std::fmt::Display for StateError {
             StateError::UnknownUpstream(n) => write!(f, "no upstream {n:?}"),
             StateError::CacheNotOpen(n) => write!(f, "cache {n:?} is not open"),
             StateError::LocationWithoutMatch => f.write_str("location without prefix or exact"),
+            StateError::Tls(m) => f.write_str(m),
             StateError::CacheOpen { name, path, source } => {
                 write!(f, "cache \"{name}\" at {}: {source}", path.display())
             }

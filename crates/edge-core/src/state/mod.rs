@@ -37,6 +37,9 @@ pub struct Shared {
     pub generation: u64,
     /// `[memory_cache]` and `open_file_cache`, for all workers together.
     pub local: LocalSettings,
+    /// Per `[[listen]]`, in config order: TLS (certificates read by this build) and
+    /// HTTP/2.
+    pub listeners: Vec<crate::tls::ListenerProto>,
 }
 
 /// What each worker keeps of the cache for itself (`edge_cache::local`): the RAM tier
@@ -105,6 +108,30 @@ impl Shared {
             upstreams.insert(u.name.get_ref().clone(), group);
         }
         let router = Router::build(cfg, &upstreams, &caches)?;
+        let listeners = cfg
+            .listen
+            .iter()
+            .map(|l| {
+                let tls = match &l.tls {
+                    Some(t) => Some(
+                        crate::tls::server_config(
+                            &t.get_ref().all(),
+                            t.get_ref().session_resumption,
+                            l.http2,
+                        )
+                        .map_err(|m| {
+                            StateError::Tls(format!("listen {}: tls: {m}", l.addr.get_ref()))
+                        })?,
+                    ),
+                    None => None,
+                };
+                Ok(crate::tls::ListenerProto {
+                    addr: crate::config::validate::parse_addr(l.addr.get_ref())?,
+                    tls,
+                    http2: l.http2,
+                })
+            })
+            .collect::<Result<Vec<_>, StateError>>()?;
         let admin_allow = match &cfg.admin {
             Some(a) => a
                 .allow
@@ -138,7 +165,16 @@ impl Shared {
             },
             generation,
             local: LocalSettings::from_config(cfg),
+            listeners,
         })
+    }
+
+    /// The `[[listen]]` index of a listening socket's address (0 if none matches).
+    pub fn listen_index(&self, addr: std::net::SocketAddr) -> usize {
+        self.listeners
+            .iter()
+            .position(|l| l.addr == addr)
+            .unwrap_or(0)
     }
 
     pub fn is_admin(&self, ip: std::net::IpAddr) -> bool {

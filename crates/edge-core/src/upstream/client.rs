@@ -11,8 +11,7 @@
 //! body was not yet sent, is retried once on a fresh connection: the origin may have
 //! closed the idle connection just as we reused it (the keep-alive race every proxy has).
 
-use super::{PooledConn, UpstreamGroup, UpstreamPool};
-use crate::http::conn::write_all_timed;
+use super::{PooledConn, UpstreamGroup, UpstreamIo, UpstreamPool};
 use crate::http::{Conn, Exchange};
 use crate::metrics::WorkerStats;
 use bytes::{Buf, BytesMut};
@@ -232,10 +231,33 @@ impl UpstreamGroup {
 }
 
 async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, UpstreamError> {
-    let addr = group.servers[server].addr;
+    let s = &group.servers[server];
+    let addr = s.addr;
     match tokio::time::timeout(group.connect_timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
+            let stream = match (&s.tls_name, &group.tls) {
+                (Some(name), Some(cfg)) => {
+                    // The handshake shares connect_timeout with the TCP connect's own.
+                    let c = tokio_rustls::TlsConnector::from(cfg.clone());
+                    match tokio::time::timeout(
+                        group.connect_timeout,
+                        c.connect(name.clone(), stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(t)) => UpstreamIo::Tls(Box::new(t)),
+                        Ok(Err(e)) => {
+                            return Err(UpstreamError::Connect(io::Error::new(
+                                e.kind(),
+                                format!("TLS handshake with {} ({addr}): {e}", s.name),
+                            )))
+                        }
+                        Err(_) => return Err(UpstreamError::ConnectTimeout),
+                    }
+                }
+                _ => UpstreamIo::Tcp(stream),
+            };
             Ok(PooledConn {
                 stream,
                 server,
@@ -279,9 +301,12 @@ pub fn request_head(
     out.push(b' ');
     out.extend_from_slice(req.path_and_query().as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    match req.host() {
-        Some(h) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
-        None => edge_http::write_header(
+    // An https:// group talks to its origin by name: Host is that name (the certificate
+    // and the origin's virtual host are for it), not the client's.
+    match (group.tls_host.as_deref(), req.host()) {
+        (Some(h), _) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
+        (None, Some(h)) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
+        (None, None) => edge_http::write_header(
             &mut out,
             "Host",
             group.servers[0].addr.to_string().as_bytes(),
@@ -348,7 +373,7 @@ async fn exchange_once(
     method: &Method,
 ) -> Result<(ResponseHead, BytesMut), UpstreamError> {
     // Head (and, for small bodies already buffered, nothing else: the body follows).
-    if let Err(e) = write_all_timed(&mut up.stream, head, group.send_timeout).await {
+    if let Err(e) = up.stream.write_all_timed(head, group.send_timeout).await {
         return Err(if e.kind() == io::ErrorKind::TimedOut {
             UpstreamError::ReadTimeout
         } else {
@@ -424,7 +449,8 @@ async fn stream_request_body(
                 out.extend_from_slice(edge_http::LAST_CHUNK);
             }
             if !out.is_empty() {
-                write_all_timed(&mut up.stream, &out, body_timeout)
+                up.stream
+                    .write_all_timed(&out, body_timeout)
                     .await
                     .map_err(|_| UpstreamError::Closed)?;
             }

@@ -18,6 +18,8 @@ pub struct UpstreamServer {
     pub addr: SocketAddr,
     /// The name consistent hashing uses (the configured `host:port` text).
     pub name: String,
+    /// `https://` servers: the name their certificate is checked against (and SNI).
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
     fails: AtomicU32,
     /// Milliseconds since the group's epoch until which the server is skipped (0: live).
     down_until_ms: AtomicU64,
@@ -52,6 +54,11 @@ pub struct UpstreamGroup {
     /// `hash_key`: the key template of consistent hashing (None: the cache key).
     pub hash_key: Option<String>,
     pub health_check: Option<HealthCheck>,
+    /// The TLS client config of the group's `https://` servers.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `Host` sent to an `https://` group: its first server's name (and port when not
+    /// 443); None: the client's Host is passed through.
+    pub tls_host: Option<String>,
     /// The config it was built from (a reload with the same one keeps this group, and
     /// with it the workers' pooled connections).
     config: Upstream,
@@ -68,14 +75,20 @@ pub struct UpstreamGroup {
 
 impl UpstreamGroup {
     pub fn from_config(u: &Upstream) -> Result<UpstreamGroup, BadValue> {
+        let mut tls_host = None;
         let servers = u
             .servers
             .get_ref()
             .iter()
             .map(|s| {
-                crate::config::validate::parse_addr(s).map(|addr| UpstreamServer {
-                    addr,
+                let target = crate::config::validate::parse_server(s)?;
+                if let (Some(host), None) = (&target.tls_host, &tls_host) {
+                    tls_host = Some(host.clone());
+                }
+                Ok(UpstreamServer {
+                    addr: target.addr,
                     name: s.clone(),
+                    tls_name: target.tls_name,
                     fails: AtomicU32::new(0),
                     down_until_ms: AtomicU64::new(0),
                     healthy: AtomicBool::new(true),
@@ -83,7 +96,19 @@ impl UpstreamGroup {
                     check_passes: AtomicU32::new(0),
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, BadValue>>()?;
+        let tls = if servers.iter().any(|s| s.tls_name.is_some()) {
+            if !u.tls_verify {
+                tracing::warn!(
+                    "upstream \"{}\": tls_verify = false: its servers' certificates are not checked",
+                    u.name.get_ref()
+                );
+            }
+            let ca = u.tls_ca.as_ref().map(|p| p.get_ref().as_path());
+            Some(crate::tls::client::client_config(ca, u.tls_verify).map_err(BadValue)?)
+        } else {
+            None
+        };
         Ok(UpstreamGroup {
             name: u.name.get_ref().clone(),
             servers,
@@ -103,6 +128,8 @@ impl UpstreamGroup {
                 fails: h.fails.max(1),
                 passes: h.passes.max(1),
             }),
+            tls,
+            tls_host,
             config: u.clone(),
             next: AtomicUsize::new(0),
             epoch: Instant::now(),

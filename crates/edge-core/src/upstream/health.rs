@@ -20,19 +20,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub async fn probe(
     addr: SocketAddr,
     host: &str,
+    tls: Option<(
+        &Arc<rustls::ClientConfig>,
+        &rustls::pki_types::ServerName<'static>,
+    )>,
     path: &str,
     timeout: Duration,
 ) -> Result<u16, String> {
     let work = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
+        let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        let mut s = match tls {
+            Some((cfg, name)) => super::UpstreamIo::Tls(Box::new(
+                tokio_rustls::TlsConnector::from(cfg.clone())
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| format!("TLS handshake: {e}"))?,
+            )),
+            None => super::UpstreamIo::Tcp(tcp),
+        };
         let req = format!(
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: edgecache-health-check\r\nConnection: close\r\n\r\n"
         );
         s.write_all(req.as_bytes())
             .await
             .map_err(|e| format!("send: {e}"))?;
+        s.flush().await.map_err(|e| format!("send: {e}"))?;
         let mut buf = Vec::with_capacity(64);
         while !buf.contains(&b'\n') && buf.len() < 256 {
             let mut chunk = [0u8; 128];
@@ -96,7 +110,9 @@ pub async fn run(groups: impl Fn() -> Vec<Arc<UpstreamGroup>>, stop: impl Fn() -
                 let (g, hc) = (g.clone(), hc.clone());
                 tokio::task::spawn_local(async move {
                     let s = &g.servers[idx];
-                    let res = probe(s.addr, &s.name, &hc.path, hc.timeout).await;
+                    let tls = g.tls.as_ref().zip(s.tls_name.as_ref());
+                    let host = g.tls_host.as_deref().unwrap_or(&s.name);
+                    let res = probe(s.addr, host, tls, &hc.path, hc.timeout).await;
                     let ok = matches!(res, Ok(200..=399));
                     if let Some(up) = record(&g, idx, ok, &hc) {
                         if up {

@@ -13,4 +13,4 @@ pub mod relay;
 
 pub use client::{fetch_with, HeadOptions, Local, UpstreamError, UpstreamResponse};
 pub use group::{HealthCheck, UpstreamGroup, UpstreamServer};
-pub use pool::{PooledConn, UpstreamPool};
+pub use pool::{PooledConn, UpstreamIo, UpstreamPool};

@@ -9,11 +9,91 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+/// A connection to an upstream server: plain, or TLS for `https://` servers.
+pub enum UpstreamIo {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl UpstreamIo {
+    /// The TCP socket underneath.
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            UpstreamIo::Tcp(s) => s,
+            UpstreamIo::Tls(t) => t.get_ref().0,
+        }
+    }
+
+    /// Writes all of `buf` (and, over TLS, flushes the records); each write must make
+    /// progress within `limit`.
+    pub async fn write_all_timed(&mut self, buf: &[u8], limit: Duration) -> io::Result<()> {
+        match self {
+            UpstreamIo::Tcp(s) => crate::http::conn::write_all_timed(s, buf, limit).await,
+            UpstreamIo::Tls(t) => {
+                let work = async {
+                    t.write_all(buf).await?;
+                    t.flush().await
+                };
+                // TLS: the whole write under one limit per call (a head or a body
+                // piece of at most 64 KiB).
+                match tokio::time::timeout(limit, work).await {
+                    Ok(r) => r,
+                    Err(_) => Err(crate::http::conn::timed_out("upstream send")),
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
+        }
+    }
+}
+
 pub struct PooledConn {
-    pub stream: TcpStream,
+    pub stream: UpstreamIo,
     pub server: usize,
     /// Requests already sent on this connection (0: new).
     pub uses: u64,
@@ -46,8 +126,9 @@ impl UpstreamPool {
             if !probe {
                 return Some(conn);
             }
+            // TLS too: bytes on an idle connection (a close_notify) make it unusable.
             let mut byte = [0u8; 1];
-            match conn.stream.try_read(&mut byte) {
+            match conn.stream.socket().try_read(&mut byte) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
                 _ => continue, // EOF, stray bytes or error: unusable
             }

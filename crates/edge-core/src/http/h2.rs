@@ -1,0 +1,214 @@
+//! HTTP/2 for clients, on the `h2` crate: each stream is served by the same session
+//! code, router, handlers and cache as an HTTP/1.1 request.
+//!
+//! A stream's request is written as an HTTP/1.1 head (pseudo-headers become the
+//! request line and `Host`, cookies are joined, connection-specific fields dropped) and
+//! parsed by our own parser, so every limit and check of HTTP/1.1 applies to it too. A
+//! body without `content-length` is presented chunked. The handler's response, written
+//! as HTTP/1.1 bytes into the stream's [`StreamIo`], is parsed back: the head becomes
+//! HEADERS, the body (by `Content-Length`, chunked or until the end) DATA frames sent
+//! as the client's flow-control window allows.
+//!
+//! Defences (each counted in [`crate::metrics::H2Stats`]):
+//! - at most [`MAX_CONCURRENT_STREAMS`] streams per connection, and as many stream
+//!   tasks: a stream the client resets keeps its slot until its task has ended, so
+//!   resetting streams cannot start more work than the limit (rapid reset,
+//!   CVE-2023-44487); a client that resets more than [`RESET_FLOOD`] streams, and more
+//!   than half of its streams, gets GOAWAY ENHANCE_YOUR_CALM;
+//! - the header list (after HPACK decoding) is bounded by `client_max_header_size`, so
+//!   an HPACK bomb or a flood of CONTINUATION frames ends in an error, not in memory;
+//! - resets the server must send, and resets the client sends before a stream is
+//!   accepted, are bounded by the `h2` crate's limits set here.
+
+use super::conn::{ClientIo, Conn};
+use super::h2stream::{request_head, ConnState, StreamIo};
+use super::session::Service;
+use crate::metrics::H2Stats;
+use bytes::Bytes;
+use edge_http::Method;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Streams a client may have open at once (nginx: `http2_max_concurrent_streams` 128).
+pub const MAX_CONCURRENT_STREAMS: u32 = 128;
+/// Flow-control windows we grant the client for request bodies.
+const STREAM_WINDOW: u32 = 256 * 1024;
+const CONN_WINDOW: u32 = 1024 * 1024;
+/// Response bytes the `h2` crate may hold per stream beyond the client's window.
+const MAX_SEND_BUFFER: usize = 256 * 1024;
+/// Client resets of streams not yet accepted, before GOAWAY (h2's own rapid-reset
+/// defence; ours counts the accepted ones).
+const MAX_PENDING_ACCEPT_RESETS: usize = 64;
+/// Streams we reset on the client's errors, before GOAWAY.
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+/// Client resets of accepted streams per connection past which, when they are also
+/// more than half of its streams, the connection is closed (rapid reset).
+pub const RESET_FLOOD: u64 = 200;
+
+/// Serves one HTTP/2 connection (after TLS and ALPN, or h2c with prior knowledge).
+pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr)
+where
+    S: Service + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let cfg = w.config();
+    let params = S::params(&cfg);
+    let timeouts = *params.timeouts;
+    let header_list = params.limits.max_header_bytes.min(u32::MAX as usize) as u32;
+    drop(cfg);
+    let stats = &w.stats().h2;
+    stats.connections.fetch_add(1, Relaxed);
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONN_WINDOW)
+        .max_header_list_size(header_list)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS));
+    let mut conn =
+        match tokio::time::timeout(timeouts.client_header, builder.handshake::<_, Bytes>(io)).await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                count_error(stats, &e);
+                tracing::debug!("client {peer}: HTTP/2 preface: {e}");
+                return;
+            }
+            Err(_) => return,
+        };
+    let state = Rc::new(ConnState::default());
+    let mut goaway_sent = false;
+    loop {
+        if !goaway_sent && w.draining() {
+            // Stopping or upgrading: GOAWAY, let the open streams finish.
+            conn.graceful_shutdown();
+            goaway_sent = true;
+        }
+        if state.active.get() >= MAX_CONCURRENT_STREAMS as usize {
+            // Every slot busy (streams the client reset included): drive the
+            // connection without taking new streams until a task ends.
+            tokio::select! {
+                biased;
+                _ = state.slot_free.notified() => continue,
+                r = std::future::poll_fn(|cx| conn.poll_closed(cx)) => {
+                    if let Err(e) = r {
+                        count_error(stats, &e);
+                    }
+                    break;
+                }
+            }
+        }
+        // With no stream open the connection is idle: keepalive_timeout applies; with
+        // streams open only a stop interrupts the wait.
+        let idle = if state.active.get() == 0 {
+            timeouts.keepalive
+        } else {
+            std::time::Duration::from_secs(86_400)
+        };
+        let next = tokio::select! {
+            biased;
+            r = conn.accept() => r,
+            _ = w.idle().wait(idle, true), if !goaway_sent => {
+                conn.graceful_shutdown();
+                goaway_sent = true;
+                continue;
+            }
+        };
+        match next {
+            None => break,
+            Some(Err(e)) => {
+                count_error(stats, &e);
+                tracing::debug!("client {peer}: HTTP/2: {e}");
+                break;
+            }
+            Some(Ok((req, respond))) => {
+                stats.streams.fetch_add(1, Relaxed);
+                state.streams.set(state.streams.get() + 1);
+                state.active.set(state.active.get() + 1);
+                let (w2, st) = (w.clone(), state.clone());
+                tokio::task::spawn_local(async move {
+                    stream_task(&*w2, req, respond, peer, &st).await;
+                    st.active.set(st.active.get() - 1);
+                    st.slot_free.notify_one();
+                });
+            }
+        }
+        let resets = state.client_resets.get();
+        if resets > RESET_FLOOD && resets * 2 > state.streams.get() {
+            stats.rapid_reset_goaways.fetch_add(1, Relaxed);
+            tracing::warn!(
+                "client {peer}: HTTP/2 rapid reset: {resets} of {} streams reset, closing",
+                state.streams.get()
+            );
+            conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            // Sends the GOAWAY, bounded by send_timeout.
+            let _ = tokio::time::timeout(
+                timeouts.send,
+                std::future::poll_fn(|cx| conn.poll_closed(cx)),
+            )
+            .await;
+            return;
+        }
+    }
+}
+
+fn count_error(stats: &H2Stats, e: &h2::Error) {
+    let i = if e.is_io() {
+        6
+    } else {
+        match e.reason() {
+            Some(Reason::NO_ERROR) | Some(Reason::CANCEL) => return,
+            Some(Reason::PROTOCOL_ERROR) => 0,
+            Some(Reason::FLOW_CONTROL_ERROR) => 1,
+            Some(Reason::FRAME_SIZE_ERROR) => 2,
+            Some(Reason::COMPRESSION_ERROR) => 3,
+            Some(Reason::ENHANCE_YOUR_CALM) => 4,
+            _ => 5,
+        }
+    };
+    stats.errors[i].fetch_add(1, Relaxed);
+}
+
+async fn stream_task<S: Service>(
+    w: &S,
+    req: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    peer: SocketAddr,
+    state: &Rc<ConnState>,
+) {
+    let (parts, body) = req.into_parts();
+    let has_body = !body.is_end_stream();
+    let mut rbuf = w.take_rbuf();
+    let mut head = Vec::with_capacity(256);
+    let chunked = match request_head(&parts, has_body, &mut head) {
+        Ok(c) => c,
+        Err(status) => {
+            let resp = http::Response::builder().status(status).body(());
+            if let Ok(r) = resp {
+                let _ = respond.send_response(r, true);
+            }
+            return;
+        }
+    };
+    rbuf.extend_from_slice(&head);
+    let cfg = w.config();
+    let limits = *S::params(&cfg).limits;
+    drop(cfg);
+    let io = StreamIo::new(
+        has_body.then_some(body),
+        chunked,
+        respond,
+        Method::from_token(parts.method.as_str()),
+        limits,
+        state.clone(),
+    );
+    let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer);
+    conn.rbuf = rbuf;
+    super::session::serve_stream(w, conn).await;
+}
