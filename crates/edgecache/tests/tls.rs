@@ -1,0 +1,535 @@
+//! TLS and HTTP/2 against the real binary: certificates made in the test (a CA and
+//! leaves signed by it), a rustls client and the h2 crate's client, so the test needs
+//! nothing but Rust. What is checked: ALPN (h2 and http/1.1), SNI choosing between two
+//! certificates, a MISS then a HIT over h2 and over TLS HTTP/1.1 (big bodies too: the
+//! sendfile path cannot be used over TLS), h2c with prior knowledge, resumption, the
+//! counters, `-t` refusing a key that is not the certificate's, certificates reloaded
+//! under load with no failed handshake, and https:// upstreams.
+
+mod common;
+
+use bytes::Bytes;
+use common::{get_text, metric_in, origin};
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "edgecache test CA");
+        let ca = params.self_signed(&ca_key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        Pki { ca, ca_key, dir }
+    }
+
+    fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A leaf for `names` signed by the CA, written as `<tag>.pem`/`<tag>.key`; its DER.
+    fn leaf(&self, tag: &str, names: &[&str]) -> (PathBuf, PathBuf, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        let (c, k) = self.write(tag, &cert.pem(), &key.serialize_pem());
+        (c, k, cert.der().to_vec())
+    }
+
+    fn write(&self, tag: &str, cert: &str, key: &str) -> (PathBuf, PathBuf) {
+        let c = self.dir.path().join(format!("{tag}.pem"));
+        let k = self.dir.path().join(format!("{tag}.key"));
+        // Written aside and renamed, as an operator's deploy would: a reload never
+        // reads half a file.
+        std::fs::write(c.with_extension("tmp"), cert).unwrap();
+        std::fs::rename(c.with_extension("tmp"), &c).unwrap();
+        std::fs::write(k.with_extension("tmp"), key).unwrap();
+        std::fs::rename(k.with_extension("tmp"), &k).unwrap();
+        (c, k)
+    }
+}
+
+fn client_config(ca: &Path, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).unwrap();
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: CertificateDer<'static> = c.unwrap();
+        roots.add(c).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+async fn connect(
+    addr: SocketAddr,
+    name: &str,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<Tls> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    tokio_rustls::TlsConnector::from(cfg.clone())
+        .connect(name, tcp)
+        .await
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A response: status, headers (lower-case names), body.
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// GET over HTTP/2 on an open connection (TLS or h2c).
+async fn h2_get<T>(io: T, authority: &str, paths: &[&str]) -> Vec<Resp>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut client, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut out = Vec::new();
+    for p in paths {
+        let req = http::Request::get(format!("https://{authority}{p}"))
+            .body(())
+            .unwrap();
+        client = client.ready().await.unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let mut body = resp.into_body();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk: Bytes = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            bytes.extend_from_slice(&chunk);
+        }
+        out.push(Resp {
+            status,
+            headers,
+            body: bytes,
+        });
+    }
+    out
+}
+
+/// GET over TLS HTTP/1.1, `Connection: close`, whole response read.
+async fn h1_get(mut io: Tls, host: &str, path: &str) -> Resp {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    io.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    // The server closes after the response (close_notify or a plain FIN).
+    let _ = io.read_to_end(&mut raw).await;
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Resp {
+        status,
+        headers,
+        body: raw[end..].to_vec(),
+    }
+}
+
+fn xxh3(b: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b))
+}
+
+/// A TLS listener with two certificates (a.example, default; b.example) and h2, a
+/// cached proxy to edgeorigin, and the admin listener.
+fn tls_server(
+    pki: &Pki,
+    http2: bool,
+    extra_listen: &str,
+) -> (
+    edge_testkit::Proc,
+    SocketAddr,
+    SocketAddr,
+    edge_testkit::Proc,
+    tempfile::TempDir,
+) {
+    let (o, oaddr) = origin();
+    let (ca, ka, _) = pki.leaf("a", &["a.example", "127.0.0.1"]);
+    let (cb, kb, _) = pki.leaf("b", &["b.example"]);
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+http2 = {http2}
+tls = {{ certs = [{{ cert = "{ca}", key = "{ka}" }}, {{ cert = "{cb}", key = "{kb}", names = ["b.example"] }}] }}
+{extra_listen}
+[[cache]]
+name = "c1"
+path = "{dir}"
+[[upstream]]
+name = "origin"
+servers = ["{oaddr}"]
+[[location]]
+prefix = "/"
+proxy = "origin"
+cache = ["c1"]
+[admin]
+listen = "{{admin}}"
+"#,
+        ca = ca.display(),
+        ka = ka.display(),
+        cb = cb.display(),
+        kb = kb.display(),
+        dir = cache.path().display(),
+    );
+    let (p, listen, admin) = common::edgecache(&cfg);
+    (p, listen, admin, o, cache)
+}
+
+#[test]
+fn alpn_sni_and_hits_over_h2_and_tls_http1() {
+    let pki = Pki::new();
+    let (_p, addr, admin, _o, _cache) = tls_server(&pki, true, "");
+    rt().block_on(async {
+        // SNI picks the certificate: each name verifies against its own leaf.
+        for (name, tag) in [("a.example", "a"), ("b.example", "b"), ("127.0.0.1", "a")] {
+            let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+            let tls = connect(addr, name, &cfg)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let served = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+            let pem = std::fs::read_to_string(pki.dir.path().join(format!("{tag}.pem"))).unwrap();
+            let want: CertificateDer =
+                rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap();
+            assert_eq!(served, want.to_vec(), "{name} got the certificate of {tag}");
+        }
+        // b.example's certificate does not cover a.example: a client that asks for
+        // a name the server has no certificate for gets the default and refuses it.
+        let cfg = client_config(&pki.ca_path(), &[b"h2"]);
+        assert!(
+            connect(addr, "c.example", &cfg).await.is_err(),
+            "no certificate for c.example"
+        );
+
+        // ALPN: h2 when offered, http/1.1 otherwise.
+        let tls = connect(addr, "a.example", &cfg).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let big = "/obj/1m/7";
+        let got = h2_get(tls, "a.example", &["/obj/10k/1", "/obj/10k/1", big, big]).await;
+        assert_eq!(got[0].status, 200);
+        assert_eq!(got[0].header("x-cache-status"), Some("MISS"));
+        assert_eq!(
+            got[1].header("x-cache-status"),
+            Some("HIT"),
+            "a HIT over h2"
+        );
+        for r in &got {
+            assert_eq!(
+                r.header("x-checksum"),
+                Some(xxh3(&r.body).as_str()),
+                "body bytes"
+            );
+            assert!(r.header("connection").is_none() && r.header("transfer-encoding").is_none());
+        }
+        assert_eq!(got[1].body.len(), 10 * 1024);
+        assert_eq!(got[3].body.len(), 1 << 20);
+        assert_eq!(got[3].header("x-cache-status"), Some("HIT"));
+
+        let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        let tls = connect(addr, "a.example", &cfg).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        let r = h1_get(tls, "a.example", big).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("x-cache-status"),
+            Some("HIT"),
+            "a HIT over TLS HTTP/1.1"
+        );
+        assert_eq!(r.body.len(), 1 << 20);
+        assert_eq!(r.header("x-checksum"), Some(xxh3(&r.body).as_str()));
+    });
+    let m = get_text(admin, "/metrics");
+    assert!(
+        metric_in(&m, "edgecache_http_requests_total{version=\"2\"}").unwrap() >= 4,
+        "{m}"
+    );
+    assert!(metric_in(&m, "edgecache_http_requests_total{version=\"1.1\"}").unwrap() >= 1);
+    assert!(metric_in(&m, "edgecache_tls_handshakes_total{kind=\"full\"}").unwrap() >= 5);
+    assert!(metric_in(&m, "edgecache_h2_streams_total").unwrap() >= 4);
+}
+
+#[test]
+fn sessions_resume_and_are_counted() {
+    let pki = Pki::new();
+    let (_p, addr, admin, _o, _cache) = tls_server(&pki, false, "");
+    rt().block_on(async {
+        // One client config: rustls keeps the server's tickets and offers one next time.
+        let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        let first = connect(addr, "a.example", &cfg).await.unwrap();
+        assert_eq!(
+            first.get_ref().1.alpn_protocol(),
+            Some(&b"http/1.1"[..]),
+            "no h2 offered"
+        );
+        let r = h1_get(first, "a.example", "/obj/1k/1").await;
+        assert_eq!(r.status, 200);
+        let second = connect(addr, "a.example", &cfg).await.unwrap();
+        assert_eq!(
+            second.get_ref().1.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed)
+        );
+        let r = h1_get(second, "a.example", "/obj/1k/1").await;
+        assert_eq!(r.header("x-cache-status"), Some("HIT"));
+    });
+    let m = get_text(admin, "/metrics");
+    assert_eq!(
+        metric_in(&m, "edgecache_tls_handshakes_total{kind=\"resumed\"}"),
+        Some(1),
+        "{m}"
+    );
+    assert!(metric_in(&m, "edgecache_tls_handshakes_total{kind=\"full\"}").unwrap() >= 1);
+}
+
+#[test]
+fn h2c_prior_knowledge_and_http1_share_a_plain_listener() {
+    let (_o, oaddr) = origin();
+    let cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+http2 = true
+[[upstream]]
+name = "origin"
+servers = ["{oaddr}"]
+[[location]]
+prefix = "/"
+proxy = "origin"
+"#
+    );
+    let (_p, addr, _) = common::edgecache(&cfg);
+    rt().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let got = h2_get(tcp, "x", &["/obj/100k/3", "/obj/0/1"]).await;
+        assert_eq!(got[0].status, 200);
+        assert_eq!(got[0].body.len(), 100 * 1024);
+        assert_eq!(
+            got[0].header("x-checksum"),
+            Some(xxh3(&got[0].body).as_str())
+        );
+        assert_eq!(got[1].body.len(), 0);
+    });
+    let r = edge_testkit::get(addr, "/obj/1k/1", &[]);
+    assert_eq!(r.status, 200, "HTTP/1.1 on the same listener");
+    assert_eq!(r.body.len(), 1024);
+}
+
+#[test]
+fn config_test_refuses_a_key_that_is_not_the_certificates() {
+    let pki = Pki::new();
+    let (ca, _, _) = pki.leaf("a", &["a.example"]);
+    let (_, kb, _) = pki.leaf("b", &["b.example"]);
+    let text = format!(
+        "[[listen]]\naddr = \"127.0.0.1:1\"\ntls = {{ cert = \"{}\", key = \"{}\" }}\n",
+        ca.display(),
+        kb.display()
+    );
+    let (code, err, path) = common::check_config(&text);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&format!("{path}:3: listen.tls:")), "{err}");
+    assert!(err.contains("does not match the certificate"), "{err}");
+    // A missing file names it.
+    let text = text.replace("b.key", "missing.key");
+    let (code, err, _) = common::check_config(&text);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("missing.key"), "{err}");
+    // cert without key.
+    let text = "[[listen]]\naddr = \"127.0.0.1:1\"\ntls = { cert = \"x.pem\" }\n";
+    let (code, err, _) = common::check_config(text);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("`cert` and `key` go together"), "{err}");
+}
+
+#[test]
+fn certificates_reload_under_load_with_no_failed_handshake() {
+    let pki = Pki::new();
+    let (p, addr, _admin, _o, _cache) = tls_server(&pki, true, "");
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for _ in 0..2 {
+        let (stop, ok, failed, ca) = (stop.clone(), ok.clone(), failed.clone(), pki.ca_path());
+        load.push(std::thread::spawn(move || {
+            rt().block_on(async {
+                while !stop.load(Ordering::Relaxed) {
+                    // A fresh config each time: full handshakes, the costly kind.
+                    let cfg = client_config(&ca, &[b"http/1.1"]);
+                    match connect(addr, "a.example", &cfg).await {
+                        Ok(t) => {
+                            let r = h1_get(t, "a.example", "/obj/1k/1").await;
+                            assert_eq!(r.status, 200);
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            eprintln!("handshake failed: {e}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        }));
+    }
+    let mut last = Vec::new();
+    for round in 0..4 {
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, _, der) = pki.leaf("a", &["a.example", "127.0.0.1"]);
+        last = der;
+        p.signal("HUP");
+        eprintln!("reload {round}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "failed handshakes during reloads"
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) >= 20,
+        "load ran: {}",
+        ok.load(Ordering::Relaxed)
+    );
+    // The last certificate is the one served now.
+    rt().block_on(async {
+        let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        let t = connect(addr, "a.example", &cfg).await.unwrap();
+        assert_eq!(t.get_ref().1.peer_certificates().unwrap()[0].to_vec(), last);
+    });
+}
+
+#[test]
+fn https_upstreams_verify_and_send_sni_and_host() {
+    let pki = Pki::new();
+    // The origin side: edgecache terminating TLS for "localhost", in front of a
+    // recording upstream that sees the Host the proxy sent.
+    let (rec, seen) = common::recording_upstream();
+    let (c, k, _) = pki.leaf("origin", &["localhost"]);
+    let origin_cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+tls = {{ cert = "{}", key = "{}" }}
+[[upstream]]
+name = "rec"
+servers = ["{rec}"]
+[[location]]
+prefix = "/"
+proxy = "rec"
+[admin]
+listen = "{{admin}}"
+"#,
+        c.display(),
+        k.display()
+    );
+    let (_po, tls_origin, origin_admin) = common::edgecache(&origin_cfg);
+    let edge = |extra: &str| {
+        format!(
+            r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+[[upstream]]
+name = "o"
+servers = ["https://localhost:{}"]
+{extra}
+[[location]]
+prefix = "/"
+proxy = "o"
+"#,
+            tls_origin.port()
+        )
+    };
+    let (_pe, eaddr, _) =
+        common::edgecache(&edge(&format!("tls_ca = \"{}\"", pki.ca_path().display())));
+    for _ in 0..3 {
+        let r = edge_testkit::get(eaddr, "/hello", &[]);
+        assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    }
+    // Kept alive in the worker's pool: three requests, one TLS handshake.
+    let m = get_text(origin_admin, "/metrics");
+    assert_eq!(
+        metric_in(&m, "edgecache_tls_handshakes_total{kind=\"full\"}"),
+        Some(1),
+        "{m}"
+    );
+    {
+        let s = seen.lock().unwrap();
+        let head = s.heads[0].to_ascii_lowercase();
+        assert!(
+            head.contains(&format!("host: localhost:{}\r\n", tls_origin.port())),
+            "Host is the upstream's name: {head}"
+        );
+    }
+    // The system roots do not know our CA: 502, and with tls_verify = false it works.
+    let (_pe2, e2, _) = common::edgecache(&edge(""));
+    assert_eq!(edge_testkit::get(e2, "/hello", &[]).status, 502);
+    let (pe3, e3, _) = common::edgecache(&edge("tls_verify = false"));
+    assert_eq!(edge_testkit::get(e3, "/hello", &[]).status, 200);
+    let _ = pe3;
+}
