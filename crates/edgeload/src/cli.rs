@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS, MAX_ZIPF};
-use crate::target::{check_header, Class, Ids, Url};
+use crate::target::{check_header, Class, Ids, Scheme, Url};
+use crate::tls::{TlsClient, TlsOptions, Verify};
 
 /// Most requests a connection keeps in flight with `--pipeline`.
 pub const MAX_PIPELINE: usize = 256;
@@ -26,7 +27,7 @@ pub const MAX_HEADERS: usize = 64;
 #[command(
     name = "edgeload",
     version,
-    about = "wrk-class HTTP/1.1 load generator: closed or open loop (-R), connection ramp, URL mixes, body verification",
+    about = "wrk-class HTTP/1.1 and HTTPS load generator: closed or open loop (-R), connection ramp, URL mixes, body verification",
     after_help = "Durations: 10s, 1m, 500ms, 1h, or a plain number of seconds."
 )]
 pub struct Args {
@@ -86,7 +87,16 @@ pub struct Args {
     /// Stop after this many requests have been sent and answered.
     #[arg(long = "requests", value_name = "N")]
     pub requests: Option<u64>,
-    /// http://host[:port]/path
+    /// https: accept any server certificate (handshake signatures are still checked).
+    #[arg(short = 'k', long = "insecure", conflicts_with = "cacert")]
+    pub insecure: bool,
+    /// https: trust the CA certificates in this PEM file instead of the system's.
+    #[arg(long = "cacert", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// https: no session resumption, every connection makes a full handshake.
+    #[arg(long = "tls-no-resume")]
+    pub tls_no_resume: bool,
+    /// http://host[:port]/path or https://host[:port]/path
     pub url: String,
 }
 
@@ -143,6 +153,9 @@ pub struct Config {
     pub requests: Option<u64>,
     pub url: Url,
     pub addr: SocketAddr,
+    /// `https://`: the TLS settings every connection shares (one rustls config, so one
+    /// session cache).
+    pub tls: Option<TlsClient>,
     pub classes: Vec<Class>,
     /// `--paths N`.
     pub paths: Option<u64>,
@@ -246,6 +259,28 @@ where
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
     let url = Url::parse(&args.url).map_err(|e| usage(format!("invalid URL {e}")))?;
+    let tls = match url.scheme {
+        Scheme::Http => {
+            if args.insecure || args.cacert.is_some() || args.tls_no_resume {
+                return Err(usage(
+                    "--insecure, --cacert and --tls-no-resume need an https:// URL".into(),
+                ));
+            }
+            None
+        }
+        Scheme::Https => {
+            let verify = match (&args.cacert, args.insecure) {
+                (_, true) => Verify::Off,
+                (Some(p), false) => Verify::CaFile(p.clone()),
+                (None, false) => Verify::System,
+            };
+            let options = TlsOptions {
+                verify,
+                resume: !args.tls_no_resume,
+            };
+            Some(TlsClient::new(&url.host, options).map_err(usage)?)
+        }
+    };
     let mix_text = match &args.mix {
         None => None,
         Some(p) => Some((p.display().to_string(), read_mix(p).map_err(usage)?)),
@@ -285,6 +320,7 @@ where
         sequential: args.sequential,
         url,
         addr,
+        tls,
         classes,
     })
 }
@@ -379,6 +415,25 @@ mod tests {
     }
 
     #[test]
+    fn https_flags() {
+        let c = parse(["edgeload", "http://127.0.0.1:1/"]).unwrap();
+        assert!(c.tls.is_none());
+        let c = parse(["edgeload", "-k", "https://127.0.0.1:1/x"]).unwrap();
+        let t = c.tls.expect("https gets a TLS client");
+        assert_eq!((t.options.verify, t.options.resume), (Verify::Off, true));
+        assert_eq!((c.url.port, c.addr.port()), (1, 1));
+        let c = parse([
+            "edgeload",
+            "--insecure",
+            "--tls-no-resume",
+            "https://127.0.0.1/",
+        ])
+        .unwrap();
+        assert_eq!(c.addr.port(), 443, "https defaults to port 443");
+        assert!(!c.tls.unwrap().options.resume);
+    }
+
+    #[test]
     fn bad_flags_are_usage_errors() {
         let u = "http://127.0.0.1:1/";
         assert!(usage_err(&["-t", "4", "-c", "2", u]).contains("must be >= threads"));
@@ -387,7 +442,19 @@ mod tests {
         assert!(usage_err(&["--pipeline", "0", u]).contains("--pipeline"));
         assert!(usage_err(&["--pipeline", "2", "--no-keepalive", u]).contains("keep-alive"));
         assert!(usage_err(&["-H", "bad", u]).contains("Name: value"));
-        assert!(usage_err(&["https://127.0.0.1/"]).contains("https:// is not supported"));
+        assert!(usage_err(&["ftp://127.0.0.1/"]).contains("must start with http://"));
+        for tls_flag in ["-k", "--insecure", "--tls-no-resume"] {
+            assert!(usage_err(&[tls_flag, u]).contains("need an https:// URL"));
+        }
+        assert!(usage_err(&["--cacert", "/x.pem", u]).contains("need an https:// URL"));
+        assert!(
+            usage_err(&["-k", "--cacert", "/x.pem", "https://127.0.0.1/"])
+                .contains("cannot be used with")
+        );
+        assert!(
+            usage_err(&["--cacert", "/no/such.pem", "https://127.0.0.1/"])
+                .contains("--cacert /no/such.pem")
+        );
         assert!(usage_err(&["--mix", "/nonexistent/mix", u]).contains("--mix /nonexistent/mix"));
         assert!(usage_err(&["--bogus", u]).contains("--bogus"));
         assert!(usage_err(&["--zipf", "1", u]).contains("--zipf needs --paths"));

@@ -11,6 +11,10 @@
 //! Sockets are `socket2` sockets driven through tokio's `AsyncFd`, so the TCP handshake
 //! can be timed exactly (connect() to writable) and reads clear readiness after a short
 //! read (one read syscall per response, like wrk).
+//!
+//! `https://` runs the TLS handshake of [`crate::tls`] after the TCP connect, then the
+//! same loop over a [`crate::tls::TlsStream`]: [`Conn::drive`] is generic over the
+//! [`Transport`], so plain HTTP compiles to its own copy with no TLS branch in it.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::unix::AsyncFd;
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::time::{sleep_until, timeout_at, Sleep};
 
 use crate::codec::{ResponseReader, Step};
@@ -36,6 +40,58 @@ pub const READ_BUF: usize = 64 * 1024;
 /// server does not turn the client into a busy loop.
 const RETRY_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How bytes move over an established connection: [`Plain`] TCP, or TLS on top of it
+/// ([`crate::tls::TlsStream`]).
+pub(crate) trait Transport {
+    /// Response bytes already wait in user space: read them without waiting for the
+    /// socket (TLS: decrypted or undecrypted bytes left over from the last read).
+    fn buffered(&self) -> bool;
+    /// Non-blocking read of response bytes into `out` (never empty); `Ok(0)`: the peer
+    /// closed. `WouldBlock` comes from the socket.
+    fn read(&mut self, sock: &TcpStream, out: &mut [u8]) -> io::Result<usize>;
+    /// After a read of `n` bytes into `space`: the socket was found empty and nothing is
+    /// buffered, so readiness can be cleared without the read that would say EAGAIN.
+    fn drained(&self, n: usize, space: usize) -> bool;
+    /// Writes all of `buf`, waiting for writability at most until `deadline`.
+    async fn write_all(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        buf: &[u8],
+        deadline: Instant,
+    ) -> io::Result<()>;
+}
+
+/// Plain HTTP: the socket itself.
+pub(crate) struct Plain;
+
+impl Transport for Plain {
+    #[inline]
+    fn buffered(&self) -> bool {
+        false
+    }
+
+    #[inline]
+    fn read(&mut self, mut sock: &TcpStream, out: &mut [u8]) -> io::Result<usize> {
+        sock.read(out)
+    }
+
+    #[inline]
+    fn drained(&self, n: usize, space: usize) -> bool {
+        // A short read drained the socket (tokio's own TcpStream does the same).
+        n < space
+    }
+
+    #[inline]
+    async fn write_all(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        buf: &[u8],
+        deadline: Instant,
+    ) -> io::Result<()> {
+        write_all(fd, buf, deadline).await
+    }
+}
 
 /// When a connection sends.
 #[derive(Debug, Clone, Copy)]
@@ -179,13 +235,41 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
                 continue;
             }
         };
-        backoff = RETRY_BACKOFF;
-        {
-            let mut s = c.stats.borrow_mut();
-            record(&mut s.connect, t0.elapsed());
-            s.connections += 1;
-        }
-        match c.drive(&fd, scheduled).await {
+        let end = if c.shared.cfg.tls.is_none() {
+            backoff = RETRY_BACKOFF;
+            {
+                let mut s = c.stats.borrow_mut();
+                record(&mut s.connect, t0.elapsed());
+                s.connections += 1;
+            }
+            c.drive(&fd, &mut Plain, scheduled).await
+        } else {
+            let shared = c.shared.clone();
+            let client = shared.cfg.tls.as_ref().expect("checked above");
+            let t1 = Instant::now();
+            record(&mut c.stats.borrow_mut().connect, t1.duration_since(t0));
+            match crate::tls::handshake(&fd, client, t1 + shared.cfg.timeout).await {
+                Ok(mut tls) => {
+                    backoff = RETRY_BACKOFF;
+                    {
+                        let mut s = c.stats.borrow_mut();
+                        record(&mut s.tls_handshake, t1.elapsed());
+                        s.tls.handshakes += 1;
+                        s.tls.resumed += u64::from(tls.resumed());
+                        s.connections += 1;
+                    }
+                    c.drive(&fd, &mut tls, scheduled).await
+                }
+                Err(e) => {
+                    c.stats.borrow_mut().tls_failure(e);
+                    drop(fd);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+                    continue;
+                }
+            }
+        };
+        match end {
             End::Finished => return,
             End::Reconnect => {
                 drop(fd);
@@ -332,7 +416,12 @@ impl Conn {
 
     /// Sends and receives on one established connection until it must be replaced.
     /// `scheduled`: when this connection was meant to exist (for the Delay figure).
-    async fn drive(&mut self, fd: &AsyncFd<TcpStream>, scheduled: Instant) -> End {
+    async fn drive<T: Transport>(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        transport: &mut T,
+        scheduled: Instant,
+    ) -> End {
         let timeout = self.shared.cfg.timeout;
         let mut first_send = true;
         loop {
@@ -355,7 +444,7 @@ impl Conn {
                         s.errors.delay_timeout += 1;
                     }
                 }
-                if let Err(e) = write_all(fd, &self.wbuf, now + timeout).await {
+                if let Err(e) = transport.write_all(fd, &self.wbuf, now + timeout).await {
                     if e.kind() == io::ErrorKind::TimedOut {
                         self.fail_inflight(true);
                     } else {
@@ -367,7 +456,7 @@ impl Conn {
                     return End::Reconnect;
                 }
             }
-            match self.wait_and_read(fd, timeout).await {
+            match self.wait_and_read(fd, transport, timeout).await {
                 None => {}
                 Some(end) => return end,
             }
@@ -376,7 +465,16 @@ impl Conn {
 
     /// Waits until the socket is readable or a timer is due (next open-loop send, or the
     /// oldest request's timeout), then reads and frames what arrived. `None`: carry on.
-    async fn wait_and_read(&mut self, fd: &AsyncFd<TcpStream>, timeout: Duration) -> Option<End> {
+    /// Bytes the transport already holds (TLS) are read without waiting.
+    async fn wait_and_read<T: Transport>(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        transport: &mut T,
+        timeout: Duration,
+    ) -> Option<End> {
+        if transport.buffered() {
+            return self.read_and_frame(fd, None, transport);
+        }
         let now = Instant::now();
         let read_deadline = self.inflight.front().map(|f| f.sent + timeout);
         let send_due = if self.inflight.len() < self.depth && !self.exhausted {
@@ -405,7 +503,7 @@ impl Conn {
             }
             None => Some(fd.readable().await),
         };
-        let mut guard = match readable {
+        let guard = match readable {
             None => {
                 // A timer fired: is the oldest request overdue?
                 let now = Instant::now();
@@ -425,6 +523,18 @@ impl Conn {
             }
             Some(Ok(g)) => g,
         };
+        self.read_and_frame(fd, Some(guard), transport)
+    }
+
+    /// Reads once (through the readiness `guard`, or straight from what the transport
+    /// buffered when there is none) and frames what arrived.
+    #[inline]
+    fn read_and_frame<T: Transport>(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        guard: Option<AsyncFdReadyGuard<'_, TcpStream>>,
+        transport: &mut T,
+    ) -> Option<End> {
         if self.end == self.rbuf.len() {
             self.rbuf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -432,20 +542,32 @@ impl Conn {
         }
         let space = self.rbuf.len() - self.end;
         let (rbuf, end) = (&mut self.rbuf, self.end);
-        let n = match guard.try_io(|s| s.get_ref().read(&mut rbuf[end..])) {
-            Err(_would_block) => return None,
-            Ok(Ok(0)) => return Some(self.on_eof()),
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => return None,
-            Ok(Err(_)) => {
+        let (res, guard) = match guard {
+            Some(mut g) => match g.try_io(|s| transport.read(s.get_ref(), &mut rbuf[end..])) {
+                Err(_would_block) => return None,
+                Ok(r) => (r, Some(g)),
+            },
+            None => (transport.read(fd.get_ref(), &mut rbuf[end..]), None),
+        };
+        let n = match res {
+            Ok(0) => return Some(self.on_eof()),
+            Ok(n) => n,
+            Err(e)
+                if e.kind() == io::ErrorKind::Interrupted
+                    || e.kind() == io::ErrorKind::WouldBlock =>
+            {
+                return None
+            }
+            Err(_) => {
                 self.fail_inflight(false);
                 return Some(End::Reconnect);
             }
         };
-        if n < space {
-            // A short read drained the socket: skip the read that would only say
-            // EAGAIN (tokio's own TcpStream does the same).
-            guard.clear_ready();
+        if let Some(mut g) = guard {
+            if transport.drained(n, space) {
+                // The socket is empty: skip the read that would only say EAGAIN.
+                g.clear_ready();
+            }
         }
         self.end += n;
         self.stats.borrow_mut().bytes += n as u64;

@@ -45,12 +45,21 @@ pub struct JsonReport {
     pub transfer_bps: f64,
     /// Connections established (each reconnect counts).
     pub connections_opened: u64,
+    /// TLS handshakes completed (one per connection opened; 0 for http://).
+    pub tls_handshakes: u64,
+    /// Of those, how many resumed a session.
+    pub tls_resumed: u64,
+    /// Handshakes that failed or timed out (also in `errors.connect` /
+    /// `errors.connect_timeout`).
+    pub tls_failed: u64,
     pub errors: Errors,
     pub status: BTreeMap<String, u64>,
     pub verify: Option<JsonVerify>,
     pub latency_us: Summary,
     pub service_us: Summary,
     pub connect_us: Summary,
+    /// TLS handshake times (empty for http://).
+    pub tls_handshake_us: Summary,
     pub delay_us: Summary,
     pub req_per_sec_per_thread: Summary,
     pub classes: Vec<JsonClass>,
@@ -84,6 +93,9 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
         rps: st.completed as f64 / secs,
         transfer_bps: st.bytes as f64 / secs,
         connections_opened: st.connections,
+        tls_handshakes: st.tls.handshakes,
+        tls_resumed: st.tls.resumed,
+        tls_failed: st.tls.failed,
         errors: st.errors,
         status: st
             .status
@@ -100,6 +112,7 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
         latency_us: Summary::of(&st.latency),
         service_us: Summary::of(&st.service),
         connect_us: Summary::of(&st.connect),
+        tls_handshake_us: Summary::of(&st.tls_handshake),
         delay_us: Summary::of(&st.delay),
         req_per_sec_per_thread: Summary::of(&st.req_rate),
         classes: cfg
@@ -169,6 +182,10 @@ mod tests {
         assert_eq!(v["classes"][0]["url"], "/");
         assert_eq!(v["verify"]["ok"], 1);
         assert!(v["paths"].is_null() && v["zipf"].is_null());
+        for k in ["tls_handshakes", "tls_resumed", "tls_failed"] {
+            assert_eq!(v[k], 0, "{k}");
+        }
+        assert_eq!(v["tls_handshake_us"]["count"], 0);
         let cfg = crate::cli::parse([
             "edgeload",
             "--paths",

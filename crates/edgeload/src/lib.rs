@@ -1,4 +1,4 @@
-//! edgeload: a wrk-class HTTP/1.1 load generator for the edgecache benchmark kit.
+//! edgeload: a wrk-class HTTP/1.1 (and HTTPS) load generator for the edgecache benchmark kit.
 //!
 //! How it fits: `main.rs` calls [`main_with_args`]. The flags are parsed and validated
 //! in [`cli`]; [`run`] starts one [`worker`] thread per `-t`, each driving its share of
@@ -6,7 +6,8 @@
 //! sans-I/O [`codec`] (bodies checked by [`verify`] with `--verify`); every thread keeps
 //! its own [`stats`], merged at the end and printed by [`report`] (wrk's layout) and
 //! [`json`]. URL mixes and the weighted picker live in [`mix`], request bytes and the
-//! URL parser in [`target`], wrk's number formats in [`units`].
+//! URL parser in [`target`], wrk's number formats in [`units`]. `https://` adds a TLS
+//! handshake and a TLS transport ([`tls`], rustls) under the same connection loop.
 
 pub mod cli;
 pub mod codec;
@@ -17,6 +18,7 @@ pub mod report;
 pub mod run;
 pub mod stats;
 pub mod target;
+pub mod tls;
 pub mod units;
 pub mod verify;
 pub mod worker;

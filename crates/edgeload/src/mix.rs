@@ -77,7 +77,8 @@ pub fn build_classes(
 }
 
 /// Parses mix lines `WEIGHT URL` (`#` comments and blank lines allowed). A URL is a path
-/// (`/obj/10k/1`) or a full URL on the same host and port as the main URL.
+/// (`/obj/10k/1`) or a full URL with the main URL's scheme, host and port (one run
+/// speaks either plain HTTP or HTTPS to one server).
 pub fn parse_mix(name: &str, text: &str, url: &Url) -> Result<Vec<(u64, String)>, String> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -103,6 +104,14 @@ pub fn parse_mix(name: &str, text: &str, url: &Url) -> Result<Vec<(u64, String)>
                 .path
         } else {
             let other = Url::parse(u).map_err(|e| at(e.0))?;
+            if other.scheme != url.scheme {
+                return Err(at(format!(
+                    "'{u}' is {}://, but every URL must use the main URL's scheme {}:// \
+                     (mixing http and https in one run is not supported)",
+                    other.scheme.as_str(),
+                    url.scheme.as_str()
+                )));
+            }
             if other.host != url.host || other.port != url.port {
                 return Err(at(format!(
                     "'{u}' is on {}:{}, but every URL must use the main URL's host and port {}:{}",
@@ -157,13 +166,26 @@ mod tests {
             ),
             (
                 "1 https://127.0.0.1:8080/",
-                "m:1: 'https://127.0.0.1:8080/': https://",
+                "m:1: 'https://127.0.0.1:8080/' is https://, but every URL must use the main URL's scheme http://",
             ),
+            ("1 ftp://127.0.0.1:8080/", "m:1: 'ftp://127.0.0.1:8080/': the URL must start"),
             ("# nothing", "m: no 'WEIGHT URL' lines"),
         ] {
             let e = parse_mix("m", text, &url()).unwrap_err();
             assert!(e.starts_with(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn https_mix_lines_follow_the_main_url() {
+        let main = Url::parse("https://127.0.0.1:8443/").unwrap();
+        let m = parse_mix("m", "1 /a\n2 https://127.0.0.1:8443/b\n", &main).unwrap();
+        assert_eq!(m, vec![(1000, "/a".into()), (2000, "/b".into())]);
+        let e = parse_mix("m", "1 http://127.0.0.1:8443/b", &main).unwrap_err();
+        assert!(e.contains("scheme https://"), "{e}");
+        // Default ports follow the scheme: https://h/ is port 443.
+        let main = Url::parse("https://h/").unwrap();
+        assert!(parse_mix("m", "1 https://h:443/x", &main).is_ok());
     }
 
     #[test]

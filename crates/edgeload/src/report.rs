@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 
 use crate::cli::Config;
 use crate::stats::{Summary, ThreadStats};
+use crate::tls::Verify;
 use crate::units;
 
 /// Width of the longest bar of `--histogram`.
@@ -51,6 +52,15 @@ pub fn header(cfg: &Config) -> String {
     }
     if let (true, Some(n)) = (cfg.sequential, cfg.paths) {
         let _ = writeln!(out, "  Paths 1..{n} in order");
+    }
+    if let Some(t) = &cfg.tls {
+        let verify = match &t.options.verify {
+            Verify::System => "certificates checked against the system roots".to_string(),
+            Verify::CaFile(p) => format!("certificates checked against {}", p.display()),
+            Verify::Off => "certificates not checked (--insecure)".to_string(),
+        };
+        let resume = if t.options.resume { "on" } else { "off" };
+        let _ = writeln!(out, "  TLS: {verify}, session resumption {resume}");
     }
     out
 }
@@ -95,6 +105,11 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
     }
     if cfg.ramp.is_some() {
         distribution(&mut out, "Connect", &Summary::of(&st.connect));
+    }
+    if cfg.tls.is_some() && (cfg.ramp.is_some() || cfg.latency) {
+        distribution(&mut out, "TLS Handshake", &Summary::of(&st.tls_handshake));
+    }
+    if cfg.ramp.is_some() {
         distribution(&mut out, "Delay", &Summary::of(&st.delay));
     }
     if cfg.show_classes {
@@ -111,6 +126,18 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
         units::time_us(runtime.as_micros() as f64),
         units::binary(st.bytes as f64)
     );
+    if cfg.tls.is_some() {
+        let t = &st.tls;
+        let _ = write!(
+            out,
+            "  TLS handshakes: {} ({} resumed)",
+            t.handshakes, t.resumed
+        );
+        if t.failed > 0 {
+            let _ = write!(out, ", {} failed", t.failed);
+        }
+        out.push('\n');
+    }
     let e = &st.errors;
     if e.connect + e.connect_timeout + e.read + e.write + e.timeout > 0 {
         let _ = writeln!(
@@ -290,6 +317,54 @@ mod tests {
         assert_eq!(lines[13], "Requests/sec:      0.59");
         assert_eq!(lines[14], "Transfer/sec:     594.06B");
         assert!(!r.contains("Socket errors"));
+    }
+
+    #[test]
+    fn https_adds_tls_lines() {
+        let c = crate::cli::parse(["edgeload", "-k", "--ramp", "10", "https://127.0.0.1:8443/"])
+            .unwrap();
+        assert_eq!(
+            header(&c),
+            "Running 10s test @ https://127.0.0.1:8443/\n  2 threads and 10 connections\n  \
+             Ramp: 10.00 connections/sec\n  \
+             TLS: certificates not checked (--insecure), session resumption on\n"
+        );
+        let mut st = ThreadStats::new(1);
+        st.tls.handshakes = 10;
+        st.tls.resumed = 8;
+        st.response(
+            0,
+            200,
+            10,
+            Verdict::Skipped,
+            Duration::from_micros(100),
+            Duration::from_micros(100),
+        );
+        crate::stats::record(&mut st.tls_handshake, Duration::from_micros(900));
+        let r = render(&c, &st, Duration::from_secs(1));
+        assert!(r.contains("  TLS handshakes: 10 (8 resumed)\n"), "{r}");
+        let blocks: Vec<&str> = r.lines().filter(|l| l.ends_with("Distribution")).collect();
+        assert_eq!(
+            blocks,
+            [
+                "  Connect Distribution",
+                "  TLS Handshake Distribution",
+                "  Delay Distribution"
+            ]
+        );
+        st.tls.failed = 3;
+        let r = render(&c, &st, Duration::from_secs(1));
+        assert!(
+            r.contains("  TLS handshakes: 10 (8 resumed), 3 failed\n"),
+            "{r}"
+        );
+        // Plain HTTP reports stay as they were.
+        let r = render(
+            &cfg(&["--ramp", "10", "--latency"]),
+            &st,
+            Duration::from_secs(1),
+        );
+        assert!(!r.contains("TLS"), "{r}");
     }
 
     #[test]

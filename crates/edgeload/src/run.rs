@@ -68,6 +68,12 @@ where
     };
     print!("{}", report::render(&cfg, &outcome.stats, outcome.runtime));
     let _ = std::io::stdout().flush();
+    if let Some(why) = &outcome.stats.tls_error {
+        eprintln!(
+            "edgeload: {} TLS handshake(s) failed; the first: {why}",
+            outcome.stats.tls.failed
+        );
+    }
     let mut code = EXIT_OK;
     if let Some(path) = &cfg.json {
         if let Err(m) = json::write(path, &json::build(&cfg, &outcome.stats, outcome.runtime)) {

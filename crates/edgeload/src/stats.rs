@@ -8,6 +8,7 @@
 use hdrhistogram::Histogram;
 use std::time::Duration;
 
+use crate::tls::HandshakeError;
 use crate::verify::Verdict;
 
 /// Significant digits of every histogram (0.1% value resolution).
@@ -78,6 +79,18 @@ pub struct ClassStats {
     pub latency: Histogram<u64>,
 }
 
+/// TLS handshakes (`https://` only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TlsCounts {
+    /// Handshakes that completed (one per connection established).
+    pub handshakes: u64,
+    /// Of those, the ones that resumed an earlier session.
+    pub resumed: u64,
+    /// Handshakes that failed or timed out (also counted in `errors.connect` or
+    /// `errors.connect_timeout`).
+    pub failed: u64,
+}
+
 /// Verification counts (`--verify`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VerifyCounts {
@@ -95,6 +108,8 @@ pub struct ThreadStats {
     pub service: Histogram<u64>,
     /// TCP handshake: connect() to writable.
     pub connect: Histogram<u64>,
+    /// TLS handshake (`https://`): from the TCP connect's completion to the handshake's.
+    pub tls_handshake: Histogram<u64>,
     /// How long a connection's first request waited for the connection to exist.
     pub delay: Histogram<u64>,
     /// Requests per second per thread, sampled every 100 ms (wrk's "Req/Sec" row).
@@ -105,6 +120,9 @@ pub struct ThreadStats {
     /// Connections established.
     pub connections: u64,
     pub errors: Errors,
+    pub tls: TlsCounts,
+    /// The first failed TLS handshake's reason, for stderr.
+    pub tls_error: Option<String>,
     pub status: Box<[u64; STATUS_SLOTS]>,
     pub verify: VerifyCounts,
     pub classes: Vec<ClassStats>,
@@ -116,12 +134,15 @@ impl ThreadStats {
             latency: new_histogram(),
             service: new_histogram(),
             connect: new_histogram(),
+            tls_handshake: new_histogram(),
             delay: new_histogram(),
             req_rate: new_histogram(),
             completed: 0,
             bytes: 0,
             connections: 0,
             errors: Errors::default(),
+            tls: TlsCounts::default(),
+            tls_error: None,
             status: Box::new([0; STATUS_SLOTS]),
             verify: VerifyCounts::default(),
             classes: (0..classes)
@@ -173,6 +194,23 @@ impl ThreadStats {
         }
     }
 
+    /// Counts a TLS handshake that did not complete (a connect error, or a connect
+    /// timeout); keeps the first reason.
+    pub fn tls_failure(&mut self, e: HandshakeError) {
+        self.tls.failed += 1;
+        let reason = match e {
+            HandshakeError::Timeout => {
+                self.errors.connect_timeout += 1;
+                "TLS handshake timed out (--timeout)".to_string()
+            }
+            HandshakeError::Failed(m) => {
+                self.errors.connect += 1;
+                m
+            }
+        };
+        self.tls_error.get_or_insert(reason);
+    }
+
     /// Counts an error against a class (timeouts and read errors of in-flight requests).
     pub fn class_error(&mut self, class: usize) {
         if let Some(c) = self.classes.get_mut(class) {
@@ -186,6 +224,7 @@ impl ThreadStats {
             (&mut self.latency, &o.latency),
             (&mut self.service, &o.service),
             (&mut self.connect, &o.connect),
+            (&mut self.tls_handshake, &o.tls_handshake),
             (&mut self.delay, &o.delay),
             (&mut self.req_rate, &o.req_rate),
         ] {
@@ -195,6 +234,12 @@ impl ThreadStats {
         self.bytes += o.bytes;
         self.connections += o.connections;
         self.errors.add(&o.errors);
+        self.tls.handshakes += o.tls.handshakes;
+        self.tls.resumed += o.tls.resumed;
+        self.tls.failed += o.tls.failed;
+        if self.tls_error.is_none() {
+            self.tls_error.clone_from(&o.tls_error);
+        }
         for (a, b) in self.status.iter_mut().zip(o.status.iter()) {
             *a += b;
         }
@@ -320,7 +365,30 @@ mod tests {
             Duration::from_micros(5),
         );
         b.class_error(1);
+        b.tls = TlsCounts {
+            handshakes: 3,
+            resumed: 2,
+            failed: 0,
+        };
+        b.tls_failure(HandshakeError::Failed("bad cert".into()));
+        b.tls_failure(HandshakeError::Timeout);
+        record(&mut b.tls_handshake, Duration::from_micros(700));
         a.merge(&b);
+        assert_eq!(
+            a.tls,
+            TlsCounts {
+                handshakes: 3,
+                resumed: 2,
+                failed: 2
+            }
+        );
+        assert_eq!(
+            (a.errors.connect, a.errors.connect_timeout),
+            (1, 1),
+            "failed handshakes are connect errors"
+        );
+        assert_eq!(a.tls_error.as_deref(), Some("bad cert"));
+        assert_eq!(a.tls_handshake.len(), 1);
         assert_eq!(a.completed, 2);
         assert_eq!(a.status[200] + a.status[503], 2);
         assert_eq!((a.errors.status, a.errors.verify), (1, 1));

@@ -14,9 +14,35 @@ use edge_rand::{SplitMix64, Zipf};
 /// Longest URL accepted on the command line or in a mix file.
 pub const MAX_URL_LEN: usize = 8192;
 
-/// A parsed `http://host[:port]/path?query` URL.
+/// `http://` or `https://` (HTTP/1.1 over TLS, see [`crate::tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    /// `"http"` or `"https"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    /// The port used when the URL names none: 80 or 443.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// A parsed `http[s]://host[:port]/path?query` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    pub scheme: Scheme,
     /// Host as written (IPv6 without brackets).
     pub host: String,
     pub port: u16,
@@ -41,25 +67,21 @@ fn err<T>(msg: impl Into<String>) -> Result<T, UrlError> {
 }
 
 impl Url {
-    /// Parses an absolute `http://` URL. `https://` is refused with a clear message:
-    /// edgeload speaks plain HTTP/1.1 only.
+    /// Parses an absolute `http://` or `https://` URL (default port 80 or 443).
     pub fn parse(s: &str) -> Result<Url, UrlError> {
         if s.len() > MAX_URL_LEN {
             return err(format!("URL longer than {MAX_URL_LEN} bytes"));
         }
         let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
-        if lower.starts_with("https://") {
+        let (scheme, rest) = if lower.starts_with("https://") {
+            (Scheme::Https, &s[8..])
+        } else if lower.starts_with("http://") {
+            (Scheme::Http, &s[7..])
+        } else {
             return err(format!(
-                "'{s}': https:// is not supported, edgeload speaks plain http:// only \
-                 (put the TLS terminator's backend address here instead)"
+                "'{s}': the URL must start with http:// or https:// (e.g. http://127.0.0.1:8080/)"
             ));
-        }
-        if !lower.starts_with("http://") {
-            return err(format!(
-                "'{s}': the URL must start with http:// (e.g. http://127.0.0.1:8080/)"
-            ));
-        }
-        let rest = &s[7..];
+        };
         let (rest, _fragment) = rest.split_once('#').unwrap_or((rest, ""));
         let split = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(split);
@@ -71,8 +93,8 @@ impl Url {
                 "'{s}': user info in URLs is not supported (use -H 'Authorization: ...')"
             ));
         }
-        let (host, port) =
-            split_host_port(authority).map_err(|m| UrlError(format!("'{s}': {m}")))?;
+        let (host, port) = split_host_port(authority, scheme.default_port())
+            .map_err(|m| UrlError(format!("'{s}': {m}")))?;
         let path = if path.is_empty() {
             "/".to_string()
         } else if path.starts_with('?') {
@@ -82,6 +104,7 @@ impl Url {
         };
         check_path(&path).map_err(|m| UrlError(format!("'{s}': {m}")))?;
         Ok(Url {
+            scheme,
             host,
             port,
             authority: authority.to_string(),
@@ -99,13 +122,13 @@ impl Url {
             .ok_or_else(|| format!("'{}' resolved to no address", self.host))
     }
 
-    /// `http://authority/path`, for the report.
+    /// `http[s]://authority/path`, for the report.
     pub fn to_url_string(&self) -> String {
-        format!("http://{}{}", self.authority, self.path)
+        format!("{}://{}{}", self.scheme.as_str(), self.authority, self.path)
     }
 }
 
-fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
         let (h, after) = rest
             .split_once(']')
@@ -131,7 +154,7 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
         return Err("invalid character in host".into());
     }
     let port = match port {
-        None => 80,
+        None => default_port,
         Some(p) => match p.parse::<u16>() {
             Ok(0) | Err(_) => return Err(format!("invalid port '{p}'")),
             Ok(n) => n,
@@ -342,12 +365,47 @@ mod tests {
             (u.host.as_str(), u.port, u.path.as_str()),
             ("::1", 9000, "/?q")
         );
+        assert_eq!(u.scheme, Scheme::Http);
+    }
+
+    #[test]
+    fn parses_https_urls() {
+        let u = Url::parse("https://example.com/a?b=1").unwrap();
+        assert_eq!(
+            (
+                u.scheme,
+                u.host.as_str(),
+                u.port,
+                u.authority.as_str(),
+                u.path.as_str()
+            ),
+            (Scheme::Https, "example.com", 443, "example.com", "/a?b=1")
+        );
+        assert_eq!(u.to_url_string(), "https://example.com/a?b=1");
+        let u = Url::parse("HTTPS://127.0.0.1:8443").unwrap();
+        assert_eq!(
+            (u.scheme, u.host.as_str(), u.port, u.path.as_str()),
+            (Scheme::Https, "127.0.0.1", 8443, "/")
+        );
+        assert_eq!(u.to_url_string(), "https://127.0.0.1:8443/");
+        let u = Url::parse("https://[::1]:9443/x").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 9443));
+        // The plain scheme keeps its own default port.
+        assert_eq!(Url::parse("http://example.com/").unwrap().port, 80);
+        for (bad, why) in [
+            ("https:///x", "missing host"),
+            ("https://h:0/", "invalid port"),
+            ("https://u@h/", "user info"),
+            ("https:/h/", "must start with http:// or https://"),
+        ] {
+            let e = Url::parse(bad).unwrap_err().0;
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]
     fn refuses_bad_urls_with_reasons() {
         for (bad, why) in [
-            ("https://x/", "https:// is not supported"),
             ("ftp://x/", "must start with http://"),
             ("127.0.0.1:80/", "must start with http://"),
             ("http:///x", "missing host"),

@@ -525,7 +525,18 @@ fn refused_connections_are_counted_not_fatal() {
 #[test]
 fn bad_flags_and_urls_exit_2_with_a_message() {
     for (args, want) in [
-        (vec!["https://127.0.0.1/"], "https:// is not supported"),
+        (
+            vec!["ftp://127.0.0.1/"],
+            "must start with http:// or https://",
+        ),
+        (
+            vec!["--insecure", "http://127.0.0.1/"],
+            "need an https:// URL",
+        ),
+        (
+            vec!["--cacert", "/no/such.pem", "https://127.0.0.1/"],
+            "--cacert /no/such.pem",
+        ),
         (vec!["127.0.0.1:8080"], "must start with http://"),
         (vec!["-d", "ten", "http://127.0.0.1/"], "invalid duration"),
         (
