@@ -96,8 +96,10 @@ pub struct H2Stats {
 }
 
 /// The `reason` label values of `edgecache_h2_connection_errors_total`: the HTTP/2
-/// error code the connection ended with (`compression_error` covers HPACK bombs,
-/// `enhance_your_calm` floods of resets or CONTINUATION frames, `io` a broken socket).
+/// error code the connection ended with (`enhance_your_calm`: the h2 crate's defences
+/// against floods of resets before accept, of CONTINUATION frames, and HPACK bombs far
+/// over the header list limit; `io`: a broken socket). A header list just over the limit
+/// is answered 431 on its stream and counted nowhere here.
 pub const H2_ERRORS: [&str; 7] = [
     "protocol_error",
     "flow_control_error",

@@ -29,9 +29,11 @@ use edge_http::Method;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Streams a client may have open at once (nginx: `http2_max_concurrent_streams` 128).
 pub const MAX_CONCURRENT_STREAMS: u32 = 128;
@@ -71,17 +73,20 @@ where
         .max_send_buffer_size(MAX_SEND_BUFFER)
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
         .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS));
-    let mut conn =
-        match tokio::time::timeout(timeouts.client_header, builder.handshake::<_, Bytes>(io)).await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                count_error(stats, &e);
-                tracing::debug!("client {peer}: HTTP/2 preface: {e}");
-                return;
-            }
-            Err(_) => return,
-        };
+    let mut conn = match tokio::time::timeout(
+        timeouts.client_header,
+        builder.handshake::<_, Bytes>(Coalesce::new(io)),
+    )
+    .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            count_error(stats, &e);
+            tracing::debug!("client {peer}: HTTP/2 preface: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
     let state = Rc::new(ConnState::default());
     let mut goaway_sent = false;
     loop {
@@ -132,11 +137,19 @@ where
                 state.streams.set(state.streams.get() + 1);
                 state.active.set(state.active.get() + 1);
                 let (w2, st) = (w.clone(), state.clone());
-                tokio::task::spawn_local(async move {
-                    stream_task(&*w2, req, respond, peer, &st).await;
+                // The stream's work is boxed once: the task itself stays small, so
+                // spawning it and finishing it copy a few words, not the ~6 KB state
+                // of the handlers.
+                let fut = async move {
+                    Box::pin(stream_task(&*w2, req, respond, peer, &st)).await;
+                    let resets = st.resets_unreported.take();
+                    if resets > 0 {
+                        w2.stats().h2.client_resets.fetch_add(resets, Relaxed);
+                    }
                     st.active.set(st.active.get() - 1);
                     st.slot_free.notify_one();
-                });
+                };
+                tokio::task::spawn_local(fut);
             }
         }
         let resets = state.client_resets.get();
@@ -155,6 +168,113 @@ where
             .await;
             return;
         }
+    }
+}
+
+/// Bytes of frames gathered before they are written (then split into TLS records of
+/// 16 KiB).
+const COALESCE: usize = 64 * 1024;
+
+/// Gathers the connection's writes until the `h2` crate flushes. Without it every DATA
+/// frame of 256 bytes or more is its own write (the crate keeps one such payload at a
+/// time): one syscall and one TLS record per response, for responses it could send
+/// together. With it, the responses ready when the connection task runs leave in one
+/// write.
+struct Coalesce<T> {
+    inner: T,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    pos: usize,
+}
+
+impl<T: AsyncWrite + Unpin> Coalesce<T> {
+    fn new(inner: T) -> Coalesce<T> {
+        Coalesce {
+            inner,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Writes out what is gathered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.pos < self.buf.len() {
+            match ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.pos..])) {
+                Ok(0) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => self.pos += n,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        self.buf.clear();
+        self.pos = 0;
+        if self.buf.capacity() > COALESCE {
+            self.buf.shrink_to(COALESCE);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Coalesce<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if this.buf.len() + data.len() > COALESCE {
+            ready!(this.poll_drain(cx))?;
+            if data.len() >= COALESCE {
+                // A big piece goes straight through (no copy).
+                return Pin::new(&mut this.inner).poll_write(cx, data);
+            }
+        }
+        this.buf.extend_from_slice(data);
+        Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if this.buf.len() + total > COALESCE {
+            ready!(this.poll_drain(cx))?;
+            if total >= COALESCE {
+                return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+            }
+        }
+        for b in bufs {
+            this.buf.extend_from_slice(b);
+        }
+        Poll::Ready(Ok(total))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 
@@ -185,8 +305,7 @@ async fn stream_task<S: Service>(
     let (parts, body) = req.into_parts();
     let has_body = !body.is_end_stream();
     let mut rbuf = w.take_rbuf();
-    let mut head = Vec::with_capacity(256);
-    let chunked = match request_head(&parts, has_body, &mut head) {
+    let chunked = match request_head(&parts, has_body, &mut rbuf) {
         Ok(c) => c,
         Err(status) => {
             let resp = http::Response::builder().status(status).body(());
@@ -196,16 +315,12 @@ async fn stream_task<S: Service>(
             return;
         }
     };
-    rbuf.extend_from_slice(&head);
-    let cfg = w.config();
-    let limits = *S::params(&cfg).limits;
-    drop(cfg);
     let io = StreamIo::new(
-        has_body.then_some(body),
+        body,
+        has_body,
         chunked,
         respond,
         Method::from_token(parts.method.as_str()),
-        limits,
         state.clone(),
     );
     let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer);

@@ -3,34 +3,35 @@
 //! the response parsed back into HEADERS and DATA frames ([`StreamIo`]).
 
 use bytes::{Bytes, BytesMut};
-use edge_http::{BodyDecoder, BodyKind, Limits, Method};
+use edge_http::{BodyDecoder, BodyKind, Method};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Decoded response bytes a stream holds before its writer waits for the window.
 const PENDING_HIGH: usize = 64 * 1024;
-/// Largest response head a handler writes (ours are far smaller).
+/// Largest response head a handler writes (ours are far smaller), and most fields.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+const MAX_RESPONSE_HEADERS: usize = 128;
 
 /// The `:authority` / `Host`-less, body framing and connection-specific checks of one
 /// request, as an HTTP/1.1 head. Err: the status to answer with.
 pub fn request_head(
     parts: &http::request::Parts,
     has_body: bool,
-    out: &mut Vec<u8>,
+    out: &mut BytesMut,
 ) -> Result<bool, u16> {
     let Some(path) = parts.uri.path_and_query() else {
         // CONNECT (no :path): not a proxy.
         return Err(405);
     };
     out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
+    out.extend_from_slice(b" ");
     out.extend_from_slice(path.as_str().as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let authority = parts.uri.authority();
@@ -85,6 +86,9 @@ pub struct ConnState {
     pub active: Cell<usize>,
     pub streams: Cell<u64>,
     pub client_resets: Cell<u64>,
+    /// Client resets not yet added to the worker's `client_resets` counter (each
+    /// stream task adds them when it ends).
+    pub resets_unreported: Cell<u64>,
     pub slot_free: tokio::sync::Notify,
 }
 
@@ -102,15 +106,17 @@ enum Tx {
 pub struct StreamIo {
     /// The request body still to read (None: none, or all read).
     recv: Option<RecvStream>,
+    /// The receiving half once it carries no body (none, or all read): it tells
+    /// whether the client reset the stream (the sending half cannot).
+    recv_done: Option<RecvStream>,
     /// The request body is presented chunked (it had no content-length).
     chunked_in: bool,
     /// Framed request-body bytes not yet read.
     in_pending: Bytes,
     tx: Tx,
     /// The response head so far.
-    head_buf: Vec<u8>,
+    head_buf: BytesMut,
     method: Method,
-    limits: Limits,
     /// The response body's framing, once the head is in.
     body: Option<BodyDecoder>,
     /// Decoded body bytes not yet sent.
@@ -124,24 +130,29 @@ pub struct StreamIo {
 }
 
 impl StreamIo {
-    /// A stream's I/O: `recv` is the request body (None: the request had none),
-    /// presented chunked when `chunked_in`.
+    /// A stream's I/O: `recv` is the stream's receiving half, `has_body` whether the
+    /// request has a body, presented chunked when `chunked_in`.
     pub fn new(
-        recv: Option<RecvStream>,
+        recv: RecvStream,
+        has_body: bool,
         chunked_in: bool,
         respond: SendResponse<Bytes>,
         method: Method,
-        limits: Limits,
         state: Rc<ConnState>,
     ) -> StreamIo {
+        let (recv, recv_done) = if has_body {
+            (Some(recv), None)
+        } else {
+            (None, Some(recv))
+        };
         StreamIo {
             recv,
+            recv_done,
             chunked_in,
             in_pending: Bytes::new(),
             tx: Tx::Head(respond),
-            head_buf: Vec::new(),
+            head_buf: BytesMut::new(),
             method,
-            limits,
             body: None,
             out: BytesMut::new(),
             out_done: false,
@@ -160,15 +171,52 @@ impl StreamIo {
     /// Notes an error of the stream; a reset by the client counts towards the
     /// connection's rapid-reset tally.
     fn failed(&mut self, e: h2::Error) -> io::Error {
-        if e.is_remote() && e.is_reset() && !self.reset_seen {
+        let by_client = e.is_remote() && e.is_reset();
+        self.closed_under(by_client);
+        broken(e)
+    }
+
+    /// The stream ended before its response was complete (an error of the `h2` crate,
+    /// or no more send capacity): counts it if the client reset it. Sending on a reset
+    /// stream fails with a user error that does not say who reset it, so the
+    /// receiving half, which does, is asked.
+    fn closed_under(&mut self, by_client: bool) {
+        if !self.reset_seen && (by_client || self.reset_by_client()) {
             self.reset_seen = true;
-            self.state
-                .client_resets
-                .set(self.state.client_resets.get() + 1);
+            let s = &self.state;
+            s.client_resets.set(s.client_resets.get() + 1);
+            s.resets_unreported.set(s.resets_unreported.get() + 1);
         }
         self.ended = true;
         self.tx = Tx::Done;
-        broken(e)
+    }
+
+    /// Whether the client reset the stream. Its receiving half ends with the reset
+    /// and says who sent it (after any body data still queued, dropped: the stream is
+    /// dead). Once the request was received whole (END_STREAM) that half ends cleanly
+    /// even when a reset follows, and in `h2` 0.4 only a reset received from the
+    /// client closes a stream that way: then the sending half has its reason.
+    fn reset_by_client(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Some(r) = self.recv.as_mut().or(self.recv_done.as_mut()) {
+            loop {
+                match r.poll_data(&mut cx) {
+                    Poll::Ready(Some(Ok(data))) => {
+                        let _ = r.flow_control().release_capacity(data.len());
+                    }
+                    Poll::Ready(Some(Err(e))) => return e.is_remote() && e.is_reset(),
+                    Poll::Ready(None) => break,
+                    // The request is still open: not reset.
+                    Poll::Pending => return false,
+                }
+            }
+        }
+        let reset = match &mut self.tx {
+            Tx::Head(r) => r.poll_reset(&mut cx),
+            Tx::Body(s) => s.poll_reset(&mut cx),
+            Tx::Done => return false,
+        };
+        matches!(reset, Poll::Ready(Ok(_)))
     }
 
     /// Resets the stream: the response cannot be completed.
@@ -181,37 +229,70 @@ impl StreamIo {
         self.ended = true;
     }
 
-    /// The response head is complete in `head_buf`: HEADERS go out.
-    fn send_head(&mut self, head: edge_http::ResponseHead) -> io::Result<()> {
-        let mut resp = http::Response::builder().status(head.status);
-        for (name, value) in head.headers.iter() {
-            let lower = name.to_ascii_lowercase();
-            if matches!(
-                lower.as_str(),
-                "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-            ) {
+    /// The response head, `head` (complete, ours), goes out as HEADERS. Header values
+    /// are slices of `head` (no copy); hop-by-hop fields are dropped.
+    fn send_head(&mut self, head: Bytes) -> io::Result<()> {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+        let mut res = httparse::Response::new(&mut slots);
+        match res.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            _ => return Err(broken("response head does not parse")),
+        }
+        let status = http::StatusCode::from_u16(res.code.unwrap_or(0)).map_err(broken)?;
+        let mut kind = BodyKind::CloseDelimited;
+        let mut map = http::HeaderMap::with_capacity(res.headers.len());
+        for h in res.headers.iter() {
+            let name = h.name;
+            if name.eq_ignore_ascii_case("transfer-encoding") {
+                if h.value
+                    .windows(7)
+                    .any(|w| w.eq_ignore_ascii_case(b"chunked"))
+                {
+                    kind = BodyKind::Chunked;
+                }
+                continue;
+            }
+            if name.eq_ignore_ascii_case("content-length") && kind != BodyKind::Chunked {
+                let n = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok());
+                kind = BodyKind::Length(n.ok_or_else(|| broken("bad content-length"))?);
+            }
+            if ["connection", "keep-alive", "proxy-connection", "upgrade"]
+                .iter()
+                .any(|hop| name.eq_ignore_ascii_case(hop))
+            {
                 continue;
             }
             let (Ok(n), Ok(v)) = (
-                http::HeaderName::from_bytes(lower.as_bytes()),
-                http::HeaderValue::from_bytes(value),
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
             ) else {
                 continue;
             };
-            resp = resp.header(n, v);
+            map.append(n, v);
         }
-        let resp = resp.body(()).map_err(broken)?;
-        let end = matches!(head.body, BodyKind::Empty | BodyKind::Length(0));
+        if self.method == Method::Head || matches!(status.as_u16(), 204 | 304) {
+            kind = BodyKind::Empty;
+        }
+        let mut resp = http::Response::new(());
+        *resp.status_mut() = status;
+        *resp.headers_mut() = map;
+        let end = matches!(kind, BodyKind::Empty | BodyKind::Length(0));
         let Tx::Head(mut r) = std::mem::replace(&mut self.tx, Tx::Done) else {
             return Err(broken("response head sent twice"));
         };
         match r.send_response(resp, end) {
             Ok(s) if !end => {
                 self.tx = Tx::Body(s);
-                self.body = Some(BodyDecoder::new(head.body, None).upstream());
+                self.body = Some(BodyDecoder::new(kind, None).upstream());
             }
             Ok(_) => self.ended = true,
-            Err(e) => return Err(self.failed(e)),
+            Err(e) => {
+                // Put back for `failed` to ask whether the client reset the stream.
+                self.tx = Tx::Head(r);
+                return Err(self.failed(e));
+            }
         }
         Ok(())
     }
@@ -237,8 +318,9 @@ impl StreamIo {
             let cap = match s.poll_capacity(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
-                    self.ended = true;
-                    self.tx = Tx::Done;
+                    // Reset (by the client, or by the h2 crate), or the connection
+                    // is gone.
+                    self.closed_under(false);
                     return Poll::Ready(Err(broken("stream closed")));
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(self.failed(e))),
@@ -265,22 +347,23 @@ impl StreamIo {
         }
         let take = room.min(buf.len());
         self.head_buf.extend_from_slice(&buf[..take]);
-        match edge_http::parse_response(&self.head_buf, &self.limits, &self.method) {
-            Ok(None) => Ok(take),
-            Err(e) => Err(broken(format!("response head: {e}"))),
-            Ok(Some((head, n))) => {
-                // Bytes of `buf` past the head are not taken now: the caller writes
-                // them again, as body.
-                let consumed = take - (self.head_buf.len() - n);
-                self.head_buf.clear();
-                if head.status >= 200 {
-                    self.head_buf = Vec::new();
-                    self.send_head(head)?;
-                }
-                // A 1xx is dropped (100-continue is not used over HTTP/2).
-                Ok(consumed)
-            }
+        let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+        let mut res = httparse::Response::new(&mut slots);
+        let (n, status) = match res.parse(&self.head_buf) {
+            Ok(httparse::Status::Partial) => return Ok(take),
+            Ok(httparse::Status::Complete(n)) => (n, res.code.unwrap_or(0)),
+            Err(e) => return Err(broken(format!("response head: {e}"))),
+        };
+        // Bytes of `buf` past the head are not taken now: the caller writes them
+        // again, as body.
+        let consumed = take - (self.head_buf.len() - n);
+        let head = self.head_buf.split_to(n).freeze();
+        self.head_buf.clear();
+        // A 1xx is dropped (100-continue is not used over HTTP/2).
+        if status >= 200 {
+            self.send_head(head)?;
         }
+        Ok(consumed)
     }
 
     fn write_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -352,7 +435,7 @@ impl AsyncRead for StreamIo {
                 return Poll::Ready(Ok(()));
             };
             match ready!(r.poll_data(cx)) {
-                None => this.recv = None,
+                None => this.recv_done = this.recv.take(),
                 Some(Err(e)) => return Poll::Ready(Err(this.failed(e))),
                 Some(Ok(data)) => {
                     let _ = r.flow_control().release_capacity(data.len());
@@ -456,9 +539,9 @@ mod tests {
 
     fn head_of(req: http::Request<()>, has_body: bool) -> (String, bool) {
         let (parts, ()) = req.into_parts();
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         let chunked = request_head(&parts, has_body, &mut out).unwrap();
-        (String::from_utf8(out).unwrap(), chunked)
+        (String::from_utf8(out.to_vec()).unwrap(), chunked)
     }
 
     #[test]
@@ -502,7 +585,7 @@ mod tests {
             .body(())
             .unwrap();
         let (h, _) = head_of(req, false);
-        let (head, n) = edge_http::parse_request(h.as_bytes(), &Limits::default())
+        let (head, n) = edge_http::parse_request(h.as_bytes(), &edge_http::Limits::default())
             .unwrap()
             .unwrap();
         assert_eq!(n, h.len());
@@ -517,6 +600,6 @@ mod tests {
             .body(())
             .unwrap();
         let (parts, ()) = req.into_parts();
-        assert_eq!(request_head(&parts, false, &mut Vec::new()), Err(405));
+        assert_eq!(request_head(&parts, false, &mut BytesMut::new()), Err(405));
     }
 }
