@@ -3,6 +3,7 @@
 //! not the whole response).
 
 use bytes::BytesMut;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -179,10 +180,27 @@ impl Conn {
         if matches!(self.io, ClientIo::Tcp(_)) {
             return Ok(());
         }
-        match tokio::time::timeout(limit, self.io.flush()).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out("send")),
-        }
+        bounded(self.io.flush(), limit).await
+    }
+
+    /// Ends an HTTP/2 stream's response (one whose body runs until the end); within
+    /// `limit`.
+    pub async fn end_stream(&mut self, limit: Duration) -> io::Result<()> {
+        bounded(self.io.shutdown(), limit).await
+    }
+}
+
+/// `op` within `limit`, polled once first: usually done at once, with no deadline
+/// computed and no timer armed.
+async fn bounded(op: impl Future<Output = io::Result<()>>, limit: Duration) -> io::Result<()> {
+    let mut op = std::pin::pin!(op);
+    let noop = &mut Context::from_waker(std::task::Waker::noop());
+    if let Poll::Ready(r) = op.as_mut().poll(noop) {
+        return r;
+    }
+    match tokio::time::timeout(limit, op).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out("send")),
     }
 }
 

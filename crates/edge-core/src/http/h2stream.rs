@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const PENDING_HIGH: usize = 64 * 1024;
 /// Largest response head a handler writes (ours are far smaller), and most fields.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-const MAX_RESPONSE_HEADERS: usize = 128;
+const MAX_RESPONSE_HEADERS: usize = 64;
 
 /// The `:authority` / `Host`-less, body framing and connection-specific checks of one
 /// request, as an HTTP/1.1 head. Err: the status to answer with.
@@ -230,13 +230,17 @@ impl StreamIo {
     }
 
     /// The response head, `head` (complete, ours), goes out as HEADERS. Header values
-    /// are slices of `head` (no copy); hop-by-hop fields are dropped.
+    /// are slices of `head` (no copy); hop-by-hop fields are dropped. A 1xx is dropped
+    /// (100-continue is not used over HTTP/2).
     fn send_head(&mut self, head: Bytes) -> io::Result<()> {
         let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
         let mut res = httparse::Response::new(&mut slots);
         match res.parse(&head) {
             Ok(httparse::Status::Complete(_)) => {}
             _ => return Err(broken("response head does not parse")),
+        }
+        if res.code.is_some_and(|c| c < 200) {
+            return Ok(());
         }
         let status = http::StatusCode::from_u16(res.code.unwrap_or(0)).map_err(broken)?;
         let mut kind = BodyKind::CloseDelimited;
@@ -346,23 +350,20 @@ impl StreamIo {
             return Err(broken("response head too large"));
         }
         let take = room.min(buf.len());
+        // Where the head ends: searched from a little before the new bytes (the blank
+        // line may straddle two writes).
+        let from = self.head_buf.len().saturating_sub(3);
         self.head_buf.extend_from_slice(&buf[..take]);
-        let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-        let mut res = httparse::Response::new(&mut slots);
-        let (n, status) = match res.parse(&self.head_buf) {
-            Ok(httparse::Status::Partial) => return Ok(take),
-            Ok(httparse::Status::Complete(n)) => (n, res.code.unwrap_or(0)),
-            Err(e) => return Err(broken(format!("response head: {e}"))),
+        let Some(end) = memchr::memmem::find(&self.head_buf[from..], b"\r\n\r\n") else {
+            return Ok(take);
         };
+        let n = from + end + 4;
         // Bytes of `buf` past the head are not taken now: the caller writes them
         // again, as body.
         let consumed = take - (self.head_buf.len() - n);
         let head = self.head_buf.split_to(n).freeze();
         self.head_buf.clear();
-        // A 1xx is dropped (100-continue is not used over HTTP/2).
-        if status >= 200 {
-            self.send_head(head)?;
-        }
+        self.send_head(head)?;
         Ok(consumed)
     }
 

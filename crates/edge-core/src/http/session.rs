@@ -309,7 +309,7 @@ async fn serve_conn<S: Service>(
     if matches!(conn.io, ClientIo::H2(_)) {
         let timeout = w.config();
         let send = S::params(&timeout).timeouts.send;
-        let _ = tokio::time::timeout(send, conn.io.shutdown()).await;
+        let _ = conn.end_stream(send).await;
     }
     None
 }

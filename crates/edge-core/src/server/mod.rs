@@ -465,12 +465,20 @@ fn reload(
         Ok(s) => {
             *generation += 1;
             shared.store(Arc::new(s));
-            if new.listen != running.listen
+            // TLS and HTTP/2 settings of a listener apply at once (they live in the
+            // swapped state); its address and backlog need a restart.
+            let addrs = |c: &Config| -> Vec<(String, i32)> {
+                c.listen
+                    .iter()
+                    .map(|l| (l.addr.get_ref().clone(), l.backlog))
+                    .collect()
+            };
+            if addrs(&new) != addrs(running)
                 || new.workers != running.workers
                 || new.accept != running.accept
             {
                 tracing::warn!(
-                    "reload: listen, workers and accept changes take effect after a restart"
+                    "reload: listen addresses, workers and accept changes take effect after a restart"
                 );
             }
             if new.compress_pool != running.compress_pool {
