@@ -1,9 +1,12 @@
 //! Experiments that are not a matrix of cells: `edgebench tier` (one edge and three
 //! parents, a parent killed and restarted mid-run) needs four servers under test at once
-//! and a fault in the middle of a phase, which the cell runner does not model. Such an
-//! experiment is a script under `bench/` that writes its report to `--out` itself;
-//! edgebench finds it, hands it the binaries it would use and maps its own flags:
-//! `--quick` (a short run), `--duration` (the time of each phase), `--out`, `--keep`.
+//! and a fault in the middle of a phase, which the cell runner does not model; `edgebench
+//! tls` (cache hits over TLS with h2load and edgeload, and handshakes) makes its own
+//! certificates and drives two load generators. Such an experiment is a script under
+//! `bench/` that writes its report to `--out` itself; edgebench finds it, hands it the
+//! binaries it would use and maps its own flags: `--quick` (a short run), `--duration`
+//! (the time of each phase or cell), `--repetitions` (where the script takes it),
+//! `--out`, `--keep`.
 //!
 //! How it fits: `main_with` asks [`lookup`] before resolving an experiment file.
 
@@ -15,38 +18,87 @@ use crate::cli::Cli;
 use crate::error::{Error, Result};
 use crate::experiment::parse_duration;
 
-/// (experiment name, script under bench/, arguments for --quick).
-const SCRIPTED: &[(&str, &str, &[&str])] = &[(
-    "tier",
-    "tier.py",
-    &["--seconds", "4", "--rate", "400", "--ids", "500"],
-)];
+/// One scripted experiment.
+struct Scripted {
+    /// The experiment's name (`edgebench <name>`); the report is `<out>/<name>.md`.
+    name: &'static str,
+    /// The script under bench/.
+    script: &'static str,
+    /// Its arguments for --quick.
+    quick: &'static [&'static str],
+    /// The peers the script always runs next to edgecache, whatever `--peers` says:
+    /// `--peers` may name exactly these (or be left out). Empty: every server is
+    /// edgecache, and `--peers` (other than `none`) is refused.
+    peers: &'static [&'static str],
+    /// The script takes `--repetitions N`: edgebench's `--repetitions` is passed on
+    /// (else it is not used).
+    repetitions: bool,
+}
+
+const SCRIPTED: &[Scripted] = &[
+    Scripted {
+        name: "tier",
+        script: "tier.py",
+        quick: &["--seconds", "4", "--rate", "400", "--ids", "500"],
+        peers: &[],
+        repetitions: false,
+    },
+    Scripted {
+        name: "tls",
+        script: "tls.py",
+        quick: &["--quick"],
+        peers: &["nginx"],
+        repetitions: true,
+    },
+];
 
 /// The names of the scripted experiments.
 pub fn names() -> impl Iterator<Item = &'static str> {
-    SCRIPTED.iter().map(|(n, _, _)| *n)
+    SCRIPTED.iter().map(|s| s.name)
 }
 
 /// The script for `name`, if it is a scripted experiment.
 pub fn lookup(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     SCRIPTED
         .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|(_, s, q)| (*s, *q))
+        .find(|s| s.name == name)
+        .map(|s| (s.script, s.quick))
 }
 
-/// The command that runs a scripted experiment (not started).
-pub fn command(cli: &Cli, bench_dir: &Path, script: &str, quick: &[&str]) -> Result<Command> {
-    if cli
-        .peers
-        .as_deref()
-        .is_some_and(|p| p != "none" && !p.is_empty())
-    {
+/// Refuses a `--peers` the script cannot honour.
+fn check_peers(cli: &Cli, entry: Option<&Scripted>) -> Result<()> {
+    let Some(list) = cli.peers.as_deref() else {
+        return Ok(());
+    };
+    let fixed = entry.map_or(&[][..], |e| e.peers);
+    if fixed.is_empty() {
+        if list == "none" || list.is_empty() {
+            return Ok(());
+        }
         return Err(Error::usage(format!(
             "{}: every node is edgecache; --peers does not apply",
             cli.experiment
         )));
     }
+    let mut asked: Vec<&str> = list.split(',').map(str::trim).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let mut want = fixed.to_vec();
+    want.sort_unstable();
+    if asked == want {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "{}: edgecache always runs next to {} in this experiment; --peers {list:?} does not apply",
+        cli.experiment,
+        fixed.join(" and ")
+    )))
+}
+
+/// The command that runs a scripted experiment (not started).
+pub fn command(cli: &Cli, bench_dir: &Path, script: &str, quick: &[&str]) -> Result<Command> {
+    let entry = SCRIPTED.iter().find(|s| s.script == script);
+    check_peers(cli, entry)?;
     let bins = Bins::new(cli.bin_dir.clone());
     for b in ["edgecache", "edgeorigin", "edgeload"] {
         bins.ours(b).map_err(Error::usage)?;
@@ -59,6 +111,15 @@ pub fn command(cli: &Cli, bench_dir: &Path, script: &str, quick: &[&str]) -> Res
     if let Some(d) = cli.duration.as_deref() {
         let d = parse_duration(d).map_err(|e| Error::usage(format!("--duration: {e}")))?;
         cmd.arg("--seconds").arg(d.as_secs().max(1).to_string());
+    }
+    if let Some(n) = cli
+        .repetitions
+        .filter(|_| entry.is_some_and(|e| e.repetitions))
+    {
+        if n == 0 {
+            return Err(Error::usage("--repetitions: must be at least 1"));
+        }
+        cmd.arg("--repetitions").arg(n.to_string());
     }
     if cli.keep {
         cmd.arg("--keep");
@@ -101,13 +162,12 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[test]
-    fn tier_maps_its_flags_onto_the_script() {
-        let bench = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"));
-        assert!(bench.join("tier.py").is_file());
-        let (script, quick) = lookup("tier").unwrap();
-        assert!(lookup("hits").is_none());
-        // The binaries: point at a directory holding stand-ins.
+    fn bench_dir() -> &'static Path {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"))
+    }
+
+    /// A directory holding stand-ins for the binaries (`--bin-dir`).
+    fn stand_ins() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         for b in ["edgecache", "edgeorigin", "edgeload"] {
             let p = dir.path().join(b);
@@ -115,6 +175,20 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
+        dir
+    }
+
+    fn args(cmd: &Command) -> Vec<&str> {
+        cmd.get_args().map(|a| a.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn tier_maps_its_flags_onto_the_script() {
+        let bench = bench_dir();
+        assert!(bench.join("tier.py").is_file());
+        let (script, quick) = lookup("tier").unwrap();
+        assert!(lookup("hits").is_none());
+        let dir = stand_ins();
         let d = dir.path().to_str().unwrap();
         let cli = Cli::parse_from([
             "edgebench",
@@ -160,5 +234,79 @@ mod tests {
                 .exit_code(),
             2
         );
+    }
+
+    #[test]
+    fn tls_maps_its_flags_onto_the_script() {
+        let bench = bench_dir();
+        assert!(bench.join("tls.py").is_file());
+        let (script, quick) = lookup("tls").unwrap();
+        assert_eq!((script, quick), ("tls.py", &["--quick"][..]));
+        assert!(names().any(|n| n == "tls"));
+        let dir = stand_ins();
+        let d = dir.path().to_str().unwrap();
+        let cli = Cli::parse_from([
+            "edgebench",
+            "tls",
+            "--quick",
+            "--duration",
+            "3s",
+            "--repetitions",
+            "2",
+            "--keep",
+            "--out",
+            "/tmp/r",
+            "--bin-dir",
+            d,
+        ]);
+        let cmd = command(&cli, bench, script, quick).unwrap();
+        let a = args(&cmd);
+        assert!(a[0].ends_with("bench/tls.py"));
+        assert_eq!(
+            &a[1..],
+            [
+                "--quick",
+                "--seconds",
+                "3",
+                "--repetitions",
+                "2",
+                "--keep",
+                "--out",
+                "/tmp/r"
+            ]
+        );
+        assert_eq!(
+            cmd.get_envs().collect::<Vec<_>>(),
+            [(
+                std::ffi::OsStr::new("EDGEBENCH_BIN_DIR"),
+                Some(dir.path().as_os_str())
+            )]
+        );
+        // A full run: the script's defaults.
+        let full = Cli::parse_from(["edgebench", "tls", "--bin-dir", d]);
+        let cmd = command(&full, bench, script, quick).unwrap();
+        assert_eq!(&args(&cmd)[1..], ["--out", "docs/results"]);
+        // nginx is always in the run: --peers may say so, not ask for anything else.
+        for ok in ["nginx", "nginx,nginx", " nginx "] {
+            let c = Cli::parse_from(["edgebench", "tls", "--peers", ok, "--bin-dir", d]);
+            assert!(command(&c, bench, script, quick).is_ok(), "--peers {ok:?}");
+        }
+        for bad in ["none", "", "varnish", "nginx,ats"] {
+            let c = Cli::parse_from(["edgebench", "tls", "--peers", bad, "--bin-dir", d]);
+            let e = command(&c, bench, script, quick).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "--peers {bad:?}");
+        }
+        let zero = Cli::parse_from(["edgebench", "tls", "--repetitions", "0", "--bin-dir", d]);
+        assert_eq!(
+            command(&zero, bench, script, quick)
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+        // tier takes no --repetitions: edgebench's is not passed on.
+        let (tier, tier_quick) = lookup("tier").unwrap();
+        let t = Cli::parse_from(["edgebench", "tier", "--repetitions", "2", "--bin-dir", d]);
+        let cmd = command(&t, bench, tier, tier_quick).unwrap();
+        assert!(!args(&cmd).contains(&"--repetitions"));
     }
 }

@@ -184,6 +184,8 @@ where
 /// Bytes of frames gathered before they are written (then split into TLS records of
 /// 16 KiB).
 const COALESCE: usize = 64 * 1024;
+/// A write at least this big is not gathered but passed on (after what is gathered).
+const PASS_THROUGH: usize = 4 * 1024;
 
 /// Gathers the connection's writes until the `h2` crate flushes. Without it every DATA
 /// frame of 256 bytes or more is its own write (the crate keeps one such payload at a
@@ -240,16 +242,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        if this.buf.len() + data.len() > COALESCE {
-            ready!(this.poll_drain(cx))?;
-            if data.len() >= COALESCE {
-                // A big piece goes straight through (no copy).
-                return Pin::new(&mut this.inner).poll_write(cx, data);
-            }
-        }
-        this.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
+        self.poll_write_vectored(cx, &[std::io::IoSlice::new(data)])
     }
 
     fn poll_write_vectored(
@@ -259,9 +252,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if this.buf.len() + total > COALESCE {
+        if total >= PASS_THROUGH || this.buf.len() + total > COALESCE {
+            // What is gathered goes first (order), then a big piece (a DATA frame of
+            // a large body, its 9-byte head with it) goes straight to TLS, which
+            // copies it into its records anyway: no copy here.
             ready!(this.poll_drain(cx))?;
-            if total >= COALESCE {
+            if total >= PASS_THROUGH {
                 return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
             }
         }
