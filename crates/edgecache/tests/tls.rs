@@ -125,7 +125,32 @@ async fn h2_get<T>(io: T, authority: &str, paths: &[&str]) -> Vec<Resp>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut client, conn) = h2::client::handshake(io).await.unwrap();
+    h2_get_window(io, authority, paths, 65_535).await
+}
+
+/// [`h2_get`] with the client's stream window set to `window` bytes (a small one makes
+/// the server wait for WINDOW_UPDATEs mid-body). A stall fails the test after 30 s.
+async fn h2_get_window<T>(io: T, authority: &str, paths: &[&str], window: u32) -> Vec<Resp>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        h2_get_inner(io, authority, paths, window),
+    )
+    .await
+    .expect("HTTP/2 responses within 30 s")
+}
+
+async fn h2_get_inner<T>(io: T, authority: &str, paths: &[&str], window: u32) -> Vec<Resp>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut client, conn) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .handshake::<_, Bytes>(io)
+        .await
+        .unwrap();
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -369,6 +394,15 @@ proxy = "origin"
             Some(xxh3(&got[0].body).as_str())
         );
         assert_eq!(got[1].body.len(), 0);
+    });
+    // A small client window: the server sends as WINDOW_UPDATEs allow.
+    rt().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let got = h2_get_window(tcp, "x", &["/obj/300k/4", "/obj/100k/3"], 1000).await;
+        for (r, len) in got.iter().zip([300 * 1024, 100 * 1024]) {
+            assert_eq!(r.body.len(), len);
+            assert_eq!(r.header("x-checksum"), Some(xxh3(&r.body).as_str()));
+        }
     });
     let r = edge_testkit::get(addr, "/obj/1k/1", &[]);
     assert_eq!(r.status, 200, "HTTP/1.1 on the same listener");

@@ -13,6 +13,9 @@ use std::rc::Rc;
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// DATA payload per frame: with its 9-byte frame head, exactly one full TLS record
+/// (16 KiB), so no record carries a frame's few leftover bytes alone.
+const DATA_CHUNK: usize = 16 * 1024 - 9;
 /// Decoded response bytes a stream holds before its writer waits for the window.
 const PENDING_HIGH: usize = 64 * 1024;
 /// Largest response head a handler writes (ours are far smaller), and most fields.
@@ -318,20 +321,30 @@ impl StreamIo {
                 }
                 return Poll::Ready(Ok(()));
             }
-            s.reserve_capacity(self.out.len());
-            let cap = match s.poll_capacity(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    // Reset (by the client, or by the h2 crate), or the connection
-                    // is gone.
-                    self.closed_under(false);
-                    return Poll::Ready(Err(broken("stream closed")));
+            // Capacity already assigned is used first: `poll_capacity` only reports an
+            // increase, so asking it while some is left would wait for nothing.
+            let left = s.capacity();
+            let cap = if left > 0 {
+                left
+            } else {
+                s.reserve_capacity(self.out.len());
+                match s.poll_capacity(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(None) => {
+                        // Reset (by the client, or by the h2 crate), or the connection
+                        // is gone.
+                        self.closed_under(false);
+                        return Poll::Ready(Err(broken("stream closed")));
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(self.failed(e))),
+                    Poll::Ready(Some(Ok(0))) => return Poll::Pending,
+                    Poll::Ready(Some(Ok(n))) => n,
                 }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(self.failed(e))),
-                Poll::Ready(Some(Ok(0))) => return Poll::Pending,
-                Poll::Ready(Some(Ok(n))) => n,
             };
-            let chunk = self.out.split_to(cap.min(self.out.len())).freeze();
+            let chunk = self
+                .out
+                .split_to(cap.min(self.out.len()).min(DATA_CHUNK))
+                .freeze();
             let end = self.out.is_empty() && self.out_done;
             if let Err(e) = s.send_data(chunk, end) {
                 return Poll::Ready(Err(self.failed(e)));
