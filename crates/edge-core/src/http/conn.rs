@@ -6,10 +6,9 @@ use bytes::BytesMut;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Initial read buffer; grows up to the head limit while a head is incomplete. 4 KiB
@@ -68,65 +67,7 @@ impl ClientIo {
     }
 }
 
-impl AsyncRead for ClientIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            ClientIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-            ClientIo::H2(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ClientIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ClientIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-            ClientIo::H2(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ClientIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-            ClientIo::H2(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientIo::Tcp(s) => Pin::new(s).poll_flush(cx),
-            ClientIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-            ClientIo::H2(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            ClientIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            ClientIo::H2(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
-}
+crate::net::delegate_async_io!(ClientIo { Tcp, Tls, H2 });
 
 pub fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} timed out"))
@@ -204,9 +145,13 @@ async fn bounded(op: impl Future<Output = io::Result<()>>, limit: Duration) -> i
     }
 }
 
-/// `write_all` over TLS or an HTTP/2 stream: each write must make progress within
-/// `limit`.
-async fn write_all_io(io: &mut ClientIo, mut buf: &[u8], limit: Duration) -> io::Result<()> {
+/// `write_all` over any stream (TLS, an HTTP/2 stream, or a socket whose first try
+/// would block): each write must make progress within `limit`.
+async fn write_all_io<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    mut buf: &[u8],
+    limit: Duration,
+) -> io::Result<()> {
     while !buf.is_empty() {
         match tokio::time::timeout(limit, io.write(buf)).await {
             Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
@@ -231,15 +176,7 @@ pub async fn write_all_timed(
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(e),
     }
-    while !buf.is_empty() {
-        match tokio::time::timeout(limit, io.write(buf)).await {
-            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => buf = &buf[n..],
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(timed_out("send")),
-        }
-    }
-    Ok(())
+    write_all_io(io, buf, limit).await
 }
 
 impl Conn {

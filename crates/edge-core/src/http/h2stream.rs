@@ -33,6 +33,12 @@ pub fn request_head(
         // CONNECT (no :path): not a proxy.
         return Err(405);
     };
+    // RFC 9113 8.3.1: `:path` is origin-form, or `*` for OPTIONS. Anything else (an
+    // absolute URI would name a host other than `:authority`) is malformed.
+    let p = path.as_str();
+    if !(p.starts_with('/') || (p == "*" && parts.method == http::Method::OPTIONS)) {
+        return Err(400);
+    }
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.extend_from_slice(b" ");
     out.extend_from_slice(path.as_str().as_bytes());
@@ -604,6 +610,18 @@ mod tests {
             .unwrap();
         assert_eq!(n, h.len());
         assert_eq!(head.headers.get("host"), Some(&b"a.example"[..]));
+    }
+
+    #[test]
+    fn a_path_that_is_not_origin_form_is_refused() {
+        // (The `http` crate itself refuses an absolute URI as a path; `*` it takes.)
+        let uri = http::Uri::builder().path_and_query("*").build().unwrap();
+        let get = http::Request::builder().method("GET").uri(uri.clone());
+        let (parts, ()) = get.body(()).unwrap().into_parts();
+        assert_eq!(request_head(&parts, false, &mut BytesMut::new()), Err(400));
+        let options = http::Request::builder().method("OPTIONS").uri(uri);
+        let (parts, ()) = options.body(()).unwrap().into_parts();
+        assert!(request_head(&parts, false, &mut BytesMut::new()).is_ok());
     }
 
     #[test]

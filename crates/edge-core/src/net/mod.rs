@@ -13,3 +13,67 @@ pub mod sys;
 
 pub use accept::{strategy_for, AcceptPlan, AcceptStrategy, Accepted, WorkerAcceptor};
 pub use listener::{bind_listener, Blocking, ListenSpec, PortSharing};
+
+/// Implements tokio's `AsyncRead` and `AsyncWrite` for an enum whose variants each hold
+/// a stream (a socket, a boxed TLS stream, ...), by passing every call to the variant's
+/// stream: `delegate_async_io!(ClientIo { Tcp, Tls, H2 });`.
+macro_rules! delegate_async_io {
+    ($ty:ident { $($v:ident),+ }) => {
+        impl tokio::io::AsyncRead for $ty {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$v(s) => std::pin::Pin::new(s).poll_read(cx, buf),)+
+                }
+            }
+        }
+
+        impl tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $($ty::$v(s) => std::pin::Pin::new(s).poll_write(cx, buf),)+
+                }
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $($ty::$v(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),)+
+                }
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                true
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$v(s) => std::pin::Pin::new(s).poll_flush(cx),)+
+                }
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $($ty::$v(s) => std::pin::Pin::new(s).poll_shutdown(cx),)+
+                }
+            }
+        }
+    };
+}
+pub(crate) use delegate_async_io;

@@ -10,10 +10,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// A connection to an upstream server: plain, or TLS for `https://` servers.
@@ -52,45 +50,7 @@ impl UpstreamIo {
     }
 }
 
-impl AsyncRead for UpstreamIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_flush(cx),
-            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
-        }
-    }
-}
+crate::net::delegate_async_io!(UpstreamIo { Tcp, Tls });
 
 pub struct PooledConn {
     pub stream: UpstreamIo,
