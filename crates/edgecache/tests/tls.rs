@@ -409,6 +409,72 @@ proxy = "origin"
     assert_eq!(r.body.len(), 1024);
 }
 
+/// A POST over h2c without content-length reaches the origin as a chunked body, in
+/// pieces, and its echo (chunked by the origin) comes back whole as DATA frames; with a
+/// content-length the body goes as it is.
+#[test]
+fn h2_request_bodies_reach_the_origin() {
+    let (up, seen) = common::recording_upstream();
+    let cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+http2 = true
+[[upstream]]
+name = "origin"
+servers = ["{up}"]
+[[location]]
+prefix = "/"
+proxy = "origin"
+"#
+    );
+    let (_p, addr, _) = common::edgecache(&cfg);
+    let pieces: Vec<Vec<u8>> = (0..3u8).map(|i| vec![b'a' + i; 20_000]).collect();
+    let whole: Vec<u8> = pieces.concat();
+    rt().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        for with_length in [false, true] {
+            let mut req = http::Request::post("http://x/upload").header("x-reply-chunked", "1");
+            if with_length {
+                req = req.header("content-length", whole.len().to_string());
+            }
+            client = client.ready().await.unwrap();
+            let (resp, mut body) = client.send_request(req.body(()).unwrap(), false).unwrap();
+            for (i, p) in pieces.iter().enumerate() {
+                body.reserve_capacity(p.len());
+                body.send_data(Bytes::from(p.clone()), i == pieces.len() - 1)
+                    .unwrap();
+            }
+            let resp = tokio::time::timeout(Duration::from_secs(30), resp)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut rbody = resp.into_body();
+            let mut got = Vec::new();
+            while let Some(c) = rbody.data().await {
+                let c = c.unwrap();
+                let _ = rbody.flow_control().release_capacity(c.len());
+                got.extend_from_slice(&c);
+            }
+            assert_eq!(got.len(), whole.len(), "with_length {with_length}");
+            assert!(got == whole, "the echo is the body sent");
+        }
+    });
+    let s = seen.lock().unwrap();
+    assert_eq!(s.bodies.len(), 2);
+    assert!(s.bodies.iter().all(|b| *b == whole));
+    let first = s.heads[0].to_ascii_lowercase();
+    assert!(first.contains("transfer-encoding: chunked"), "{first}");
+    let second = s.heads[1].to_ascii_lowercase();
+    assert!(second.contains("content-length: 60000"), "{second}");
+}
+
 #[test]
 fn config_test_refuses_a_key_that_is_not_the_certificates() {
     let pki = Pki::new();
