@@ -475,6 +475,70 @@ proxy = "origin"
     assert!(second.contains("content-length: 60000"), "{second}");
 }
 
+/// An idle HTTPS keep-alive connection is parked (its task and read buffer given back,
+/// /status counts it) and serves its next request when it comes; two requests
+/// pipelined in one TLS record are both answered (the second waits inside rustls, so
+/// that connection is not parked between them).
+#[test]
+fn idle_tls_connections_are_parked_and_resume() {
+    let pki = Pki::new();
+    let (_p, addr, admin, _o, _cache) = tls_server(&pki, false, "");
+    rt().block_on(async {
+        let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        let mut tls = connect(addr, "a.example", &cfg).await.unwrap();
+        let req = b"GET /obj/1k/1 HTTP/1.1\r\nHost: a.example\r\n\r\n";
+        tls.write_all(req).await.unwrap();
+        assert_eq!(read_responses(&mut tls, 1).await, vec![200]);
+        // Idle: parked after the grace period; /status is refreshed once a second.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = get_text(admin, "/status");
+            if common::json_number(&status, "parked").is_some_and(|n| n >= 1) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never parked: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Resumed by its next request, then two pipelined in one write.
+        tls.write_all(req).await.unwrap();
+        assert_eq!(read_responses(&mut tls, 1).await, vec![200]);
+        let two = [&req[..], &req[..]].concat();
+        tls.write_all(&two).await.unwrap();
+        assert_eq!(read_responses(&mut tls, 2).await, vec![200, 200]);
+    });
+}
+
+/// Reads `n` whole responses (framed by Content-Length) from a kept-alive connection;
+/// their statuses.
+async fn read_responses(tls: &mut Tls, n: usize) -> Vec<u16> {
+    let mut got: Vec<u8> = Vec::new();
+    let mut statuses = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while statuses.len() < n {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                statuses.push(head[9..12].parse().unwrap());
+                got.drain(..end + 4 + len);
+                continue;
+            }
+        }
+        let r = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await;
+        let k = r.expect("a response within 10 s").unwrap();
+        assert!(k > 0, "closed");
+        got.extend_from_slice(&buf[..k]);
+    }
+    statuses
+}
+
 #[test]
 fn config_test_refuses_a_key_that_is_not_the_certificates() {
     let pki = Pki::new();

@@ -45,6 +45,33 @@ impl ClientIo {
         }
     }
 
+    /// The TCP socket underneath (None for an HTTP/2 stream).
+    pub fn socket(&self) -> Option<&TcpStream> {
+        match self {
+            ClientIo::Tcp(s) => Some(s),
+            ClientIo::Tls(t) => Some(t.get_ref().0),
+            ClientIo::H2(_) => None,
+        }
+    }
+
+    /// Whether the connection may be parked while idle: the socket's readiness then
+    /// says when its next bytes come. Over TLS only when the session holds no
+    /// decrypted bytes not yet read and nothing left to send (a pipelined request
+    /// already inside rustls would never make the socket readable again).
+    pub fn parkable(&mut self) -> bool {
+        match self {
+            ClientIo::Tcp(_) => true,
+            ClientIo::Tls(t) => {
+                let tls = t.get_mut().1;
+                !tls.wants_write()
+                    && tls
+                        .process_new_packets()
+                        .is_ok_and(|s| s.plaintext_bytes_to_read() == 0)
+            }
+            ClientIo::H2(_) => false,
+        }
+    }
+
     /// TCP_NODELAY on the connection's socket (an HTTP/2 stream's is the connection's
     /// business).
     pub fn set_nodelay(&self) {

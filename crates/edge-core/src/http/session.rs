@@ -153,7 +153,8 @@ const MAX_IN_GRACE: usize = 128;
 /// An idle keep-alive connection taken out of its task: all that is kept while it
 /// waits (a few hundred bytes with the runtime's registration) until [`resume`].
 pub struct Parked {
-    pub io: TcpStream,
+    /// Plain TCP, or TLS with nothing buffered inside the session.
+    pub io: ClientIo,
     pub peer: SocketAddr,
     pub served: u64,
     pub nodelay: bool,
@@ -181,6 +182,8 @@ pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) -> Op
 /// How a session task starts.
 pub enum Start {
     New(TcpStream, SocketAddr),
+    /// A TLS connection whose handshake is done (HTTP/1.1 by ALPN).
+    Tls(ClientIo, SocketAddr),
     Resume(Parked),
 }
 
@@ -189,8 +192,8 @@ pub fn resume_owned(p: Parked) -> Start {
     Start::Resume(p)
 }
 
-/// [`serve`] over TLS: the handshake is done. Such a connection is never parked (its
-/// TLS state would have to be kept anyway).
+/// [`serve`] over TLS, once the handshake is done. When idle it is parked like a plain
+/// connection if the TLS session holds nothing unread ([`ClientIo::parkable`]).
 pub async fn serve_io<S: Service>(w: &S, io: ClientIo, peer: SocketAddr) -> Option<Parked> {
     serve_conn(w, Conn::over(io, peer), 0, false).await
 }
@@ -202,7 +205,7 @@ pub async fn serve_stream<S: Service>(w: &S, conn: Conn) {
 
 /// [`serve`] for a [`Parked`] connection that became readable.
 pub async fn resume<S: Service>(w: &S, p: Parked) -> Option<Parked> {
-    serve_conn(w, Conn::new(p.io, p.peer), p.served, p.nodelay).await
+    serve_conn(w, Conn::over(p.io, p.peer), p.served, p.nodelay).await
 }
 
 async fn serve_conn<S: Service>(
@@ -222,10 +225,6 @@ async fn serve_conn<S: Service>(
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
                 }
-                // Only plain TCP connections are parked (see `read_head`).
-                let ClientIo::Tcp(io) = io else {
-                    return None;
-                };
                 return Some(Parked {
                     io,
                     peer,
@@ -343,8 +342,12 @@ async fn read_head<S: Service>(
         // read buffer in place. The wait is a coarse worker-local timer (see `idle`),
         // not a runtime timer: a request arms and disarms nothing in tokio's wheel.
         let grace = idle.min(IDLE_GRACE);
-        let can_park = w.can_park() && conn.io.tcp().is_some();
-        if served > 0 && idle > grace && can_park && w.idle().waiting() >= MAX_IN_GRACE {
+        if served > 0
+            && idle > grace
+            && w.can_park()
+            && w.idle().waiting() >= MAX_IN_GRACE
+            && conn.io.parkable()
+        {
             // A burst: enough connections already wait with their buffers and tasks;
             // this one is parked at once (and resumed at once if its bytes are in).
             return HeadOutcome::Park(idle);
@@ -370,7 +373,7 @@ async fn read_head<S: Service>(
             None if idle <= grace => return HeadOutcome::Close,
             None => {
                 let rest = idle - grace;
-                if can_park {
+                if w.can_park() && conn.io.parkable() {
                     // Idle: the worker keeps the socket, not this task.
                     return HeadOutcome::Park(rest);
                 }

@@ -100,10 +100,12 @@ impl Parking {
             list: self.ready.clone(),
         }));
         // Registers `waker` for the socket's next readiness (or says it is ready now).
-        let ready = conn
-            .io
-            .poll_read_ready(&mut Context::from_waker(&waker))
-            .is_ready();
+        // Parked connections are TCP or TLS, both with a socket (an HTTP/2 stream is
+        // never parked); without one, treat it as readable: it is served at once.
+        let ready = conn.io.socket().is_none_or(|s| {
+            s.poll_read_ready(&mut Context::from_waker(&waker))
+                .is_ready()
+        });
         if ready {
             self.free.borrow_mut().push(slot);
             return Some(conn);

@@ -437,8 +437,9 @@ fn start_session(
 }
 
 /// A connection of a TLS or HTTP/2 listener: the handshake, then HTTP/2 (ALPN `h2`, or
-/// the h2c preface on a plain listener) or HTTP/1.1. These connections are not parked
-/// when idle.
+/// the h2c preface on a plain listener) or HTTP/1.1. HTTP/1.1 connections are parked
+/// when idle like plain ones (TLS ones when the session holds nothing unread); HTTP/2
+/// connections keep their task.
 async fn secure_session(
     w: Rc<Worker>,
     stream: tokio::net::TcpStream,
@@ -459,8 +460,11 @@ async fn secure_session(
                         let _ = tls.get_ref().0.set_nodelay(true);
                         crate::http::h2::serve(w.clone(), tls, peer).await;
                     } else {
+                        // HTTP/1.1: the ordinary session, parked like a plain
+                        // connection when idle; it counts the close itself.
                         let io = crate::http::conn::ClientIo::Tls(Box::new(tls));
-                        session::serve_io(&*w, io, peer).await;
+                        session_loop(&w, session::Start::Tls(io, peer)).await;
+                        return;
                     }
                 }
                 Ok(Err(e)) => {
@@ -521,26 +525,30 @@ async fn h2c_preface(stream: &tokio::net::TcpStream, timeout: std::time::Duratio
 /// readable already); the connection stays counted in `active` until it closes.
 fn run_session(w: &Rc<Worker>, start: session::Start) {
     let w = w.clone();
-    let fut = async move {
-        let mut next = Some(start);
-        while let Some(start) = next.take() {
-            let parked = match start {
-                session::Start::New(stream, peer) => session::serve(&*w, stream, peer).await,
-                session::Start::Resume(p) => session::resume(&*w, p).await,
-            };
-            match parked {
-                Some(p) if !w.draining() => {
-                    // Readable already: go on in this task.
-                    next = w.parking.park(p).map(session::Start::Resume);
-                    if next.is_none() {
-                        return;
-                    }
+    tokio::task::spawn_local(async move { session_loop(&w, start).await });
+}
+
+/// A connection's session in the current task, until it closes or is parked (and not
+/// readable already: then it goes on here).
+async fn session_loop(w: &Rc<Worker>, start: session::Start) {
+    let mut next = Some(start);
+    while let Some(start) = next.take() {
+        let parked = match start {
+            session::Start::New(stream, peer) => session::serve(&**w, stream, peer).await,
+            session::Start::Tls(io, peer) => session::serve_io(&**w, io, peer).await,
+            session::Start::Resume(p) => session::resume(&**w, p).await,
+        };
+        match parked {
+            Some(p) if !w.draining() => {
+                // Readable already: go on in this task.
+                next = w.parking.park(p).map(session::Start::Resume);
+                if next.is_none() {
+                    return;
                 }
-                _ => w.connections_closed(1),
             }
+            _ => w.connections_closed(1),
         }
-    };
-    tokio::task::spawn_local(fut);
+    }
 }
 
 impl Worker {
