@@ -21,6 +21,11 @@ struct Server {
 /// edgecache with one `return` location (`ret` is the inline table's extra keys) and an
 /// admin listener; `top` holds top-level keys.
 fn start(top: &str, ret: &str) -> Server {
+    start_with(top, ret, "")
+}
+
+/// [`start`] with extra keys for the `[[listen]]` table.
+fn start_with(top: &str, ret: &str, listen_extra: &str) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let listen = free_addr();
     let admin = free_addr();
@@ -29,7 +34,7 @@ fn start(top: &str, ret: &str) -> Server {
         &cfg,
         format!(
             "{top}\nerror_log = {{ path = \"{d}/error.log\" }}\naccess_log = \"off\"\n\
-             [[listen]]\naddr = \"{listen}\"\n\
+             [[listen]]\naddr = \"{listen}\"\n{listen_extra}\n\
              [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
              [admin]\nlisten = \"{admin}\"\nallow = [\"127.0.0.1/32\"]\n",
             d = dir.path().display()
@@ -59,13 +64,18 @@ fn accepted_per_worker(s: &Server) -> Vec<u64> {
         .collect()
 }
 
+/// Every strategy, with and without `multi_accept`, and with the listener's
+/// `deferred` on (the default: the request is in when the connection is accepted, so
+/// it is answered without registering the socket) and off (the first read may find
+/// nothing and wait).
 #[test]
 fn every_strategy_serves_a_thousand_new_connections() {
     for accept in ["reuseport", "shared", "blocking", "mutex", "exclusive"] {
-        for multi in [false, true] {
-            let s = start(
+        for (multi, deferred) in [(false, true), (true, true), (false, false)] {
+            let s = start_with(
                 &format!("workers = 2\naccept = \"{accept}\"\nmulti_accept = {multi}"),
                 "",
+                &format!("deferred = {deferred}"),
             );
             let json = s._dir.path().join("load.json");
             let out = Command::new(bin("edgeload"))
@@ -83,7 +93,7 @@ fn every_strategy_serves_a_thousand_new_connections() {
                 .arg(format!("http://{}/", s.listen))
                 .output()
                 .unwrap();
-            let what = format!("accept = {accept}, multi_accept = {multi}");
+            let what = format!("accept = {accept}, multi_accept = {multi}, deferred = {deferred}");
             assert!(
                 out.status.success(),
                 "{what}: {}",
@@ -102,6 +112,50 @@ fn every_strategy_serves_a_thousand_new_connections() {
             assert!(per >= 1000, "{what}: {per} accepted over the workers");
             assert_eq!(Some(per), st["totals"]["accepted"].as_u64(), "{what}");
         }
+    }
+}
+
+/// New connections whose requests do not arrive whole at once: a head split over two
+/// packets 100 ms apart (the first read gets half, the socket must then wait), two
+/// pipelined requests, and a kept-alive connection's second request after an idle
+/// pause (the connection is parked and resumed). With `deferred` on and off.
+#[test]
+fn new_connections_that_must_wait_are_served() {
+    use std::io::{Read, Write};
+    for deferred in [true, false] {
+        let s = start_with("workers = 1", "", &format!("deferred = {deferred}"));
+        let read_responses = |c: &mut std::net::TcpStream, n: usize| {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while got.windows(4).filter(|w| w == b"\r\n\r\n").count() < n || !got.ends_with(b"ok") {
+                let k = c.read(&mut buf).expect("a response within 10 s");
+                assert!(k > 0, "deferred = {deferred}: closed early: {got:?}");
+                got.extend_from_slice(&buf[..k]);
+            }
+            String::from_utf8(got).unwrap()
+        };
+        // Split head.
+        let mut c = std::net::TcpStream::connect(s.listen).unwrap();
+        c.write_all(b"GET /a HTTP/1.1\r\nHo").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        c.write_all(b"st: x\r\nConnection: close\r\n\r\n").unwrap();
+        let r = read_responses(&mut c, 1);
+        assert!(r.starts_with("HTTP/1.1 200"), "deferred = {deferred}: {r}");
+        // Pipelined, then the connection stays open for a third after a pause.
+        let mut c = std::net::TcpStream::connect(s.listen).unwrap();
+        c.write_all(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let r = read_responses(&mut c, 2);
+        assert_eq!(r.matches("HTTP/1.1 200").count(), 2, "{r}");
+        std::thread::sleep(Duration::from_millis(300));
+        c.write_all(b"GET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let r = read_responses(&mut c, 1);
+        assert!(r.starts_with("HTTP/1.1 200"), "deferred = {deferred}: {r}");
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "closed after Connection: close");
     }
 }
 

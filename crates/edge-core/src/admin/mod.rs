@@ -37,7 +37,7 @@ pub struct AdminCtx {
 /// whoever sees the data port open can already ask `/status`.
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     crate::net::bind_listener(
-        crate::net::ListenSpec { addr, backlog: 128 },
+        crate::net::ListenSpec::new(addr, 128),
         crate::net::PortSharing::Exclusive,
         crate::net::Blocking::NonBlocking,
     )

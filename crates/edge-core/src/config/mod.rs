@@ -226,6 +226,10 @@ pub struct Listen {
     pub addr: Spanned<String>,
     #[serde(default = "default_backlog")]
     pub backlog: i32,
+    /// TCP_DEFER_ACCEPT: a connection is accepted once its first bytes are in (nginx's
+    /// `listen ... deferred`; on by default, as in Varnish and Traffic Server).
+    #[serde(default = "default_true")]
+    pub deferred: bool,
     /// TLS termination on this address (`docs/tls.md`); certificates are read again on
     /// every reload.
     #[serde(default)]

@@ -2,6 +2,7 @@
 //! operation the way nginx applies them (`send_timeout` bounds each write's progress,
 //! not the whole response).
 
+use crate::net::Sock;
 use bytes::BytesMut;
 use std::future::Future;
 use std::io;
@@ -26,8 +27,9 @@ pub struct Conn {
 /// What a client's bytes travel over. Handlers see one byte stream of HTTP/1.1 either
 /// way; only the file-body path asks for [`ClientIo::tcp`] (sendfile needs the socket).
 pub enum ClientIo {
-    /// Plain TCP (or kernel TLS): bodies go out by `sendfile`.
-    Tcp(TcpStream),
+    /// Plain TCP (or kernel TLS): bodies go out by `sendfile`. Registered with the
+    /// reactor only once it has to wait ([`Sock`]).
+    Tcp(Sock),
     /// TLS in user space (rustls): bodies are read and encrypted.
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes and the response
@@ -38,19 +40,25 @@ pub enum ClientIo {
 impl ClientIo {
     /// The socket, when bytes written to it reach the client as they are (sendfile,
     /// parking, readiness).
-    pub fn tcp(&self) -> Option<&TcpStream> {
+    pub fn tcp(&mut self) -> Option<&mut Sock> {
         match self {
             ClientIo::Tcp(s) => Some(s),
             _ => None,
         }
     }
 
-    /// The TCP socket underneath (None for an HTTP/2 stream).
-    pub fn socket(&self) -> Option<&TcpStream> {
+    /// Whether bytes written reach the client as they are (sendfile applies).
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, ClientIo::Tcp(_))
+    }
+
+    /// Registers `cx`'s waker for the socket's next readiness, or says it is readable
+    /// now (an HTTP/2 stream, never parked, counts as readable).
+    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            ClientIo::Tcp(s) => Some(s),
-            ClientIo::Tls(t) => Some(t.get_ref().0),
-            ClientIo::H2(_) => None,
+            ClientIo::Tcp(s) => s.poll_read_ready(cx),
+            ClientIo::Tls(t) => t.get_ref().0.poll_read_ready(cx),
+            ClientIo::H2(_) => Poll::Ready(Ok(())),
         }
     }
 
@@ -75,19 +83,18 @@ impl ClientIo {
     /// TCP_NODELAY on the connection's socket (an HTTP/2 stream's is the connection's
     /// business).
     pub fn set_nodelay(&self) {
-        let s = match self {
-            ClientIo::Tcp(s) => s,
-            ClientIo::Tls(t) => t.get_ref().0,
+        let _ = match self {
+            ClientIo::Tcp(s) => s.set_nodelay(true),
+            ClientIo::Tls(t) => t.get_ref().0.set_nodelay(true),
             ClientIo::H2(_) => return,
         };
-        let _ = s.set_nodelay(true);
     }
 
     /// Ends a response that cannot be completed so the client cannot take it for a
     /// whole one: a TCP reset, or RST_STREAM on HTTP/2.
     pub fn abort(self) {
         match self {
-            ClientIo::Tcp(s) => crate::net::sys::close_with_reset(s),
+            ClientIo::Tcp(s) => s.close_with_reset(),
             ClientIo::Tls(t) => crate::net::sys::close_with_reset(t.into_inner().0),
             ClientIo::H2(mut s) => s.reset(),
         }
@@ -101,7 +108,7 @@ pub fn timed_out(what: &str) -> io::Error {
 }
 
 impl Conn {
-    pub fn new(io: TcpStream, peer: SocketAddr) -> Conn {
+    pub fn new(io: Sock, peer: SocketAddr) -> Conn {
         Conn::over(ClientIo::Tcp(io), peer)
     }
 
@@ -190,11 +197,28 @@ async fn write_all_io<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// A socket with a non-blocking write that needs no task context.
+pub trait TryWrite {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
+}
+
+impl TryWrite for TcpStream {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        TcpStream::try_write(self, buf)
+    }
+}
+
+impl TryWrite for Sock {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        Sock::try_write(self, buf)
+    }
+}
+
 /// `write_all` where each write must make progress within `limit`. The first attempt
 /// is a plain non-blocking write (a response usually fits the socket buffer at once):
 /// no deadline is computed and no timer armed unless the socket is full.
-pub async fn write_all_timed(
-    io: &mut TcpStream,
+pub async fn write_all_timed<S: TryWrite + AsyncWrite + Unpin>(
+    io: &mut S,
     mut buf: &[u8],
     limit: Duration,
 ) -> io::Result<()> {

@@ -20,7 +20,7 @@ use crate::aio::FileBackend;
 use edge_aio::Mode;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,8 +86,8 @@ pub async fn send_file_range(
 ) -> io::Result<u64> {
     // sendfile needs the bytes to reach the client as they are: over TLS in user space
     // or HTTP/2 the body is read (through the backend) and written.
-    let mode = match (mode, conn.io.tcp()) {
-        (SendMode::Sendfile, None) => SendMode::Copy,
+    let mode = match (mode, conn.io.is_tcp()) {
+        (SendMode::Sendfile, false) => SendMode::Copy,
         (m, _) => m,
     };
     match (mode, files.mode()) {
@@ -203,10 +203,10 @@ struct Pooled {
 }
 
 impl Pooled {
-    fn new(conn: &Conn, file: &File) -> io::Result<Pooled> {
+    fn new(conn: &mut Conn, file: &File) -> io::Result<Pooled> {
         let sock = conn.io.tcp().ok_or_else(not_tcp)?;
         Ok(Pooled {
-            sock: Arc::new(sock.as_fd().try_clone_to_owned()?),
+            sock: Arc::new(sock.dup()?),
             file: Arc::new(file.try_clone()?),
             first: std::cell::Cell::new(true),
         })
@@ -242,8 +242,7 @@ async fn pool_sendfile_range(
             Ok(n) => off += n as u64,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let sock = conn.io.tcp().ok_or_else(not_tcp)?;
-                match tokio::time::timeout(send_timeout, crate::net::sys::wait_writable(sock)).await
-                {
+                match tokio::time::timeout(send_timeout, sock.wait_writable()).await {
                     Ok(r) => r?,
                     Err(_) => return Err(timed_out("send")),
                 }
@@ -322,7 +321,7 @@ mod tests {
                         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                         let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
                         let (s, peer) = l.accept().await.unwrap();
-                        let mut conn = Conn::new(s, peer);
+                        let mut conn = Conn::new(crate::net::Sock::registered(s), peer);
                         let t = Duration::from_secs(5);
                         let n = send_file_range(&mut conn, &files, &f, 3, 4, mode, t)
                             .await

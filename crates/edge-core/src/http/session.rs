@@ -12,13 +12,13 @@ use super::exchange::{Exchange, ExchangeError};
 use super::idle::{IdleEnd, IdleTimers};
 use super::Timeouts;
 use crate::metrics::WorkerStats;
+use crate::net::Sock;
 use bytes::Buf;
 use edge_http::Limits;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// The limits a session applies, from the config snapshot of the moment.
 pub struct SessionParams<'a> {
@@ -69,7 +69,7 @@ pub trait Service {
     fn recycle_rbuf(&self, _buf: bytes::BytesMut) {}
 
     /// Whether a connection idle past [`IDLE_GRACE`] may leave its task and be
-    /// [`Parked`] by the caller of [`serve`] (which then resumes it with [`resume`]
+    /// [`Parked`] by the caller of [`serve_conn`] (which then resumes it as [`Start::Resume`]
     /// when it becomes readable). Without it the task waits.
     fn can_park(&self) -> bool {
         false
@@ -151,7 +151,7 @@ const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 const MAX_IN_GRACE: usize = 128;
 
 /// An idle keep-alive connection taken out of its task: all that is kept while it
-/// waits (a few hundred bytes with the runtime's registration) until [`resume`].
+/// waits (a few hundred bytes with the runtime's registration) until it is resumed ([`Start::Resume`]).
 pub struct Parked {
     /// Plain TCP, or TLS with nothing buffered inside the session.
     pub io: ClientIo,
@@ -173,29 +173,24 @@ enum HeadOutcome {
     Error(u16),
 }
 
-/// Serves one client connection until it closes, or until it is idle and the service
-/// parks idle connections ([`Service::can_park`]): then its state is returned.
-pub async fn serve<S: Service>(w: &S, stream: TcpStream, peer: SocketAddr) -> Option<Parked> {
-    serve_conn(w, Conn::new(stream, peer), 0, false).await
-}
-
 /// How a session task starts.
 pub enum Start {
-    New(TcpStream, SocketAddr),
+    New(Sock, SocketAddr),
     /// A TLS connection whose handshake is done (HTTP/1.1 by ALPN).
     Tls(ClientIo, SocketAddr),
     Resume(Parked),
 }
 
-/// A [`Start`] for a parked connection.
-pub fn resume_owned(p: Parked) -> Start {
-    Start::Resume(p)
-}
-
-/// [`serve`] over TLS, once the handshake is done. When idle it is parked like a plain
-/// connection if the TLS session holds nothing unread ([`ClientIo::parkable`]).
-pub async fn serve_io<S: Service>(w: &S, io: ClientIo, peer: SocketAddr) -> Option<Parked> {
-    serve_conn(w, Conn::over(io, peer), 0, false).await
+impl Start {
+    /// The connection, with how many requests it has served and whether TCP_NODELAY
+    /// is set: what [`serve_conn`] goes on from.
+    pub fn into_conn(self) -> (Conn, u64, bool) {
+        match self {
+            Start::New(stream, peer) => (Conn::new(stream, peer), 0, false),
+            Start::Tls(io, peer) => (Conn::over(io, peer), 0, false),
+            Start::Resume(p) => (Conn::over(p.io, p.peer), p.served, p.nodelay),
+        }
+    }
 }
 
 /// One HTTP/2 stream, whose request head is in `conn.rbuf` already.
@@ -203,12 +198,12 @@ pub async fn serve_stream<S: Service>(w: &S, conn: Conn) {
     serve_conn(w, conn, 0, true).await;
 }
 
-/// [`serve`] for a [`Parked`] connection that became readable.
-pub async fn resume<S: Service>(w: &S, p: Parked) -> Option<Parked> {
-    serve_conn(w, Conn::over(p.io, p.peer), p.served, p.nodelay).await
-}
-
-async fn serve_conn<S: Service>(
+/// Serves `conn` (which has answered `served` requests) until it closes, or until it is
+/// idle and the service parks idle connections ([`Service::can_park`]): then its state
+/// is returned, and the caller starts it again as [`Start::Resume`] when it becomes
+/// readable. A TLS connection is parked only when its session holds nothing unread
+/// ([`ClientIo::parkable`]).
+pub async fn serve_conn<S: Service>(
     w: &S,
     mut conn: Conn,
     mut served: u64,

@@ -326,7 +326,7 @@ mod tests {
             let s = strategy_for(kind);
             assert_eq!(s.name(), kind.as_str());
             let mut acceptors = s
-                .prepare(&[ListenSpec { addr, backlog: 64 }], &AcceptPlan::workers(2))
+                .prepare(&[ListenSpec::new(addr, 64)], &AcceptPlan::workers(2))
                 .unwrap();
             for _ in 0..4 {
                 let mut c = std::net::TcpStream::connect(addr).unwrap();

@@ -10,6 +10,19 @@ use std::net::SocketAddr;
 pub struct ListenSpec {
     pub addr: SocketAddr,
     pub backlog: i32,
+    /// `TCP_DEFER_ACCEPT` for this many seconds (0: off): a connection is accepted
+    /// once its first bytes have arrived (`deferred`, as nginx's `listen ... deferred`).
+    pub defer_accept_secs: u32,
+}
+
+impl ListenSpec {
+    pub fn new(addr: SocketAddr, backlog: i32) -> ListenSpec {
+        ListenSpec {
+            addr,
+            backlog,
+            defer_accept_secs: 0,
+        }
+    }
 }
 
 /// Whether several sockets may share the address.
@@ -45,6 +58,9 @@ pub fn bind_listener(
         }
         None => bind_new(spec, sharing, blocking)?,
     };
+    // Set (or cleared) on an inherited socket too: the new config decides.
+    super::sys::set_defer_accept(&l, spec.defer_accept_secs)
+        .map_err(|e| with_context(e, "setsockopt(TCP_DEFER_ACCEPT)", spec.addr))?;
     super::inherit::remember(&l);
     Ok(l)
 }
@@ -90,17 +106,14 @@ mod tests {
     #[test]
     fn reuseport_lets_two_sockets_share_an_address() {
         let a = bind_listener(
-            ListenSpec {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                backlog: 16,
-            },
+            ListenSpec::new("127.0.0.1:0".parse().unwrap(), 16),
             PortSharing::ReusePort,
             Blocking::NonBlocking,
         )
         .unwrap();
         let addr = a.local_addr().unwrap();
         let b = bind_listener(
-            ListenSpec { addr, backlog: 16 },
+            ListenSpec::new(addr, 16),
             PortSharing::ReusePort,
             Blocking::NonBlocking,
         )
@@ -111,17 +124,14 @@ mod tests {
     #[test]
     fn without_reuseport_a_second_bind_fails_with_context() {
         let a = bind_listener(
-            ListenSpec {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                backlog: 16,
-            },
+            ListenSpec::new("127.0.0.1:0".parse().unwrap(), 16),
             PortSharing::Exclusive,
             Blocking::NonBlocking,
         )
         .unwrap();
         let addr = a.local_addr().unwrap();
         let e = bind_listener(
-            ListenSpec { addr, backlog: 16 },
+            ListenSpec::new(addr, 16),
             PortSharing::Exclusive,
             Blocking::NonBlocking,
         )

@@ -9,10 +9,12 @@
 pub mod accept;
 pub mod inherit;
 pub mod listener;
+pub mod sock;
 pub mod sys;
 
 pub use accept::{strategy_for, AcceptPlan, AcceptStrategy, Accepted, WorkerAcceptor};
 pub use listener::{bind_listener, Blocking, ListenSpec, PortSharing};
+pub use sock::Sock;
 
 /// Implements tokio's `AsyncRead` and `AsyncWrite` for an enum whose variants each hold
 /// a stream (a socket, a boxed TLS stream, ...), by passing every call to the variant's

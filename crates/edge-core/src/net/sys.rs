@@ -3,8 +3,8 @@
 //! close, and the epoll calls of the `exclusive` accept strategy. Each `unsafe` block
 //! says why it is sound, and each wrapper is tested below with real sockets.
 //!
-//! The async helpers take a tokio `TcpStream` and wait for writability in the worker's
-//! own reactor; a caller bounds each call's progress with its own timeout.
+//! The async helpers wait for writability in the worker's own reactor; a caller bounds
+//! each call's progress with its own timeout.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -12,17 +12,17 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// One `sendfile(2)` of at most `len` bytes of `file_fd` from `*offset` to the socket,
-/// once the socket is writable. Advances `*offset`; `Ok(0)` means the file ended.
+/// tried at once, then whenever the socket is writable. Advances `*offset`; `Ok(0)`
+/// means the file ended.
 pub async fn sendfile_once(
-    sock: &TcpStream,
+    sock: &mut super::Sock,
     file_fd: RawFd,
     offset: &mut u64,
     len: usize,
 ) -> io::Result<usize> {
-    let out_fd = sock.as_raw_fd();
     let mut off = *offset as libc::off_t;
     let n = sock
-        .async_io(Interest::WRITABLE, || {
+        .async_io(Interest::WRITABLE, |out_fd| {
             // SAFETY: `out_fd` is the socket we borrow and `file_fd` is an open file the
             // caller borrows for the call; `off` is a valid off_t the kernel reads and
             // advances; no buffer is passed.
@@ -93,6 +93,19 @@ pub fn accept_nonblocking(
     Ok((stream, peer))
 }
 
+/// A listening socket registered with the current runtime's reactor for readability:
+/// the worker waits on it there, and accepts with [`accept_nonblocking`] (tokio's own
+/// listener would register every accepted connection).
+pub fn reactor_listener(
+    l: std::net::TcpListener,
+) -> io::Result<tokio::io::unix::AsyncFd<std::net::TcpListener>> {
+    l.set_nonblocking(true)?;
+    // SAFETY: the AsyncFd owns `l`, whose descriptor stays open and the same until the
+    // AsyncFd is dropped (a std TcpListener never changes its fd).
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(l, Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
 /// Whether a listening socket has a connection waiting (`poll`, zero timeout).
 pub fn has_pending(l: &std::net::TcpListener) -> bool {
     let mut pfd = libc::pollfd {
@@ -126,11 +139,53 @@ pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()>
     Ok(())
 }
 
+/// `TCP_DEFER_ACCEPT` on a listening socket: accept(2) returns a connection only once
+/// data has arrived on it (or after about `secs`, when the kernel hands it over
+/// anyway); 0 turns it off.
+pub fn set_defer_accept(l: &std::net::TcpListener, secs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `l` is an open socket we borrow; the option value is a live c_int of the
+    // length we pass.
+    let r = unsafe {
+        libc::setsockopt(
+            l.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Closes with RST (`SO_LINGER` 0), so a client cannot mistake a cut response for a
 /// complete one.
-pub fn close_with_reset(sock: TcpStream) {
+pub fn close_with_reset<S: std::os::fd::AsFd>(sock: S) {
     let _ = socket2::SockRef::from(&sock).set_linger(Some(std::time::Duration::ZERO));
     drop(sock);
+}
+
+/// One `recv(2)` into the unfilled part of `buf` (no zeroing of the buffer first);
+/// `WouldBlock` when nothing is there.
+pub fn recv_into(fd: RawFd, buf: &mut tokio::io::ReadBuf<'_>) -> io::Result<()> {
+    // SAFETY: we only let the kernel write into the unfilled part, never de-initialize
+    // anything.
+    let dst = unsafe { buf.unfilled_mut() };
+    // SAFETY: `dst` is writable memory of `dst.len()` bytes for the call; `fd` is a
+    // socket the caller borrows.
+    let n = unsafe { libc::recv(fd, dst.as_mut_ptr().cast(), dst.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: recv wrote (initialized) exactly `n` bytes at the start of the unfilled
+    // part.
+    unsafe { buf.assume_init(n) };
+    buf.advance(n);
+    Ok(())
 }
 
 /// A private epoll instance (the `exclusive` accept strategy's waiting room).
@@ -220,18 +275,83 @@ mod tests {
             let mut f = tempfile::tempfile().unwrap();
             f.write_all(b"0123456789").unwrap();
             let (s, mut c) = pair().await;
+            let mut s = super::super::Sock::registered(s);
             let mut off = 2;
-            let n = sendfile_once(&s, f.as_raw_fd(), &mut off, 5).await.unwrap();
+            let n = sendfile_once(&mut s, f.as_raw_fd(), &mut off, 5)
+                .await
+                .unwrap();
             assert_eq!((n, off), (5, 7));
             let mut got = [0u8; 5];
             c.read_exact(&mut got).unwrap();
             assert_eq!(&got, b"23456");
             let mut off = 10;
             assert_eq!(
-                sendfile_once(&s, f.as_raw_fd(), &mut off, 5).await.unwrap(),
+                sendfile_once(&mut s, f.as_raw_fd(), &mut off, 5)
+                    .await
+                    .unwrap(),
                 0
             );
         });
+    }
+
+    #[test]
+    fn reactor_listener_wakes_for_a_connection() {
+        rt().block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let l = reactor_listener(l).unwrap();
+            let c = std::net::TcpStream::connect(addr).unwrap();
+            let mut g = l.readable().await.unwrap();
+            let (s, peer) = g
+                .try_io(|l| accept_nonblocking(l.get_ref()))
+                .unwrap()
+                .unwrap();
+            assert_eq!(peer, c.local_addr().unwrap());
+            assert_eq!(s.peer_addr().unwrap(), peer);
+            // The queue is empty: EAGAIN, reported as "would block" (readiness cleared).
+            assert!(g.try_io(|l| accept_nonblocking(l.get_ref())).is_err());
+        });
+    }
+
+    /// A deferred listener does not report a connection that has sent nothing; it
+    /// does once the first bytes arrive.
+    #[test]
+    fn defer_accept_waits_for_the_first_bytes() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_defer_accept(&l, 5).unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!has_pending(&l), "accepted before any byte arrived");
+        c.write_all(b"GET").unwrap();
+        let mut ok = false;
+        for _ in 0..100 {
+            if has_pending(&l) {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(ok, "the connection with data was never reported");
+        set_defer_accept(&l, 0).unwrap();
+    }
+
+    #[test]
+    fn recv_into_fills_only_what_arrived() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = accept_nonblocking(&l).unwrap();
+        let mut mem = [std::mem::MaybeUninit::<u8>::uninit(); 16];
+        let mut buf = tokio::io::ReadBuf::uninit(&mut mem);
+        let e = recv_into(s.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        c.write_all(b"hello").unwrap();
+        s.set_nonblocking(false).unwrap();
+        recv_into(s.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(buf.filled(), b"hello");
+        assert_eq!(buf.remaining(), 11);
+        drop(c);
+        recv_into(s.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(buf.filled(), b"hello", "EOF adds nothing");
     }
 
     #[test]

@@ -157,6 +157,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 .map(|addr| ListenSpec {
                     addr,
                     backlog: l.backlog,
+                    // As nginx's `deferred`: held back for up to client_header_timeout.
+                    defer_accept_secs: if l.deferred {
+                        cfg.client_header_timeout.0.as_secs().clamp(1, 3600) as u32
+                    } else {
+                        0
+                    },
                 })
                 .map_err(RunError::from)
         })
@@ -467,10 +473,10 @@ fn reload(
             shared.store(Arc::new(s));
             // TLS and HTTP/2 settings of a listener apply at once (they live in the
             // swapped state); its address and backlog need a restart.
-            let addrs = |c: &Config| -> Vec<(String, i32)> {
+            let addrs = |c: &Config| -> Vec<(String, i32, bool)> {
                 c.listen
                     .iter()
-                    .map(|l| (l.addr.get_ref().clone(), l.backlog))
+                    .map(|l| (l.addr.get_ref().clone(), l.backlog, l.deferred))
                     .collect()
             };
             if addrs(&new) != addrs(running)
@@ -478,7 +484,7 @@ fn reload(
                 || new.accept != running.accept
             {
                 tracing::warn!(
-                    "reload: listen addresses, workers and accept changes take effect after a restart"
+                    "reload: listen addresses, backlog and deferred, workers and accept changes take effect after a restart"
                 );
             }
             if new.compress_pool != running.compress_pool {

@@ -5,7 +5,7 @@
 //! task ends, freeing the task's state (about 4 KiB). The worker keeps the socket here,
 //! with the runtime's readiness registration pointed at a small waker that names the
 //! slot. When bytes arrive the waker queues the slot, the worker's parker task takes it
-//! out and starts a new session task with [`crate::http::session::resume`]. Parked
+//! out and starts a new session task with [`crate::http::session::Start::Resume`]. Parked
 //! connections past their idle deadline are closed by the worker's once-a-second tick;
 //! all of them are closed when the worker drains. An idle connection then costs its
 //! slot, its socket's registration and the waker: a few hundred bytes (nginx keeps a
@@ -101,11 +101,12 @@ impl Parking {
         }));
         // Registers `waker` for the socket's next readiness (or says it is ready now).
         // Parked connections are TCP or TLS, both with a socket (an HTTP/2 stream is
-        // never parked); without one, treat it as readable: it is served at once.
-        let ready = conn.io.socket().is_none_or(|s| {
-            s.poll_read_ready(&mut Context::from_waker(&waker))
-                .is_ready()
-        });
+        // never parked, and would count as readable: served at once).
+        let mut conn = conn;
+        let ready = conn
+            .io
+            .poll_read_ready(&mut Context::from_waker(&waker))
+            .is_ready();
         if ready {
             self.free.borrow_mut().push(slot);
             return Some(conn);

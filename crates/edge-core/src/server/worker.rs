@@ -13,7 +13,7 @@ use crate::http::session::{self, Service, SessionParams};
 use crate::http::{Conn, Exchange, ExchangeError};
 use crate::log::access::{AccessLogBuf, Entry};
 use crate::metrics::{Metrics, WorkerStats};
-use crate::net::WorkerAcceptor;
+use crate::net::{Sock, WorkerAcceptor};
 use crate::state::Shared;
 use crate::upstream::UpstreamPool;
 use arc_swap::ArcSwap;
@@ -224,7 +224,7 @@ async fn run(spec: WorkerSpec) {
                     Ok(a) => worker.shared.load().listen_index(a),
                     Err(_) => 0,
                 };
-                match tokio::net::TcpListener::from_std(s) {
+                match crate::net::sys::reactor_listener(s) {
                     Ok(l) => tasks.push(tokio::task::spawn_local(accept_loop(
                         worker.clone(),
                         l,
@@ -270,7 +270,7 @@ async fn watch_shutdown(w: Rc<Worker>) {
 async fn parker(w: Rc<Worker>) {
     loop {
         for p in w.parking.readable().await {
-            run_session(&w, session::resume_owned(p));
+            run_session(&w, session::Start::Resume(p));
         }
     }
 }
@@ -324,7 +324,7 @@ impl Worker {
     /// Takes a new connection: served when there is room (made by closing idle ones
     /// if need be), else closed at once and counted (`refused` in /status): a client
     /// beyond `worker_connections` gets a prompt close, not a hang in the backlog.
-    fn admit(self: &Rc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr, listen: usize) {
+    fn admit(self: &Rc<Self>, stream: std::net::TcpStream, peer: SocketAddr, listen: usize) {
         if self.full() && !self.make_room() {
             self.svc.stats().refused.fetch_add(1, Relaxed);
             let now = std::time::Instant::now();
@@ -348,48 +348,93 @@ impl Worker {
 const REFUSED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Accepts on one of this worker's sockets. Without `multi_accept`, one connection per
-/// wake-up: the worker yields to its other tasks (the sessions) before accepting again,
-/// as nginx does with `multi_accept off`. With it, every connection already waiting is
-/// taken first (a non-blocking attempt until the socket says EAGAIN).
-async fn accept_loop(w: Rc<Worker>, listener: tokio::net::TcpListener, listen: usize, multi: bool) {
+/// wake-up: the worker lets its other ready tasks run before accepting again, as nginx
+/// does with `multi_accept off`. With it, every connection already waiting is taken
+/// first.
+///
+/// The listener is polled through the reactor, but connections are accepted with
+/// `accept4` directly: they are not registered with the reactor until they have to wait
+/// (`net::Sock`). The reactor is edge-triggered, so the listener's readiness must be
+/// cleared only once its queue is empty. Finding that out with one more `accept4`
+/// that fails with EAGAIN is expensive: Linux builds a socket inode, dentry and file
+/// before it looks at the queue, and tears them down again (1.5-2 µs here, most of
+/// the gap to nginx on short connections). A zero-timeout `poll(2)` asks the same
+/// question for a fraction of that.
+async fn accept_loop(
+    w: Rc<Worker>,
+    listener: tokio::io::unix::AsyncFd<std::net::TcpListener>,
+    listen: usize,
+    multi: bool,
+) {
+    use crate::net::sys::{accept_nonblocking, has_pending};
     let mut shutdown = w.shutdown.clone();
     loop {
         if w.draining() {
             return;
         }
-        let res = tokio::select! {
-            r = listener.accept() => r,
+        let mut ready = tokio::select! {
+            r = listener.readable() => match r {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!("worker {}: listener failed: {e}", w.id);
+                    return;
+                }
+            },
             _ = shutdown.changed() => return,
         };
-        match res {
-            Ok((stream, peer)) => {
-                w.admit(stream, peer, listen);
-                if multi {
-                    while let Some(Ok((stream, peer))) = try_now(listener.accept()) {
-                        w.admit(stream, peer, listen);
+        // A wake-up usually means a connection is there; a stale one (or one another
+        // worker took first on a shared socket) ends in EAGAIN, which clears the
+        // readiness.
+        let mut backoff = false;
+        loop {
+            match ready.try_io(|l| accept_nonblocking(l.get_ref())) {
+                Ok(Ok((stream, peer))) => {
+                    w.admit(stream, peer, listen);
+                    if multi && has_pending(ready.get_inner()) {
+                        continue;
                     }
                 }
-                tokio::task::yield_now().await;
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => {
+                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning (nginx
+                    // disables accept events for a while in the same case).
+                    tracing::error!("worker {}: accept() failed: {e}", w.id);
+                    backoff = true;
+                }
+                Err(_would_block) => {}
             }
-            Err(e) => {
-                // EMFILE/ENFILE/ENOBUFS: back off instead of spinning (nginx disables
-                // accept events for a while in the same case).
-                tracing::error!("worker {}: accept() failed: {e}", w.id);
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
+            break;
+        }
+        if backoff {
+            drop(ready);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        } else if has_pending(ready.get_inner()) {
+            // More are waiting: let the worker's other ready tasks run first. Not
+            // `yield_now`, which would also make the runtime poll epoll: one more
+            // syscall per connection.
+            drop(ready);
+            requeue().await;
+        } else {
+            // Empty: the next connection's edge wakes us (tokio clears only the
+            // readiness this guard saw, not a newer event's).
+            ready.clear_ready();
         }
     }
 }
 
-/// Polls a future once: its output if it is ready now. (`accept` registers interest and
-/// returns Pending on EAGAIN; the dropped future leaves nothing behind.)
-fn try_now<F: std::future::Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
+/// Puts the task at the back of the worker's run queue once (it runs again after the
+/// tasks already ready, without an epoll poll in between).
+async fn requeue() {
+    let mut again = false;
+    std::future::poll_fn(|cx| {
+        if again {
+            return std::task::Poll::Ready(());
+        }
+        again = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::net::Accepted>) {
@@ -404,16 +449,13 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
         };
         // Accepted non-blocking, with its peer (accept4): no syscall here.
         let Some((s, peer, listen)) = s else { return };
-        match tokio::net::TcpStream::from_std(s) {
-            Ok(stream) => w.admit(stream, peer, listen),
-            Err(e) => tracing::error!("worker {}: cannot register connection: {e}", w.id),
-        }
+        w.admit(s, peer, listen);
     }
 }
 
 fn start_session(
     w: &Rc<Worker>,
-    stream: tokio::net::TcpStream,
+    stream: std::net::TcpStream,
     peer: std::net::SocketAddr,
     listen: usize,
 ) {
@@ -429,10 +471,18 @@ fn start_session(
         }
     };
     match proto {
-        None => run_session(w, session::Start::New(stream, peer)),
-        Some(p) => {
-            tokio::task::spawn_local(secure_session(w.clone(), stream, peer, p));
-        }
+        // Plain HTTP/1.1: served without registering the socket with the reactor
+        // until it has to wait (`net::Sock`).
+        None => run_session(w, session::Start::New(Sock::raw(stream), peer)),
+        Some(p) => match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => {
+                tokio::task::spawn_local(Box::pin(secure_session(w.clone(), stream, peer, p)));
+            }
+            Err(e) => {
+                tracing::error!("worker {}: cannot register connection: {e}", w.id);
+                w.connections_closed(1);
+            }
+        },
     }
 }
 
@@ -463,7 +513,7 @@ async fn secure_session(
                         // HTTP/1.1: the ordinary session, parked like a plain
                         // connection when idle; it counts the close itself.
                         let io = crate::http::conn::ClientIo::Tls(Box::new(tls));
-                        session_loop(&w, session::Start::Tls(io, peer)).await;
+                        session_loop(w, session::Start::Tls(io, peer)).await;
                         return;
                     }
                 }
@@ -484,7 +534,7 @@ async fn secure_session(
             }
             Some(false) => {
                 // HTTP/1.1 on a listener that also takes h2c: the ordinary session.
-                run_session(&w, session::Start::New(stream, peer));
+                run_session(&w, session::Start::New(Sock::registered(stream), peer));
                 return;
             }
             None => {}
@@ -523,21 +573,31 @@ async fn h2c_preface(stream: &tokio::net::TcpStream, timeout: std::time::Duratio
 /// Runs a session task: a new connection, or a parked one that became readable. When
 /// the session parks its connection, the worker keeps it (or resumes it at once if it is
 /// readable already); the connection stays counted in `active` until it closes.
+///
+/// The session is polled once right here, in the caller's task: a connection whose
+/// request is already in (a deferred accept, a parked connection that became readable)
+/// is usually answered, and a short one closed, within that poll, with no task spawned.
+/// Only when it has to wait does it get a task of its own, which polls it again at once
+/// and so hands its own waker to whatever it waits on (a future's wake-up goes to the
+/// waker of its latest poll). Boxed once: the task moves a pointer, not the session's
+/// 5 KB state.
 fn run_session(w: &Rc<Worker>, start: session::Start) {
-    let w = w.clone();
-    tokio::task::spawn_local(async move { session_loop(&w, start).await });
+    let mut fut = Box::pin(session_loop(w.clone(), start));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if std::future::Future::poll(fut.as_mut(), &mut cx).is_pending() {
+        tokio::task::spawn_local(fut);
+    }
 }
 
 /// A connection's session in the current task, until it closes or is parked (and not
 /// readable already: then it goes on here).
-async fn session_loop(w: &Rc<Worker>, start: session::Start) {
+async fn session_loop(w: Rc<Worker>, start: session::Start) {
     let mut next = Some(start);
     while let Some(start) = next.take() {
-        let parked = match start {
-            session::Start::New(stream, peer) => session::serve(&**w, stream, peer).await,
-            session::Start::Tls(io, peer) => session::serve_io(&**w, io, peer).await,
-            session::Start::Resume(p) => session::resume(&**w, p).await,
-        };
+        // One call site, so the session's future is built in place in this one's state
+        // (three calls, one per kind of start, each cost a 5 KB copy).
+        let (conn, served, nodelay) = start.into_conn();
+        let parked = session::serve_conn(&*w, conn, served, nodelay).await;
         match parked {
             Some(p) if !w.draining() => {
                 // Readable already: go on in this task.
