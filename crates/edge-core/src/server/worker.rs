@@ -463,17 +463,30 @@ fn start_session(
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
-    let proto = {
+    let (proto, deferred) = {
         let cfg = w.config();
         match cfg.listeners.get(listen) {
-            Some(p) if p.tls.is_some() || p.http2 => Some(p.clone()),
-            _ => None,
+            Some(p) if p.tls.is_some() || p.http2 => (Some(p.clone()), p.deferred),
+            Some(p) => (None, p.deferred),
+            None => (None, false),
         }
     };
     match proto {
-        // Plain HTTP/1.1: served without registering the socket with the reactor
-        // until it has to wait (`net::Sock`).
-        None => run_session(w, session::Start::New(Sock::raw(stream), peer)),
+        // Plain HTTP/1.1. From a deferred listener the request is in already: it is
+        // served without registering the socket with the reactor until it has to wait
+        // (`net::Sock`). Otherwise it usually is not there yet, and a first read would
+        // only fail with EAGAIN: registered at once.
+        None => {
+            let mut sock = Sock::raw(stream);
+            if !deferred {
+                if let Err(e) = sock.register() {
+                    tracing::error!("worker {}: cannot register connection: {e}", w.id);
+                    w.connections_closed(1);
+                    return;
+                }
+            }
+            run_session(w, session::Start::New(sock, peer))
+        }
         Some(p) => match tokio::net::TcpStream::from_std(stream) {
             Ok(stream) => {
                 tokio::task::spawn_local(Box::pin(secure_session(w.clone(), stream, peer, p)));

@@ -129,6 +129,7 @@ impl Shared {
                     addr: crate::config::validate::parse_addr(l.addr.get_ref())?,
                     tls,
                     http2: l.http2,
+                    deferred: l.deferred,
                 })
             })
             .collect::<Result<Vec<_>, StateError>>()?;

@@ -247,6 +247,8 @@ pub struct ListenerProto {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// `http2 = true`.
     pub http2: bool,
+    /// `deferred = true`: connections arrive with their first bytes in.
+    pub deferred: bool,
 }
 
 /// Why a handshake failed, for `edgecache_tls_handshake_errors_total{kind}`.
