@@ -334,6 +334,84 @@ fn alpn_sni_and_hits_over_h2_and_tls_http1() {
     assert!(metric_in(&m, "edgecache_h2_streams_total").unwrap() >= 4);
 }
 
+/// kTLS (`tls.ktls`, on by default): after the handshake the kernel carries the
+/// session, so HITs over TLS HTTP/1.1 go out by sendfile. Checked: whole bodies (1 KiB
+/// to 1 MiB, MISS then HIT) over new connections, three requests on one kept-alive
+/// connection (two pipelined: the second may arrive decrypted by rustls with the
+/// handshake, or later through the kernel), and h2; every connection is accounted for
+/// in `edgecache_tls_ktls_total`. A kernel with the `tls` module (or
+/// `EDGECACHE_TEST_KTLS=1`, which demands one) puts them all on `kernel`; one without
+/// puts them on `user` (served by rustls) and the server says so once in its log.
+#[test]
+fn ktls_carries_hits_or_falls_back_with_one_log_line() {
+    let pki = Pki::new();
+    let (p, addr, admin, _o, _cache) = tls_server(&pki, true, "");
+    let conns = rt().block_on(async {
+        let mut conns = 0u64;
+        let h1 = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        for path in [
+            "/obj/100k/3",
+            "/obj/100k/3",
+            "/obj/1k/4",
+            "/obj/1k/4",
+            "/obj/1m/5",
+            "/obj/1m/5",
+        ] {
+            let tls = connect(addr, "a.example", &h1).await.unwrap();
+            conns += 1;
+            let r = h1_get(tls, "a.example", path).await;
+            assert_eq!(r.status, 200, "{path}");
+            assert_eq!(
+                r.header("x-checksum"),
+                Some(xxh3(&r.body).as_str()),
+                "{path}"
+            );
+        }
+        let mut tls = connect(addr, "a.example", &h1).await.unwrap();
+        conns += 1;
+        let req = b"GET /obj/100k/3 HTTP/1.1\r\nHost: a.example\r\n\r\n";
+        tls.write_all(req).await.unwrap();
+        assert_eq!(read_responses(&mut tls, 1).await, vec![200]);
+        tls.write_all(&[&req[..], &req[..]].concat()).await.unwrap();
+        assert_eq!(read_responses(&mut tls, 2).await, vec![200, 200]);
+        tls.shutdown().await.unwrap();
+        let h2 = client_config(&pki.ca_path(), &[b"h2"]);
+        let tls = connect(addr, "a.example", &h2).await.unwrap();
+        conns += 1;
+        let got = h2_get(tls, "a.example", &["/obj/100k/3", "/obj/1k/4", "/obj/1m/5"]).await;
+        for r in &got {
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("x-cache-status"), Some("HIT"));
+            assert_eq!(r.header("x-checksum"), Some(xxh3(&r.body).as_str()));
+        }
+        conns
+    });
+    let m = get_text(admin, "/metrics");
+    let count = |r: &str| metric_in(&m, &format!("edgecache_tls_ktls_total{{result=\"{r}\"}}"));
+    let (kernel, user, failed) = (
+        count("kernel").unwrap(),
+        count("user").unwrap(),
+        count("failed").unwrap(),
+    );
+    assert_eq!(failed, 0, "{m}");
+    assert_eq!(kernel + user, conns, "every connection once: {m}");
+    let ulp = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    let demanded = std::env::var("EDGECACHE_TEST_KTLS").is_ok_and(|v| v == "1");
+    if demanded || ulp.split_whitespace().any(|u| u == "tls") {
+        assert_eq!(
+            kernel, conns,
+            "this kernel has kTLS (tcp_available_ulp: {ulp:?})"
+        );
+    }
+    let said = p.stderr().matches("kTLS is not available").count();
+    assert_eq!(
+        said,
+        usize::from(user > 0),
+        "one log line when it falls back: {}",
+        p.stderr()
+    );
+}
+
 #[test]
 fn sessions_resume_and_are_counted() {
     let pki = Pki::new();

@@ -501,6 +501,16 @@ fn protocol_metrics(o: &mut String, m: &crate::metrics::Metrics) {
             n,
         );
     }
+    prom_header(
+        o,
+        "edgecache_tls_ktls_total",
+        "counter",
+        "Connections of tls.ktls listeners after the handshake: the kernel took the session (kernel), it stayed in user space (user: no kTLS in this kernel, or a cipher it lacks), or the kernel refused the keys and the connection was closed (failed).",
+    );
+    for (i, k) in crate::tls::KTLS_RESULTS.iter().enumerate() {
+        let n = m.sum(|w| &w.tls.ktls[i]);
+        prom(o, "edgecache_tls_ktls_total", &format!("result=\"{k}\""), n);
+    }
     for (name, help, f) in [
         (
             "edgecache_h2_connections_total",

@@ -256,6 +256,11 @@ pub struct TlsCfg {
     /// default; ticket keys rotate every 6 hours and survive reloads.
     #[serde(default = "default_true")]
     pub session_resumption: bool,
+    /// Kernel TLS after the handshake, when the kernel has it (`docs/tls.md`): hits go
+    /// out by sendfile over TLS. On by default; without the kernel's `tls` module the
+    /// connection stays in user space (logged once).
+    #[serde(default = "default_true")]
+    pub ktls: bool,
 }
 
 /// One certificate of `tls.certs`.

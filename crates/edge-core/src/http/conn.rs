@@ -31,7 +31,7 @@ pub enum ClientIo {
     /// reactor only once it has to wait ([`Sock`]).
     Tcp(Sock),
     /// TLS in user space (rustls): bodies are read and encrypted.
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::server::TlsStream<crate::net::ktls::TlsIo>>),
     /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes and the response
     /// written as HTTP/1.1 goes out as HEADERS and DATA frames.
     H2(Box<super::h2stream::StreamIo>),
@@ -57,7 +57,7 @@ impl ClientIo {
     pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             ClientIo::Tcp(s) => s.poll_read_ready(cx),
-            ClientIo::Tls(t) => t.get_ref().0.poll_read_ready(cx),
+            ClientIo::Tls(t) => t.get_ref().0.tcp().poll_read_ready(cx),
             ClientIo::H2(_) => Poll::Ready(Ok(())),
         }
     }
@@ -85,7 +85,7 @@ impl ClientIo {
     pub fn set_nodelay(&self) {
         let _ = match self {
             ClientIo::Tcp(s) => s.set_nodelay(true),
-            ClientIo::Tls(t) => t.get_ref().0.set_nodelay(true),
+            ClientIo::Tls(t) => t.get_ref().0.tcp().set_nodelay(true),
             ClientIo::H2(_) => return,
         };
     }
@@ -95,7 +95,7 @@ impl ClientIo {
     pub fn abort(self) {
         match self {
             ClientIo::Tcp(s) => s.close_with_reset(),
-            ClientIo::Tls(t) => crate::net::sys::close_with_reset(t.into_inner().0),
+            ClientIo::Tls(t) => crate::net::sys::close_with_reset(t.into_inner().0.into_tcp()),
             ClientIo::H2(mut s) => s.reset(),
         }
     }

@@ -176,8 +176,10 @@ enum HeadOutcome {
 /// How a session task starts.
 pub enum Start {
     New(Sock, SocketAddr),
-    /// A TLS connection whose handshake is done (HTTP/1.1 by ALPN).
-    Tls(ClientIo, SocketAddr),
+    /// A connection ready for its first request: TLS whose handshake is done (HTTP/1.1
+    /// by ALPN), in user space or the kernel's (then with the bytes rustls had already
+    /// decrypted in its buffer).
+    Conn(Conn),
     Resume(Parked),
 }
 
@@ -187,7 +189,7 @@ impl Start {
     pub fn into_conn(self) -> (Conn, u64, bool) {
         match self {
             Start::New(stream, peer) => (Conn::new(stream, peer), 0, false),
-            Start::Tls(io, peer) => (Conn::over(io, peer), 0, false),
+            Start::Conn(conn) => (conn, 0, false),
             Start::Resume(p) => (Conn::over(p.io, p.peer), p.served, p.nodelay),
         }
     }

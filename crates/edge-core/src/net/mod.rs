@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod inherit;
+pub mod ktls;
 pub mod listener;
 pub mod sock;
 pub mod sys;
@@ -79,3 +80,46 @@ macro_rules! delegate_async_io {
     };
 }
 pub(crate) use delegate_async_io;
+
+/// Implements tokio's `AsyncWrite` for a struct by passing every call to one of its
+/// fields: `delegate_async_write!(TlsIo, tcp);`.
+macro_rules! delegate_async_write {
+    ($ty:ident, $field:ident) => {
+        impl tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                true
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_shutdown(cx)
+            }
+        }
+    };
+}
+pub(crate) use delegate_async_write;

@@ -18,7 +18,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
-pub struct Sock(State);
+pub struct Sock {
+    state: State,
+    /// Kernel TLS: the kernel decrypts what we read (control records come apart, see
+    /// [`sys::recv_tls`]) and encrypts what we write and `sendfile`.
+    ktls: bool,
+}
 
 enum State {
     /// Not in the reactor: every operation is tried directly.
@@ -36,29 +41,49 @@ fn closed() -> io::Error {
 impl Sock {
     /// An accepted socket, already non-blocking, not registered yet.
     pub fn raw(s: std::net::TcpStream) -> Sock {
-        Sock(State::Raw(s))
+        Sock {
+            state: State::Raw(s),
+            ktls: false,
+        }
     }
 
     /// A socket the reactor already has.
     pub fn registered(s: tokio::net::TcpStream) -> Sock {
-        Sock(State::Reg(s))
+        Sock {
+            state: State::Reg(s),
+            ktls: false,
+        }
+    }
+
+    /// A socket whose TLS session the kernel carries (keys set with
+    /// [`sys::set_tls_keys`] in both directions).
+    pub fn ktls(s: tokio::net::TcpStream) -> Sock {
+        Sock {
+            state: State::Reg(s),
+            ktls: true,
+        }
+    }
+
+    /// Whether the kernel does this connection's TLS.
+    pub fn is_ktls(&self) -> bool {
+        self.ktls
     }
 
     /// Whether the reactor has this socket.
     pub fn is_registered(&self) -> bool {
-        matches!(self.0, State::Reg(_))
+        matches!(self.state, State::Reg(_))
     }
 
     /// The socket registered with the worker's reactor (registering it now if need be).
     pub fn register(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
-        if let State::Raw(_) = self.0 {
-            let State::Raw(s) = std::mem::replace(&mut self.0, State::Closed) else {
+        if let State::Raw(_) = self.state {
+            let State::Raw(s) = std::mem::replace(&mut self.state, State::Closed) else {
                 unreachable!("checked above")
             };
             // A failed registration drops (closes) the socket: the state stays Closed.
-            self.0 = State::Reg(tokio::net::TcpStream::from_std(s)?);
+            self.state = State::Reg(tokio::net::TcpStream::from_std(s)?);
         }
-        match &mut self.0 {
+        match &mut self.state {
             State::Reg(t) => Ok(t),
             _ => Err(closed()),
         }
@@ -67,14 +92,14 @@ impl Sock {
     /// The tokio stream (for TLS and HTTP/2, which take one): registered now.
     pub fn into_tokio(mut self) -> io::Result<tokio::net::TcpStream> {
         self.register()?;
-        match self.0 {
+        match self.state {
             State::Reg(t) => Ok(t),
             _ => Err(closed()),
         }
     }
 
     fn fd(&self) -> io::Result<RawFd> {
-        match &self.0 {
+        match &self.state {
             State::Raw(s) => Ok(s.as_raw_fd()),
             State::Reg(t) => Ok(t.as_raw_fd()),
             State::Closed => Err(closed()),
@@ -83,7 +108,7 @@ impl Sock {
 
     /// A second descriptor for the same socket (a pool job owns one).
     pub fn dup(&self) -> io::Result<OwnedFd> {
-        match &self.0 {
+        match &self.state {
             State::Raw(s) => std::os::fd::AsFd::as_fd(s).try_clone_to_owned(),
             State::Reg(t) => std::os::fd::AsFd::as_fd(t).try_clone_to_owned(),
             State::Closed => Err(closed()),
@@ -92,7 +117,7 @@ impl Sock {
 
     /// One non-blocking write; `WouldBlock` when the socket buffer is full.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        match &self.0 {
+        match &self.state {
             State::Raw(s) => retry_eintr(|| (&*s).write(buf)),
             State::Reg(t) => t.try_write(buf),
             State::Closed => Err(closed()),
@@ -101,7 +126,7 @@ impl Sock {
 
     /// One non-blocking `writev`; `WouldBlock` when the socket buffer is full.
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match &self.0 {
+        match &self.state {
             State::Raw(s) => retry_eintr(|| (&*s).write_vectored(bufs)),
             State::Reg(t) => t.try_write_vectored(bufs),
             State::Closed => Err(closed()),
@@ -109,7 +134,7 @@ impl Sock {
     }
 
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
-        match &self.0 {
+        match &self.state {
             State::Raw(s) => s.set_nodelay(on),
             State::Reg(t) => t.set_nodelay(on),
             State::Closed => Err(closed()),
@@ -124,7 +149,7 @@ impl Sock {
         interest: Interest,
         mut op: impl FnMut(RawFd) -> io::Result<R>,
     ) -> io::Result<R> {
-        if let State::Raw(s) = &self.0 {
+        if let State::Raw(s) = &self.state {
             match retry_eintr(|| op(s.as_raw_fd())) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return r,
@@ -158,11 +183,68 @@ impl Sock {
     /// Closes with RST (`SO_LINGER` 0), so a client cannot mistake a cut response for
     /// a complete one.
     pub fn close_with_reset(self) {
-        match self.0 {
+        match self.state {
             State::Raw(s) => sys::close_with_reset(s),
             State::Reg(t) => sys::close_with_reset(t),
             State::Closed => {}
         }
+    }
+}
+
+impl Sock {
+    /// A read over kTLS: application data, or EOF for the client's close_notify; any
+    /// other record ends the connection with an error (an alert, or a post-handshake
+    /// message such as a TLS 1.3 KeyUpdate, which this kernel path cannot take).
+    fn poll_read_ktls(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let t = match self.register() {
+            Ok(t) => t,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let fd = t.as_raw_fd();
+        loop {
+            if let Err(e) = std::task::ready!(t.poll_read_ready(cx)) {
+                return Poll::Ready(Err(e));
+            }
+            let got = t.try_io(Interest::READABLE, || {
+                retry_eintr(|| sys::recv_tls(fd, buf))
+            });
+            return Poll::Ready(match got {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => Err(e),
+                Ok(sys::TlsRead::Data) => Ok(()),
+                // close_notify: the client's clean end, read as EOF.
+                Ok(sys::TlsRead::Control {
+                    content_type: sys::TLS_ALERT,
+                    first: [_, 0],
+                }) => Ok(()),
+                Ok(sys::TlsRead::Control {
+                    content_type,
+                    first,
+                }) => Err(control_record(content_type, first)),
+            });
+        }
+    }
+}
+
+/// Why a TLS record other than application data (or close_notify) ends a connection.
+fn control_record(content_type: u8, first: [u8; 2]) -> io::Error {
+    match (content_type, first) {
+        (sys::TLS_ALERT, [level, desc]) => io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("TLS alert {desc} (level {level}) from the client"),
+        ),
+        (sys::TLS_HANDSHAKE, [24, _]) => io::Error::new(
+            io::ErrorKind::Unsupported,
+            "TLS 1.3 KeyUpdate from the client: kernel TLS cannot take new keys here, closing",
+        ),
+        (t, _) => io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("TLS record of type {t} after the handshake"),
+        ),
     }
 }
 
@@ -177,7 +259,7 @@ fn retry_eintr<R>(mut op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
 
 impl std::fmt::Debug for Sock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.0 {
+        let state = match self.state {
             State::Raw(_) => "raw",
             State::Reg(_) => "registered",
             State::Closed => "closed",
@@ -201,7 +283,10 @@ impl AsyncRead for Sock {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let State::Raw(s) = &this.0 {
+        if this.ktls {
+            return this.poll_read_ktls(cx, buf);
+        }
+        if let State::Raw(s) = &this.state {
             let fd = s.as_raw_fd();
             match retry_eintr(|| sys::recv_into(fd, buf)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -222,7 +307,7 @@ impl AsyncWrite for Sock {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if let State::Raw(s) = &this.0 {
+        if let State::Raw(s) = &this.state {
             match retry_eintr(|| (&*s).write(buf)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return Poll::Ready(r),
@@ -240,7 +325,7 @@ impl AsyncWrite for Sock {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if let State::Raw(s) = &this.0 {
+        if let State::Raw(s) = &this.state {
             match retry_eintr(|| (&*s).write_vectored(bufs)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return Poll::Ready(r),
@@ -261,7 +346,7 @@ impl AsyncWrite for Sock {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().0 {
+        match &mut self.get_mut().state {
             State::Raw(s) => Poll::Ready(s.shutdown(std::net::Shutdown::Write)),
             State::Reg(t) => Pin::new(t).poll_shutdown(cx),
             State::Closed => Poll::Ready(Err(closed())),

@@ -139,6 +139,131 @@ pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()>
     Ok(())
 }
 
+/// `TCP_ULP` "tls": the kernel's TLS layer on an established connection (kTLS). Until
+/// keys are given ([`set_tls_keys`]) the socket still carries plain bytes. ENOENT: the
+/// kernel has no `tls` module.
+pub fn set_tcp_ulp_tls(fd: RawFd) -> io::Result<()> {
+    let name = b"tls";
+    // SAFETY: `fd` is a socket the caller borrows; the option value is 3 live bytes.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_TCP,
+            libc::TCP_ULP,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Which way a kTLS key is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsDir {
+    /// `TLS_TX`: what we write is encrypted with it.
+    Tx = 1,
+    /// `TLS_RX`: what we read is decrypted with it.
+    Rx = 2,
+}
+
+/// `SOL_TLS`, `TLS_TX` or `TLS_RX`: hands the kernel a `tls12_crypto_info_*` struct
+/// (`info`, exactly as the kernel lays it out) after [`set_tcp_ulp_tls`].
+pub fn set_tls_keys(fd: RawFd, dir: TlsDir, info: &[u8]) -> io::Result<()> {
+    // SAFETY: `fd` is a socket the caller borrows; `info` is live for the call and we
+    // pass its exact length (the kernel checks it against the cipher's struct size).
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_TLS,
+            dir as libc::c_int,
+            info.as_ptr().cast(),
+            info.len() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// TLS record content types (RFC 8446 5.1).
+pub const TLS_ALERT: u8 = 21;
+pub const TLS_HANDSHAKE: u8 = 22;
+pub const TLS_APPLICATION_DATA: u8 = 23;
+
+/// `TLS_GET_RECORD_TYPE`: the control message kTLS attaches to what `recvmsg` returns.
+const TLS_GET_RECORD_TYPE: libc::c_int = 2;
+
+/// What one `recvmsg` on a kTLS socket returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsRead {
+    /// Application data, now in `buf` (none: the peer closed the TCP connection).
+    Data,
+    /// A record of another type: an alert (its level and description), or a
+    /// post-handshake message. Nothing was added to `buf`.
+    Control { content_type: u8, first: [u8; 2] },
+}
+
+/// One `recvmsg(2)` on a socket with kTLS receive keys: application data goes into the
+/// unfilled part of `buf`; a control record (which the kernel returns on its own, with
+/// its type in a control message) is reported instead. Without room for that control
+/// message the kernel would fail such a record with EIO.
+pub fn recv_tls(fd: RawFd, buf: &mut tokio::io::ReadBuf<'_>) -> io::Result<TlsRead> {
+    // SAFETY: we only let the kernel write into the unfilled part, never de-initialize
+    // anything.
+    let dst = unsafe { buf.unfilled_mut() };
+    let mut iov = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    // Room for one cmsghdr and its 1-byte payload, 8-byte aligned.
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is a valid empty one; we fill in the pointers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `msg` points at one iovec over `dst` (writable, of its length) and at
+    // `control` (writable, of the length given); all live for the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    let mut content_type = TLS_APPLICATION_DATA;
+    // SAFETY: the CMSG_* helpers walk the control buffer the kernel filled in, within
+    // `msg.msg_controllen`; CMSG_DATA of a TLS_GET_RECORD_TYPE message is one byte.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_TLS && (*c).cmsg_type == TLS_GET_RECORD_TYPE {
+                content_type = *libc::CMSG_DATA(c);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if content_type == TLS_APPLICATION_DATA {
+        // SAFETY: recvmsg wrote (initialized) exactly `n` bytes at the start of the
+        // unfilled part.
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        return Ok(TlsRead::Data);
+    }
+    let mut first = [0u8; 2];
+    for (i, b) in first.iter_mut().enumerate().take(n) {
+        // SAFETY: recvmsg initialized the first `n` bytes of `dst`.
+        *b = unsafe { dst[i].assume_init() };
+    }
+    Ok(TlsRead::Control {
+        content_type,
+        first,
+    })
+}
+
 /// `TCP_DEFER_ACCEPT` on a listening socket: accept(2) returns a connection only once
 /// data has arrived on it (or after about `secs`, when the kernel hands it over
 /// anyway); 0 turns it off.
@@ -333,6 +458,32 @@ mod tests {
         }
         assert!(ok, "the connection with data was never reported");
         set_defer_accept(&l, 0).unwrap();
+    }
+
+    /// Without kTLS keys a socket's recvmsg carries no record type: everything reads as
+    /// application data. `TCP_ULP "tls"` is either taken (a kernel with the module; the
+    /// socket still carries plain bytes until keys are set) or refused with ENOENT.
+    /// Keys themselves need a real handshake: `tests/tls.rs` checks them end to end
+    /// under a kernel with the module (EDGECACHE_TEST_KTLS=1).
+    #[test]
+    fn recv_tls_reads_plain_data_and_tls_ulp_is_taken_or_refused() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = accept_nonblocking(&l).unwrap();
+        match set_tcp_ulp_tls(s.as_raw_fd()) {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}"),
+        }
+        c.write_all(b"plain").unwrap();
+        s.set_nonblocking(false).unwrap();
+        let mut mem = [std::mem::MaybeUninit::<u8>::uninit(); 16];
+        let mut buf = tokio::io::ReadBuf::uninit(&mut mem);
+        assert_eq!(recv_tls(s.as_raw_fd(), &mut buf).unwrap(), TlsRead::Data);
+        assert_eq!(buf.filled(), b"plain");
+        assert!(
+            set_tls_keys(s.as_raw_fd(), TlsDir::Tx, &[0u8; 3]).is_err(),
+            "a bad struct"
+        );
     }
 
     #[test]

@@ -513,20 +513,60 @@ async fn secure_session(
     let stats = w.svc.stats();
     match proto.tls {
         Some(cfg) => {
-            let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(stream);
+            use crate::net::ktls::{self, Offload, TlsIo};
+            // A handshake that may end in kTLS is read record by record.
+            let io = TlsIo::new(stream, proto.ktls && ktls::worth_trying());
+            let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(io);
             match tokio::time::timeout(timeout, accept).await {
                 Ok(Ok(tls)) => {
                     let sc = tls.get_ref().1;
                     let resumed = sc.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                     stats.tls.handshake_done(resumed);
-                    if sc.alpn_protocol() == Some(crate::tls::ALPN_H2) {
-                        let _ = tls.get_ref().0.set_nodelay(true);
+                    let h2 = sc.alpn_protocol() == Some(crate::tls::ALPN_H2);
+                    let mut tls = Box::new(tls);
+                    if proto.ktls {
+                        match ktls::offload(tls) {
+                            Offload::Kernel { tcp, plaintext } => {
+                                stats.tls.ktls[0].fetch_add(1, Relaxed);
+                                let sock = Sock::ktls(tcp);
+                                if h2 {
+                                    let _ = sock.set_nodelay(true);
+                                    let io = ktls::Prefixed {
+                                        prefix: plaintext,
+                                        sock,
+                                    };
+                                    crate::http::h2::serve(w.clone(), io, peer).await;
+                                    w.connections_closed(1);
+                                } else {
+                                    // A plain socket to the session from here on
+                                    // (sendfile included), parked like one.
+                                    let mut conn = crate::http::Conn::new(sock, peer);
+                                    conn.rbuf = plaintext;
+                                    session_loop(w, session::Start::Conn(conn)).await;
+                                }
+                                return;
+                            }
+                            Offload::User(t) => {
+                                stats.tls.ktls[1].fetch_add(1, Relaxed);
+                                tls = t;
+                            }
+                            Offload::Failed(e) => {
+                                stats.tls.ktls[2].fetch_add(1, Relaxed);
+                                tracing::debug!("client {peer}: {e}");
+                                w.connections_closed(1);
+                                return;
+                            }
+                        }
+                    }
+                    if h2 {
+                        let _ = tls.get_ref().0.tcp().set_nodelay(true);
                         crate::http::h2::serve(w.clone(), tls, peer).await;
                     } else {
                         // HTTP/1.1: the ordinary session, parked like a plain
                         // connection when idle; it counts the close itself.
-                        let io = crate::http::conn::ClientIo::Tls(Box::new(tls));
-                        session_loop(w, session::Start::Tls(io, peer)).await;
+                        let io = crate::http::conn::ClientIo::Tls(tls);
+                        let conn = crate::http::Conn::over(io, peer);
+                        session_loop(w, session::Start::Conn(conn)).await;
                         return;
                     }
                 }

@@ -118,6 +118,7 @@ impl Shared {
                             &t.get_ref().all(),
                             t.get_ref().session_resumption,
                             l.http2,
+                            t.get_ref().ktls,
                         )
                         .map_err(|m| {
                             StateError::Tls(format!("listen {}: tls: {m}", l.addr.get_ref()))
@@ -130,6 +131,7 @@ impl Shared {
                     tls,
                     http2: l.http2,
                     deferred: l.deferred,
+                    ktls: l.tls.as_ref().is_some_and(|t| t.get_ref().ktls),
                 })
             })
             .collect::<Result<Vec<_>, StateError>>()?;

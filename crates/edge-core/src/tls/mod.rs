@@ -209,6 +209,7 @@ pub fn server_config(
     certs: &[CertSpec],
     resumption: bool,
     http2: bool,
+    ktls: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let resolver = resolver(certs)?;
     let mut sc = rustls::ServerConfig::builder_with_provider(provider())
@@ -224,6 +225,8 @@ pub fn server_config(
     // Our cipher order, not the client's: AES-128-GCM first (hardware AES, a third
     // cheaper than AES-256), then AES-256-GCM, then ChaCha20-Poly1305.
     sc.ignore_client_order = true;
+    // kTLS takes the session's keys out of rustls once the handshake is done.
+    sc.enable_secret_extraction = ktls;
     match (resumption, ticketer()) {
         (true, Some(t)) => {
             sc.ticketer = t;
@@ -249,6 +252,8 @@ pub struct ListenerProto {
     pub http2: bool,
     /// `deferred = true`: connections arrive with their first bytes in.
     pub deferred: bool,
+    /// `tls.ktls = true`: the session goes to the kernel after the handshake.
+    pub ktls: bool,
 }
 
 /// Why a handshake failed, for `edgecache_tls_handshake_errors_total{kind}`.
@@ -290,7 +295,15 @@ pub struct TlsStats {
     pub handshakes_full: AtomicU64,
     pub handshakes_resumed: AtomicU64,
     pub handshake_errors: [AtomicU64; HANDSHAKE_ERRORS.len()],
+    /// Connections of `tls.ktls` listeners by [`KTLS_RESULTS`].
+    pub ktls: [AtomicU64; KTLS_RESULTS.len()],
 }
+
+/// What became of a `tls.ktls` connection after its handshake, for
+/// `edgecache_tls_ktls_total{result}`: the kernel took it, it stayed in user space
+/// (no kTLS in this kernel, or a cipher it lacks), or the kernel refused the keys
+/// after they had left rustls (the connection was closed).
+pub const KTLS_RESULTS: [&str; 3] = ["kernel", "user", "failed"];
 
 impl TlsStats {
     /// Counts a completed handshake.
