@@ -233,7 +233,7 @@ pid = "{dir}/edgecache.pid"
 
 [[listen]]
 addr = "127.0.0.1:{port}"
-tls = {{ cert = "{cert}", key = "{key}" }}
+tls = {{ cert = "{cert}", key = "{key}", ktls = {ktls} }}
 http2 = true
 
 [[cache]]
@@ -293,7 +293,7 @@ http {{
     ssl_prefer_server_ciphers on;
     ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305;
     ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;
-
+{nginx_ktls}
     proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:64m max_size=4g inactive=1h use_temp_path=off;
 
     upstream origin {{
@@ -320,7 +320,7 @@ http {{
 
 
 class Server:
-    def __init__(self, kind, work, origin, certs):
+    def __init__(self, kind, work, origin, certs, ktls):
         self.kind = kind
         self.dir = os.path.join(work, kind)
         os.makedirs(self.dir)
@@ -331,7 +331,9 @@ class Server:
         tmpl = EDGECACHE if kind == "edgecache" else NGINX
         text = tmpl.format(dir=self.dir, port=self.port, admin=self.admin, origin=origin,
                            cert=certs["cert"], key=certs["key"], cpu=SERVER_CPU,
-                           mask=format(1 << SERVER_CPU, "b"), wconns=WORKER_CONNECTIONS)
+                           mask=format(1 << SERVER_CPU, "b"), wconns=WORKER_CONNECTIONS,
+                           ktls="true" if ktls else "false",
+                           nginx_ktls="    ssl_conf_command Options KTLS;\n" if ktls else "")
         self.cfg = os.path.join(self.dir, "edgecache.toml" if kind == "edgecache" else "nginx.conf")
         with open(self.cfg, "w") as f:
             f.write(text)
@@ -454,11 +456,25 @@ def client_cmd(cell, server, secs, js):
     return cmd + [url(server, f"/obj/{size}")]
 
 
+def ktls_conns():
+    """Connections the kernel has taken TLS transmit keys for since boot (TlsTxSw of
+    /proc/net/tls_stat; 0 without the tls module)."""
+    try:
+        with open("/proc/net/tls_stat") as f:
+            for line in f:
+                if line.startswith("TlsTxSw"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def measure(cell, server, secs, rep, work, oport):
     js = os.path.join(work, f"{cell}-{server.kind}-{rep}.json")
     cmd = client_cmd(cell, server, secs, js)
     o0 = origin_requests(oport)
     h0 = server.handshakes()
+    t0s = ktls_conns()
     b0, k0 = cpu_busy(), client_cpu()
     c0 = server.cpu()
     t0 = time.time()
@@ -467,12 +483,14 @@ def measure(cell, server, secs, rep, work, oport):
     c1 = server.cpu()
     b1, k1 = cpu_busy(), client_cpu()
     h1 = server.handshakes() if server.alive() else None
+    t1s = ktls_conns()
     o1 = origin_requests(oport)
     row = {"cell": cell, "server": server.kind, "rep": rep, "cpu_s": round(c1 - c0, 3),
            "wall_s": round(wall, 3), "client_cpu_s": round(k1 - k0, 3),
            "cpu_busy_s": {str(c): round(b1[c][0] - b0[c][0], 3) for c in sorted(b1) if c in b0},
            "softirq_s": {str(c): round(b1[c][1] - b0[c][1], 3) for c in sorted(b1) if c in b0},
-           "origin_fetches": o1 - o0, "problems": [], "warnings": []}
+           "origin_fetches": o1 - o0, "problems": [], "warnings": [],
+           "ktls_conns": t1s - t0s}
     if not server.alive():
         row["problems"].append(f"{server.kind} exited during the cell: {server.log_tail(5)}")
     if rc != 0:
@@ -619,11 +637,17 @@ def main():
                     help="comma separated, of: " + ",".join(CELLS))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
+    ap.add_argument("--ktls", choices=("off", "on"), default="off",
+                    help="kernel TLS for both servers (edgecache tls.ktls, nginx "
+                         "ssl_conf_command Options KTLS); the report counts the connections "
+                         "the kernel carried (/proc/net/tls_stat)")
     a = ap.parse_args()
     # The command as given, for the report (before the --quick defaults fill in).
     a.argv = (["--quick"] if a.quick else []) + [
         f"--{k} {v}" for k, v in (("seconds", a.seconds), ("repetitions", a.repetitions))
         if v is not None]
+    if a.ktls == "on":
+        a.argv.append("--ktls on")
     if a.seconds is None:
         a.seconds = 2 if a.quick else 5
     if a.repetitions is None:
@@ -670,7 +694,7 @@ def main():
             start_new_session=True)
         wait_port(oport, timeout=20)
         for kind in SERVERS:
-            s = Server(kind, work, oport, certs)
+            s = Server(kind, work, oport, certs, a.ktls == "on")
             servers.append(s)
             s.start()
         for s in servers:
@@ -771,9 +795,16 @@ def write_report(a, cells, rows, problems, warnings, logs, info, started):
                 f"{info['nginx'].replace('nginx version: ', '')} ({info['nginx_ssl']}); "
                 f"{info['h2load']}; openssl CLI {info['openssl']}.\n")
         ulp = info["ulp"]
-        if "tls" in ulp.split():
+        carried = {srv: sum(r.get("ktls_conns", 0) for r in rows if r["server"] == srv)
+                   for srv in SERVERS}
+        if a.ktls == "on":
+            f.write(f"- kTLS: `--ktls on` (edgecache `tls.ktls = true`, nginx `ssl_conf_command "
+                    f"Options KTLS`); `tcp_available_ulp`: `{ulp or '(empty)'}`; connections "
+                    "the kernel carried during the cells (TlsTxSw of /proc/net/tls_stat): "
+                    + ", ".join(f"{srv} {n:,}" for srv, n in carried.items()) + ".\n")
+        elif "tls" in ulp.split():
             f.write(f"- kTLS: the kernel offers the `tls` ULP (`tcp_available_ulp`: `{ulp}`); "
-                    "neither server was configured to use it.\n")
+                    "neither server was configured to use it (`--ktls off`).\n")
         else:
             f.write(f"- kTLS: not available on this kernel (`/proc/sys/net/ipv4/"
                     f"tcp_available_ulp`: `{ulp or '(empty)'}`), so nginx's `sendfile on` "

@@ -175,3 +175,22 @@ fn cidr_matching() {
     assert!(all.contains("8.8.8.8".parse().unwrap()));
     assert!(Cidr::parse("::1").unwrap().contains("::1".parse().unwrap()));
 }
+
+/// `listen.deferred` and `listen.tls.ktls` are on unless switched off; an unknown key
+/// beside them is refused with its line.
+#[test]
+fn listen_deferred_and_ktls_default_on() {
+    let cfg = parse("t.toml", MIN).unwrap();
+    assert!(cfg.listen[0].deferred);
+    let listen: Listen = toml::from_str(
+        "addr = \"127.0.0.1:8443\"\ndeferred = false\n\
+         tls = { cert = \"a.pem\", key = \"a.key\", ktls = false }\n",
+    )
+    .unwrap();
+    assert!(!listen.deferred);
+    assert!(!listen.tls.unwrap().get_ref().ktls);
+    let on: TlsCfg = toml::from_str("cert = \"a.pem\"\nkey = \"a.key\"\n").unwrap();
+    assert!(on.ktls, "kTLS on by default");
+    let e = err("[[listen]]\naddr = \"127.0.0.1:8080\"\ndeferd = true\n");
+    assert!(e.to_string().contains("t.toml:3"), "{e}");
+}

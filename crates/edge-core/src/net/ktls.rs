@@ -386,11 +386,7 @@ mod tests {
     /// and whatever the reader asks for.
     #[test]
     fn bounded_reads_stop_at_record_ends() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        crate::rt::thread_runtime("test").unwrap().block_on(async {
             use tokio::io::AsyncReadExt;
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();

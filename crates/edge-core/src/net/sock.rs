@@ -361,10 +361,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+        crate::rt::thread_runtime("test").unwrap()
     }
 
     /// (server side, unregistered; client side, blocking std).
@@ -441,16 +438,19 @@ mod tests {
     fn a_write_that_must_wait_registers() {
         rt().block_on(async {
             let (mut s, mut c) = pair();
-            let big = vec![1u8; 8 << 20];
+            // More than both sockets' buffers can take (loopback grows them to several
+            // MiB), with a reader that starts late: the writes must wait.
+            let big = vec![1u8; 32 << 20];
             let client = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
                 let mut got = Vec::new();
                 c.read_to_end(&mut got).unwrap();
                 got.len()
             });
             s.write_all(&big).await.unwrap();
-            assert!(s.is_registered(), "an 8 MiB write had to wait");
+            assert!(s.is_registered(), "a 32 MiB write had to wait");
             drop(s);
-            assert_eq!(client.join().unwrap(), 8 << 20);
+            assert_eq!(client.join().unwrap(), 32 << 20);
         });
     }
 

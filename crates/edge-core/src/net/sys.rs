@@ -379,10 +379,7 @@ mod tests {
     use std::io::{Read, Write};
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+        crate::rt::thread_runtime("test").unwrap()
     }
 
     /// A connected pair: (server side as tokio stream, client side as std stream).
