@@ -277,12 +277,15 @@ impl StreamIo {
             {
                 continue;
             }
-            let (Ok(n), Ok(v)) = (
+            let (Ok(n), Ok(mut v)) = (
                 http::HeaderName::from_bytes(name.as_bytes()),
                 http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
             ) else {
                 continue;
             };
+            if churns_hpack(name) {
+                v.set_sensitive(true);
+            }
             map.append(n, v);
         }
         if self.method == Method::Head || matches!(status.as_u16(), 204 | 304) {
@@ -553,6 +556,26 @@ impl Drop for StreamIo {
     }
 }
 
+/// Response fields whose values change from one response to the next (per object, per
+/// second): entering them in the connection's HPACK dynamic table would evict the
+/// fields that do repeat (server, content-type, cache-control, x-cache-status) for
+/// entries that are rarely used again, and cost a table search and insert per response.
+/// They are sent as literals that are never indexed instead (3-5% less CPU per 1 KiB
+/// HTTP/2 hit, `edgebench tls` h2-1k, A/B twice). `content-length` is not among them:
+/// objects of one size repeat it.
+fn churns_hpack(name: &str) -> bool {
+    const CHURN: [&str; 7] = [
+        "date",
+        "age",
+        "etag",
+        "last-modified",
+        "expires",
+        "cache-status",
+        "x-checksum",
+    ];
+    CHURN.iter().any(|c| name.eq_ignore_ascii_case(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,6 +585,30 @@ mod tests {
         let mut out = BytesMut::new();
         let chunked = request_head(&parts, has_body, &mut out).unwrap();
         (String::from_utf8(out.to_vec()).unwrap(), chunked)
+    }
+
+    /// Per-response values stay out of the HPACK table; fields that repeat go in.
+    #[test]
+    fn only_churning_fields_skip_the_hpack_table() {
+        for n in [
+            "Date",
+            "age",
+            "ETag",
+            "x-checksum",
+            "cache-status",
+            "last-modified",
+        ] {
+            assert!(churns_hpack(n), "{n}");
+        }
+        for n in [
+            "server",
+            "content-type",
+            "content-length",
+            "cache-control",
+            "x-cache-status",
+        ] {
+            assert!(!churns_hpack(n), "{n}");
+        }
     }
 
     #[test]
