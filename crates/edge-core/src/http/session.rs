@@ -307,6 +307,12 @@ pub async fn serve_conn<S: Service>(
         let send = S::params(&timeout).timeouts.send;
         let _ = conn.end_stream(send).await;
     }
+    // Its read buffer goes back to the worker for the next connection or stream (a
+    // 4 KiB allocation each, otherwise).
+    if conn.rbuf.capacity() > 0 {
+        conn.rbuf.clear();
+        w.recycle_rbuf(std::mem::take(&mut conn.rbuf));
+    }
     None
 }
 
