@@ -99,6 +99,8 @@ pub struct ConnState {
     /// stream task adds them when it ends).
     pub resets_unreported: Cell<u64>,
     pub slot_free: tokio::sync::Notify,
+    /// Response field names seen on this connection, and what they are.
+    names: NameMemo,
 }
 
 /// Where the response of a stream stands.
@@ -242,58 +244,20 @@ impl StreamIo {
     /// are slices of `head` (no copy); hop-by-hop fields are dropped. A 1xx is dropped
     /// (100-continue is not used over HTTP/2).
     fn send_head(&mut self, head: Bytes) -> io::Result<()> {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-        let mut res = httparse::Response::new(&mut slots);
-        match res.parse(&head) {
-            Ok(httparse::Status::Complete(_)) => {}
-            _ => return Err(broken("response head does not parse")),
-        }
-        if res.code.is_some_and(|c| c < 200) {
+        let Some(parsed) = ResponseHead::parse(&head, &self.state.names)? else {
             return Ok(());
-        }
-        let status = http::StatusCode::from_u16(res.code.unwrap_or(0)).map_err(broken)?;
-        let mut kind = BodyKind::CloseDelimited;
-        let mut map = http::HeaderMap::with_capacity(res.headers.len());
-        for h in res.headers.iter() {
-            let name = h.name;
-            if name.eq_ignore_ascii_case("transfer-encoding") {
-                if h.value
-                    .windows(7)
-                    .any(|w| w.eq_ignore_ascii_case(b"chunked"))
-                {
-                    kind = BodyKind::Chunked;
-                }
-                continue;
-            }
-            if name.eq_ignore_ascii_case("content-length") && kind != BodyKind::Chunked {
-                let n = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok());
-                kind = BodyKind::Length(n.ok_or_else(|| broken("bad content-length"))?);
-            }
-            if ["connection", "keep-alive", "proxy-connection", "upgrade"]
-                .iter()
-                .any(|hop| name.eq_ignore_ascii_case(hop))
-            {
-                continue;
-            }
-            let (Ok(n), Ok(mut v)) = (
-                http::HeaderName::from_bytes(name.as_bytes()),
-                http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)),
-            ) else {
-                continue;
-            };
-            if churns_hpack(name) {
-                v.set_sensitive(true);
-            }
-            map.append(n, v);
-        }
+        };
+        let ResponseHead {
+            status,
+            mut kind,
+            fields,
+        } = parsed;
         if self.method == Method::Head || matches!(status.as_u16(), 204 | 304) {
             kind = BodyKind::Empty;
         }
         let mut resp = http::Response::new(());
         *resp.status_mut() = status;
-        *resp.headers_mut() = map;
+        *resp.headers_mut() = fields;
         let end = matches!(kind, BodyKind::Empty | BodyKind::Length(0));
         let Tx::Head(mut r) = std::mem::replace(&mut self.tx, Tx::Done) else {
             return Err(broken("response head sent twice"));
@@ -556,6 +520,173 @@ impl Drop for StreamIo {
     }
 }
 
+/// A response head as HEADERS wants it.
+struct ResponseHead {
+    status: http::StatusCode,
+    /// How the body that follows is framed.
+    kind: BodyKind,
+    /// The fields, hop-by-hop ones dropped; values are slices of the head.
+    fields: http::HeaderMap,
+}
+
+impl ResponseHead {
+    /// Parses a complete HTTP/1.1 response head written by our own code (so strict:
+    /// one space after the version, CRLF line ends, no folding). `Ok(None)`: a 1xx.
+    fn parse(head: &Bytes, names: &NameMemo) -> io::Result<Option<ResponseHead>> {
+        let bad = || broken("response head does not parse");
+        let (line, mut rest) = split_line(head).ok_or_else(bad)?;
+        let code = match line {
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'0' | b'1', b' ', a, b, c, ..]
+                if line.len() == 12 || line[12] == b' ' =>
+            {
+                [a, b, c].iter().try_fold(0u16, |n, d| {
+                    d.is_ascii_digit().then(|| n * 10 + u16::from(*d - b'0'))
+                })
+            }
+            _ => None,
+        }
+        .ok_or_else(bad)?;
+        let status = http::StatusCode::from_u16(code).map_err(broken)?;
+        if code < 200 {
+            return Ok(None);
+        }
+        let mut kind = BodyKind::CloseDelimited;
+        let mut fields = http::HeaderMap::with_capacity(16);
+        let mut n = 0;
+        let mut memo = names.cursor();
+        loop {
+            let (line, next) = split_line(rest).ok_or_else(bad)?;
+            rest = next;
+            if line.is_empty() {
+                break;
+            }
+            n += 1;
+            if n > MAX_RESPONSE_HEADERS {
+                return Err(broken("response head has too many fields"));
+            }
+            let colon = memchr::memchr(b':', line).ok_or_else(bad)?;
+            let value = trim_ows(&line[colon + 1..]);
+            // A name that is not a valid field name is left out, as before HTTP/2.
+            let Some(name) = memo.lookup(&line[..colon]) else {
+                continue;
+            };
+            match name {
+                Name::Hop => {}
+                Name::TransferEncoding => {
+                    if value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked")) {
+                        kind = BodyKind::Chunked;
+                    }
+                }
+                Name::Field(name, churns) => {
+                    if name == http::header::CONTENT_LENGTH && kind != BodyKind::Chunked {
+                        let n = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                        kind = BodyKind::Length(n.ok_or_else(|| broken("bad content-length"))?);
+                    }
+                    let Ok(mut v) = http::HeaderValue::from_maybe_shared(head.slice_ref(value))
+                    else {
+                        continue;
+                    };
+                    if churns {
+                        v.set_sensitive(true);
+                    }
+                    fields.append(name, v);
+                }
+            }
+        }
+        Ok(Some(ResponseHead {
+            status,
+            kind,
+            fields,
+        }))
+    }
+}
+
+/// The first CRLF-ended line of `b` and what follows it; None when there is none, or a
+/// line ends in a bare LF.
+fn split_line(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let lf = memchr::memchr(b'\n', b)?;
+    let line = b[..lf].strip_suffix(b"\r")?;
+    Some((line, &b[lf + 1..]))
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// What a response field name is to HTTP/2.
+#[derive(Clone)]
+enum Name {
+    /// Connection-specific: not sent.
+    Hop,
+    /// Framing only: not sent.
+    TransferEncoding,
+    /// Sent; `true` when its values churn (see [`churns_hpack`]).
+    Field(http::HeaderName, bool),
+}
+
+impl Name {
+    fn of(raw: &[u8]) -> Option<Name> {
+        let name = http::HeaderName::from_bytes(raw).ok()?;
+        Some(match name.as_str() {
+            "transfer-encoding" => Name::TransferEncoding,
+            "connection" | "keep-alive" | "proxy-connection" | "upgrade" => Name::Hop,
+            n => Name::Field(name.clone(), churns_hpack(n)),
+        })
+    }
+}
+
+/// Field names of one connection's responses, as written (case and all), with what
+/// they are: the responses of a connection repeat the same names in the same order,
+/// so each is validated, lowercased and classified once, not once per response.
+#[derive(Default)]
+struct NameMemo {
+    seen: std::cell::RefCell<Vec<(Box<[u8]>, Name)>>,
+}
+
+/// Names remembered per connection (past it, new names are classified every time).
+const MEMO_NAMES: usize = 64;
+
+impl NameMemo {
+    fn cursor(&self) -> MemoCursor<'_> {
+        MemoCursor {
+            memo: self,
+            next: 0,
+        }
+    }
+}
+
+/// Looks names up in a [`NameMemo`], trying first the one after the last found.
+struct MemoCursor<'a> {
+    memo: &'a NameMemo,
+    next: usize,
+}
+
+impl MemoCursor<'_> {
+    fn lookup(&mut self, raw: &[u8]) -> Option<Name> {
+        let mut seen = self.memo.seen.borrow_mut();
+        let hit = match seen.get(self.next) {
+            Some((n, _)) if **n == *raw => Some(self.next),
+            _ => seen.iter().position(|(n, _)| **n == *raw),
+        };
+        if let Some(i) = hit {
+            self.next = i + 1;
+            return Some(seen[i].1.clone());
+        }
+        let name = Name::of(raw)?;
+        if seen.len() < MEMO_NAMES {
+            seen.push((raw.into(), name.clone()));
+            self.next = seen.len();
+        }
+        Some(name)
+    }
+}
+
 /// Response fields whose values change from one response to the next (per object, per
 /// second): entering them in the connection's HPACK dynamic table would evict the
 /// fields that do repeat (server, content-type, cache-control, x-cache-status) for
@@ -609,6 +740,79 @@ mod tests {
         ] {
             assert!(!churns_hpack(n), "{n}");
         }
+    }
+
+    fn parse(head: &str, memo: &NameMemo) -> io::Result<Option<ResponseHead>> {
+        ResponseHead::parse(&Bytes::copy_from_slice(head.as_bytes()), memo)
+    }
+
+    #[test]
+    fn response_heads_become_header_maps() {
+        let memo = NameMemo::default();
+        let head = "HTTP/1.1 200 OK\r\nServer: edgecache\r\nDate: x\r\nConnection: keep-alive\r\n\
+                    Keep-Alive: timeout=5\r\nX-Cache-Status: HIT\r\nContent-Length:  1024 \r\n\
+                    Bad Name: dropped\r\nset-cookie: a\r\nSet-Cookie: b\r\n\r\n";
+        // Twice: the second time every name comes from the memo, same result.
+        for _ in 0..2 {
+            let h = parse(head, &memo).unwrap().unwrap();
+            assert_eq!(h.status, 200);
+            assert_eq!(h.kind, BodyKind::Length(1024));
+            let f = &h.fields;
+            assert_eq!(f["server"], "edgecache");
+            assert_eq!(f["content-length"], "1024");
+            assert_eq!(f["x-cache-status"], "HIT");
+            assert!(f["date"].is_sensitive() && !f["server"].is_sensitive());
+            assert!(!f.contains_key("connection") && !f.contains_key("keep-alive"));
+            let cookies: Vec<_> = f.get_all("set-cookie").iter().collect();
+            assert_eq!(cookies, ["a", "b"]);
+            assert_eq!(f.len(), 6, "{f:?}");
+        }
+        // Names in another order, and new ones, on the same connection.
+        let h = parse(
+            "HTTP/1.0 404 Not Found\r\nX-Other: 1\r\nServer: e\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            &memo,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.status, 404);
+        assert_eq!(h.kind, BodyKind::Chunked);
+        assert_eq!(h.fields.len(), 2);
+        assert_eq!(h.fields["x-other"], "1");
+        // No length, not chunked: the body runs until the end; no reason phrase is fine.
+        let h = parse("HTTP/1.1 200\r\n\r\n", &memo).unwrap().unwrap();
+        assert_eq!(h.kind, BodyKind::CloseDelimited);
+        // A 1xx is not sent.
+        assert!(
+            parse("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", &memo)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn malformed_response_heads_are_errors() {
+        let memo = NameMemo::default();
+        for head in [
+            "HTTP/1.1 200 OK\nServer: e\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nServer: e\n\r\n",
+            "HTTP/1.1 2x0 OK\r\n\r\n",
+            "HTTP/1.1 20 OK\r\n\r\n",
+            "HTTP/1.1 2000 OK\r\n\r\n",
+            "HTTP/2.0 200 OK\r\n\r\n",
+            "HTTP/1.1 099 OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nServer: e\r\n",
+            "",
+        ] {
+            assert!(parse(head, &memo).is_err(), "{head:?}");
+        }
+        let many: String = (0..=MAX_RESPONSE_HEADERS)
+            .map(|i| format!("x-{i}: v\r\n"))
+            .collect();
+        assert!(parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n"), &memo).is_err());
+        // The memo stays bounded.
+        assert!(memo.seen.borrow().len() <= MEMO_NAMES);
     }
 
     #[test]
