@@ -945,3 +945,35 @@ listen = "{{admin}}"
     drop(s);
     assert_alive(&mut p);
 }
+
+/// `keepalive_timeout` applies to an HTTP/2 connection once its last stream is done,
+/// however the streams ended (here: each answered while the connection waited for
+/// more), and streams that follow one another are each served (by the connection's
+/// stream runners, reused and retired when the connection goes idle).
+#[test]
+fn idle_h2_connection_gets_goaway_after_keepalive_timeout() {
+    let cfg = RETURN_OK.replace("workers = 1", "workers = 1\nkeepalive_timeout = \"1s\"");
+    let (mut p, addr, _admin) = edgecache(&cfg);
+    let mut c = H2::connect(addr, &[]);
+    // Streams one after another, some past the runners' grace (100 ms), some within it.
+    for (i, pause) in [0u64, 20, 300, 0, 150].into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(pause));
+        let id = 1 + 2 * i as u32;
+        c.send(&headers(id, END_STREAM | END_HEADERS, &get_block()))
+            .unwrap();
+        let (status, body) = response(&mut c, id);
+        assert_eq!((status, &body[..]), (Some(200), &b"ok"[..]), "stream {id}");
+    }
+    let last = Instant::now();
+    let (_, code, _) = c
+        .goaway(WAIT)
+        .unwrap_or_else(|| panic!("no GOAWAY after keepalive_timeout; got {:?}", c.log));
+    let waited = last.elapsed();
+    assert_eq!(code, 0, "GOAWAY NO_ERROR");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "GOAWAY after {waited:?}"
+    );
+    assert_closed(&mut c);
+    assert_serves(&mut p, addr);
+}

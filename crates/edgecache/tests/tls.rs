@@ -311,6 +311,17 @@ fn alpn_sni_and_hits_over_h2_and_tls_http1() {
         assert_eq!(got[3].body.len(), 1 << 20);
         assert_eq!(got[3].header("x-cache-status"), Some("HIT"));
 
+        // A HIT whose body leaves with its head (read with it) through a window far
+        // smaller than the body: sent as the client's WINDOW_UPDATEs allow.
+        let cfg = client_config(&pki.ca_path(), &[b"h2"]);
+        let tls = connect(addr, "a.example", &cfg).await.unwrap();
+        let got = h2_get_window(tls, "a.example", &["/obj/20k/2", "/obj/20k/2"], 1000).await;
+        assert_eq!(got[1].header("x-cache-status"), Some("HIT"));
+        for r in &got {
+            assert_eq!(r.body.len(), 20 * 1024);
+            assert_eq!(r.header("x-checksum"), Some(xxh3(&r.body).as_str()));
+        }
+
         let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
         let tls = connect(addr, "a.example", &cfg).await.unwrap();
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use edge_http::{BodyDecoder, BodyKind, Method};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -101,6 +101,70 @@ pub struct ConnState {
     pub slot_free: tokio::sync::Notify,
     /// Response field names seen on this connection, and what they are.
     names: NameMemo,
+    /// Stream runners waiting for a stream (see `h2::run_streams`).
+    pub(super) idle_runners: RefCell<Vec<Rc<RunnerSlot>>>,
+    /// The connection is over: runners end after their stream.
+    pub(super) closed: Cell<bool>,
+    /// The connection's task, waiting for its last open stream to end.
+    all_done: RefCell<Option<Waker>>,
+}
+
+impl ConnState {
+    /// Ready once no stream is open.
+    pub(super) fn poll_all_done(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.active.get() == 0 {
+            return Poll::Ready(());
+        }
+        *self.all_done.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// The last open stream has ended.
+    pub(super) fn wake_connection(&self) {
+        if let Some(w) = self.all_done.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// A stream's request and the handle its response goes out by.
+pub type Job = (http::Request<RecvStream>, SendResponse<Bytes>);
+
+/// Where an idle runner waits for its next stream.
+#[derive(Default)]
+pub struct RunnerSlot {
+    job: RefCell<Option<Job>>,
+    waker: RefCell<Option<Waker>>,
+    /// Told to end (the connection is idle or gone).
+    retire: Cell<bool>,
+}
+
+impl RunnerSlot {
+    pub fn give(&self, job: Job) {
+        *self.job.borrow_mut() = Some(job);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// The runner's next stream, or None once it is told to end.
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Job>> {
+        if let Some(j) = self.job.borrow_mut().take() {
+            return Poll::Ready(Some(j));
+        }
+        if self.retire.get() {
+            return Poll::Ready(None);
+        }
+        *self.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    pub fn end(&self) {
+        self.retire.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
 }
 
 /// Where the response of a stream stands.
@@ -130,7 +194,9 @@ pub struct StreamIo {
     method: Method,
     /// The response body's framing, once the head is in.
     body: Option<BodyDecoder>,
-    /// Decoded body bytes not yet sent.
+    /// Decoded body bytes not yet sent: first `out_shared` (a slice of the bytes the
+    /// head came in, taken without a copy), then `out`.
+    out_shared: Bytes,
     out: BytesMut,
     /// The response body is complete (END_STREAM goes with the last of `out`).
     out_done: bool,
@@ -138,6 +204,8 @@ pub struct StreamIo {
     state: Rc<ConnState>,
     /// The client reset this stream (counted once).
     reset_seen: bool,
+    /// The body that came with the head failed: the error of the next write.
+    error_after_head: Option<io::Error>,
 }
 
 impl StreamIo {
@@ -165,11 +233,13 @@ impl StreamIo {
             head_buf: BytesMut::new(),
             method,
             body: None,
+            out_shared: Bytes::new(),
             out: BytesMut::new(),
             out_done: false,
             ended: false,
             state,
             reset_seen: false,
+            error_after_head: None,
         }
     }
 }
@@ -284,7 +354,8 @@ impl StreamIo {
             let Tx::Body(s) = &mut self.tx else {
                 return Poll::Ready(Ok(()));
             };
-            if self.out.is_empty() {
+            let pending = self.out_shared.len() + self.out.len();
+            if pending == 0 {
                 if self.out_done {
                     if let Err(e) = s.send_data(Bytes::new(), true) {
                         return Poll::Ready(Err(self.failed(e)));
@@ -300,7 +371,7 @@ impl StreamIo {
             let cap = if left > 0 {
                 left
             } else {
-                s.reserve_capacity(self.out.len());
+                s.reserve_capacity(pending);
                 match s.poll_capacity(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(None) => {
@@ -314,11 +385,14 @@ impl StreamIo {
                     Poll::Ready(Some(Ok(n))) => n,
                 }
             };
-            let chunk = self
-                .out
-                .split_to(cap.min(self.out.len()).min(DATA_CHUNK))
-                .freeze();
-            let end = self.out.is_empty() && self.out_done;
+            let chunk = if self.out_shared.is_empty() {
+                let n = cap.min(self.out.len()).min(DATA_CHUNK);
+                self.out.split_to(n).freeze()
+            } else {
+                let n = cap.min(self.out_shared.len()).min(DATA_CHUNK);
+                self.out_shared.split_to(n)
+            };
+            let end = self.out_shared.is_empty() && self.out.is_empty() && self.out_done;
             if let Err(e) = s.send_data(chunk, end) {
                 return Poll::Ready(Err(self.failed(e)));
             }
@@ -330,10 +404,41 @@ impl StreamIo {
         }
     }
 
-    fn write_head(&mut self, buf: &[u8]) -> io::Result<usize> {
+    /// Takes response head bytes; once the head is whole it goes out, and what follows
+    /// it in the same write is taken as body.
+    fn write_head(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.head_buf.is_empty() {
+            // The usual case: the head whole in one write, the body (or its start)
+            // after it. Both are copied once, into one buffer the head's field values
+            // and the first DATA frame are slices of.
+            let scan = &buf[..buf.len().min(MAX_RESPONSE_HEAD)];
+            if let Some(end) = memchr::memmem::find(scan, b"\r\n\r\n") {
+                let n = end + 4;
+                // As much body as one write queues, no more (the rest is written
+                // again).
+                let all = Bytes::copy_from_slice(&buf[..buf.len().min(n + PENDING_HIGH)]);
+                self.send_head(all.slice(..n))?;
+                if n == all.len() || !matches!(self.tx, Tx::Body(_)) {
+                    // Bytes past a bodiless head are the caller's to write again
+                    // (and refused then).
+                    return Poll::Ready(Ok(n));
+                }
+                let body = all.slice(n..);
+                return match self.write_body(cx, &body, Some(&body)) {
+                    Poll::Ready(Ok(used)) => Poll::Ready(Ok(n + used)),
+                    // The head is out, so it is reported taken; the error is the
+                    // next write's.
+                    Poll::Ready(Err(e)) => {
+                        self.error_after_head = Some(e);
+                        Poll::Ready(Ok(n))
+                    }
+                    Poll::Pending => Poll::Ready(Ok(n)),
+                };
+            }
+        }
         let room = MAX_RESPONSE_HEAD.saturating_sub(self.head_buf.len());
         if room == 0 {
-            return Err(broken("response head too large"));
+            return Poll::Ready(Err(broken("response head too large")));
         }
         let take = room.min(buf.len());
         // Where the head ends: searched from a little before the new bytes (the blank
@@ -341,7 +446,7 @@ impl StreamIo {
         let from = self.head_buf.len().saturating_sub(3);
         self.head_buf.extend_from_slice(&buf[..take]);
         let Some(end) = memchr::memmem::find(&self.head_buf[from..], b"\r\n\r\n") else {
-            return Ok(take);
+            return Poll::Ready(Ok(take));
         };
         let n = from + end + 4;
         // Bytes of `buf` past the head are not taken now: the caller writes them
@@ -350,22 +455,38 @@ impl StreamIo {
         let head = self.head_buf.split_to(n).freeze();
         self.head_buf.clear();
         self.send_head(head)?;
-        Ok(consumed)
+        Poll::Ready(Ok(consumed))
     }
 
-    fn write_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.out.len() >= PENDING_HIGH {
+    /// Takes body bytes: decoded (by the head's framing) and queued, then sent as the
+    /// window allows. `shared`: `buf` is this `Bytes`, whose slices are queued without
+    /// a copy.
+    fn write_body(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+        shared: Option<&Bytes>,
+    ) -> Poll<io::Result<usize>> {
+        if self.out_shared.len() + self.out.len() >= PENDING_HIGH {
             ready!(self.poll_drain(cx))?;
         }
         let Some(dec) = self.body.as_mut() else {
             return Poll::Ready(Err(broken("body without a head")));
         };
         let mut used = 0;
-        while used < buf.len() && self.out.len() < PENDING_HIGH && !self.out_done {
+        while used < buf.len()
+            && self.out_shared.len() + self.out.len() < PENDING_HIGH
+            && !self.out_done
+        {
             let d = dec
                 .decode(&buf[used..])
                 .map_err(|e| broken(format!("response body: {e}")))?;
-            self.out.extend_from_slice(d.data);
+            match shared {
+                Some(b) if self.out_shared.is_empty() && self.out.is_empty() => {
+                    self.out_shared = b.slice_ref(d.data);
+                }
+                _ => self.out.extend_from_slice(d.data),
+            }
             used += d.consumed;
             if d.done {
                 self.out_done = true;
@@ -454,9 +575,12 @@ impl AsyncWrite for StreamIo {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        if let Some(e) = this.error_after_head.take() {
+            return Poll::Ready(Err(e));
+        }
         match this.tx {
-            Tx::Head(_) => Poll::Ready(this.write_head(buf)),
-            Tx::Body(_) => this.write_body(cx, buf),
+            Tx::Head(_) => this.write_head(cx, buf),
+            Tx::Body(_) => this.write_body(cx, buf, None),
             Tx::Done => Poll::Ready(Err(broken("response already complete"))),
         }
     }
@@ -507,8 +631,11 @@ impl Drop for StreamIo {
                 if self.body_complete() {
                     // What is left goes out (the h2 crate queues it past the window,
                     // within max_send_buffer_size), then END_STREAM.
+                    let first = std::mem::take(&mut self.out_shared);
                     let rest = std::mem::take(&mut self.out).freeze();
-                    if s.send_data(rest, true).is_err() {
+                    if (!first.is_empty() && s.send_data(first, false).is_err())
+                        || s.send_data(rest, true).is_err()
+                    {
                         s.send_reset(Reason::INTERNAL_ERROR);
                     }
                 } else {
@@ -646,7 +773,7 @@ impl Name {
 /// so each is validated, lowercased and classified once, not once per response.
 #[derive(Default)]
 struct NameMemo {
-    seen: std::cell::RefCell<Vec<(Box<[u8]>, Name)>>,
+    seen: RefCell<Vec<(Box<[u8]>, Name)>>,
 }
 
 /// Names remembered per connection (past it, new names are classified every time).
@@ -687,16 +814,16 @@ impl MemoCursor<'_> {
     }
 }
 
-/// Response fields whose values change from one response to the next (per object, per
-/// second): entering them in the connection's HPACK dynamic table would evict the
-/// fields that do repeat (server, content-type, cache-control, x-cache-status) for
-/// entries that are rarely used again, and cost a table search and insert per response.
-/// They are sent as literals that are never indexed instead (3-5% less CPU per 1 KiB
-/// HTTP/2 hit, `edgebench tls` h2-1k, A/B twice). `content-length` is not among them:
-/// objects of one size repeat it.
+/// Response fields whose values change from one response to the next (per object):
+/// entering them in the connection's HPACK dynamic table would evict the fields that do
+/// repeat (server, content-type, cache-control, x-cache-status) for entries that are
+/// rarely used again, and cost a table search and insert per response. They are sent
+/// as literals that are never indexed instead (3-5% less CPU per 1 KiB HTTP/2 hit,
+/// `edgebench tls` h2-1k, A/B twice). `content-length` is not among them: objects of
+/// one size repeat it; nor is `date`, the same for every response of a second: indexed,
+/// it is one byte instead of a Huffman-coded literal each time.
 fn churns_hpack(name: &str) -> bool {
-    const CHURN: [&str; 7] = [
-        "date",
+    const CHURN: [&str; 6] = [
         "age",
         "etag",
         "last-modified",
@@ -721,14 +848,7 @@ mod tests {
     /// Per-response values stay out of the HPACK table; fields that repeat go in.
     #[test]
     fn only_churning_fields_skip_the_hpack_table() {
-        for n in [
-            "Date",
-            "age",
-            "ETag",
-            "x-checksum",
-            "cache-status",
-            "last-modified",
-        ] {
+        for n in ["age", "ETag", "x-checksum", "cache-status", "last-modified"] {
             assert!(churns_hpack(n), "{n}");
         }
         for n in [
@@ -737,6 +857,7 @@ mod tests {
             "content-length",
             "cache-control",
             "x-cache-status",
+            "date",
         ] {
             assert!(!churns_hpack(n), "{n}");
         }
@@ -749,7 +870,8 @@ mod tests {
     #[test]
     fn response_heads_become_header_maps() {
         let memo = NameMemo::default();
-        let head = "HTTP/1.1 200 OK\r\nServer: edgecache\r\nDate: x\r\nConnection: keep-alive\r\n\
+        let head =
+            "HTTP/1.1 200 OK\r\nServer: edgecache\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\
                     Keep-Alive: timeout=5\r\nX-Cache-Status: HIT\r\nContent-Length:  1024 \r\n\
                     Bad Name: dropped\r\nset-cookie: a\r\nSet-Cookie: b\r\n\r\n";
         // Twice: the second time every name comes from the memo, same result.
@@ -761,7 +883,7 @@ mod tests {
             assert_eq!(f["server"], "edgecache");
             assert_eq!(f["content-length"], "1024");
             assert_eq!(f["x-cache-status"], "HIT");
-            assert!(f["date"].is_sensitive() && !f["server"].is_sensitive());
+            assert!(f["etag"].is_sensitive() && !f["server"].is_sensitive());
             assert!(!f.contains_key("connection") && !f.contains_key("keep-alive"));
             let cookies: Vec<_> = f.get_all("set-cookie").iter().collect();
             assert_eq!(cookies, ["a", "b"]);
