@@ -358,6 +358,10 @@ fn poll_accept_gathered<T: AsyncRead + AsyncWrite + Unpin>(
     let r = conn.poll_accept(cx);
     let mut g = gather.borrow_mut();
     g.defer = false;
+    if let Poll::Ready(Some(Err(_))) = r {
+        // The crate's own error says more than a write on its way out would.
+        return r;
+    }
     if let Poll::Ready(Err(e)) = g.poll_flush(cx) {
         tracing::debug!("HTTP/2: write: {e}");
         stats.errors[IO_ERROR].fetch_add(1, Relaxed);
