@@ -11,7 +11,8 @@
 //!
 //! Defences (each counted in [`crate::metrics::H2Stats`]):
 //! - at most [`MAX_CONCURRENT_STREAMS`] streams per connection, and as many stream
-//!   tasks: a stream the client resets keeps its slot until its task has ended, so
+//!   runners: a stream the client resets keeps its slot until its runner is done with
+//!   it, so
 //!   resetting streams cannot start more work than the limit (rapid reset,
 //!   CVE-2023-44487); a client that resets more than [`RESET_FLOOD`] streams, and more
 //!   than half of its streams, gets GOAWAY ENHANCE_YOUR_CALM;
@@ -112,7 +113,7 @@ where
         }
         if state.active.get() >= MAX_CONCURRENT_STREAMS as usize {
             // Every slot busy (streams the client reset included): drive the
-            // connection without taking new streams until a task ends.
+            // connection without taking new streams until a runner is done with one.
             tokio::select! {
                 biased;
                 _ = state.slot_free.notified() => continue,
@@ -175,8 +176,8 @@ where
                 break;
             }
             Some(Ok(first)) => {
-                // Every request already received is taken now (each stream's task
-                // runs after this one yields, so the responses ready at once leave
+                // Every request already received is taken now (each stream's runner
+                // runs after this task yields, so the responses ready at once leave
                 // together in the connection's next write).
                 batch.push(first);
                 let mut end = None;

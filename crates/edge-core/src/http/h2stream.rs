@@ -728,6 +728,16 @@ impl ResponseHead {
     }
 }
 
+/// What HEADERS would carry for the response head `head`: its status, how its body is
+/// framed and its fields (hop-by-hop ones dropped); None for a 1xx. `memo` is the
+/// connection's memo of field names. (The fuzz target `h2_response_head` drives it.)
+pub fn response_fields(
+    head: &Bytes,
+    memo: &NameMemo,
+) -> io::Result<Option<(http::StatusCode, BodyKind, http::HeaderMap)>> {
+    Ok(ResponseHead::parse(head, memo)?.map(|h| (h.status, h.kind, h.fields)))
+}
+
 /// The first CRLF-ended line of `b` and what follows it; None when there is none, or a
 /// line ends in a bare LF.
 fn split_line(b: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -772,7 +782,7 @@ impl Name {
 /// they are: the responses of a connection repeat the same names in the same order,
 /// so each is validated, lowercased and classified once, not once per response.
 #[derive(Default)]
-struct NameMemo {
+pub struct NameMemo {
     seen: RefCell<Vec<(Box<[u8]>, Name)>>,
 }
 
