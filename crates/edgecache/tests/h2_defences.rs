@@ -23,6 +23,7 @@ const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 
 // Flags.
@@ -976,4 +977,53 @@ fn idle_h2_connection_gets_goaway_after_keepalive_timeout() {
     );
     assert_closed(&mut c);
     assert_serves(&mut p, addr);
+}
+
+/// A response the server is done with but that still waits in it for the client's
+/// flow-control window (here: past send_timeout, after which the server hands the `h2`
+/// crate the rest to send as the window opens) is not cut short by keepalive_timeout
+/// or the GOAWAY that follows it: the connection waits for the client as long as the
+/// client takes something within send_timeout.
+#[test]
+fn queued_response_outlives_keepalive_timeout() {
+    let body = "x".repeat(10_000);
+    let cfg = RETURN_OK
+        .replace(
+            "workers = 1",
+            "workers = 1\nkeepalive_timeout = \"1s\"\nsend_timeout = \"3s\"",
+        )
+        .replace("body = \"ok\"", &format!("body = \"{body}\""));
+    let (mut p, addr, _admin) = edgecache(&cfg);
+    let mut c = H2::connect(addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 1000)]);
+    let start = Instant::now();
+    c.send(&headers(1, END_STREAM | END_HEADERS, &get_block()))
+        .unwrap();
+    // The first 1000 bytes come at once; the rest waits for a WINDOW_UPDATE, which
+    // comes 5.5 s later: past send_timeout (3 s, the server is then done with the
+    // stream) plus keepalive_timeout and a 1 s linger.
+    let first = c
+        .until(WAIT, |f| f.ty == DATA && f.stream == 1)
+        .expect("the first DATA frame");
+    assert_eq!(first.payload.len(), 1000);
+    std::thread::sleep(Duration::from_millis(5500).saturating_sub(start.elapsed()));
+    let more = 0x7fff_0000u32.to_be_bytes();
+    let mut upd = frame(WINDOW_UPDATE, 0, 1, &more);
+    upd.extend_from_slice(&frame(WINDOW_UPDATE, 0, 0, &more));
+    c.send(&upd).unwrap();
+    let mut got = first.payload.len();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let f = c
+            .next(deadline)
+            .unwrap_or_else(|| panic!("no END_STREAM after {got} bytes; got {:?}", c.log));
+        if f.ty == DATA && f.stream == 1 {
+            got += f.payload.len();
+            if f.flags & END_STREAM != 0 {
+                break;
+            }
+        }
+        assert_ne!(f.ty, RST_STREAM, "stream reset after {got} bytes");
+    }
+    assert_eq!(got, body.len());
+    assert_alive(&mut p);
 }

@@ -41,9 +41,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// How long an idle connection keeps its stream runners (a busy connection's next
 /// requests come well within it).
 const RUNNER_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
-/// How long a connection with no stream open stays after its GOAWAY for the client to
-/// close it (the `h2` crate waits for the answer to a PING first).
-const GOAWAY_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a connection with nothing left to send stays after its GOAWAY for the
+/// client to close it (the `h2` crate waits for the answer to a PING first: a client
+/// far away needs a round trip); then it is closed (nginx's `lingering_timeout` is 5 s
+/// too).
+const GOAWAY_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 /// Streams a client may have open at once (nginx: `http2_max_concurrent_streams` 128).
 pub const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// Flow-control windows we grant the client for request bodies.
@@ -103,6 +105,10 @@ where
     let mut goaway_sent = false;
     // How much of keepalive_timeout the connection has already waited idle.
     let mut idle_spent = std::time::Duration::ZERO;
+    // While responses wait in the crate for the client's window: bytes written when
+    // last checked, and for how long none were.
+    let mut last_written = 0;
+    let mut stalled = std::time::Duration::ZERO;
     // The streams taken in one go (kept: one allocation per connection).
     let mut batch = Vec::new();
     loop {
@@ -125,48 +131,86 @@ where
                 }
             }
         }
-        // With no stream open the connection is idle: keepalive_timeout applies (its
-        // first RUNNER_GRACE with the runners kept, then without); with streams open
-        // only a stop, or the last of them ending, interrupts the wait.
-        let linger = goaway_sent && state.active.get() == 0;
-        let idle = if linger {
-            GOAWAY_LINGER
-        } else if state.active.get() == 0 {
+        // What the connection waits for besides new streams:
+        // - streams open: their end (or a stop);
+        // - none open, but responses still queued in the `h2` crate (sent as the
+        //   client's window allows): the client reading them, in RUNNER_GRACE steps,
+        //   as long as it reads something within send_timeout;
+        // - after GOAWAY, nothing left: the client closing, for GOAWAY_LINGER;
+        // - else idle: keepalive_timeout (its first RUNNER_GRACE with the runners
+        //   kept, then without).
+        let busy = state.active.get() > 0;
+        let phase = if busy {
+            Phase::Busy
+        } else if conn.has_streams() {
+            Phase::Sending
+        } else if goaway_sent {
+            Phase::Linger
+        } else {
             let left = timeouts.keepalive.saturating_sub(idle_spent);
             if left > RUNNER_GRACE && !state.idle_runners.borrow().is_empty() {
-                RUNNER_GRACE
+                Phase::Grace
             } else {
                 retire_runners(&state);
-                left
+                gather.borrow_mut().release();
+                Phase::Idle(left)
             }
-        } else {
-            std::time::Duration::from_secs(86_400)
+        };
+        let wait = match phase {
+            Phase::Busy => std::time::Duration::from_secs(86_400),
+            Phase::Sending | Phase::Grace => RUNNER_GRACE,
+            Phase::Linger => GOAWAY_LINGER,
+            Phase::Idle(left) => left,
         };
         let next = tokio::select! {
             biased;
             r = std::future::poll_fn(|cx| poll_accept_gathered(&mut conn, &gather, stats, cx)) => r,
-            _ = std::future::poll_fn(|cx| state.poll_all_done(cx)),
-                if state.active.get() > 0 => continue,
-            end = w.idle().wait(idle, !goaway_sent), if !goaway_sent || linger => {
-                if goaway_sent {
-                    // GOAWAY went out, nothing is open, and the client has not closed
-                    // (nor answered the PING that follows it): close.
-                    break;
-                }
-                if end == IdleEnd::Expired
-                    && state.active.get() == 0
-                    && idle < timeouts.keepalive.saturating_sub(idle_spent)
-                {
-                    // The runners' grace is over; the rest of keepalive_timeout follows.
-                    idle_spent += idle;
-                    retire_runners(&state);
+            _ = std::future::poll_fn(|cx| state.poll_all_done(cx)), if busy => continue,
+            end = w.idle().wait(wait, !goaway_sent), if !goaway_sent || !busy => {
+                if end == IdleEnd::Draining {
+                    conn.graceful_shutdown();
+                    goaway_sent = true;
                     continue;
                 }
-                conn.graceful_shutdown();
-                goaway_sent = true;
+                match phase {
+                    Phase::Busy => {}
+                    Phase::Sending => {
+                        let written = gather.borrow().written;
+                        if written != last_written {
+                            last_written = written;
+                            stalled = std::time::Duration::ZERO;
+                        } else {
+                            stalled += wait;
+                            if stalled >= timeouts.send {
+                                // The client reads nothing of what is queued for it.
+                                tracing::debug!("client {peer}: HTTP/2: send_timeout");
+                                close(&mut conn, timeouts.send).await;
+                                break;
+                            }
+                        }
+                    }
+                    Phase::Linger => {
+                        // GOAWAY went out, nothing is left to send, and the client has
+                        // not closed (nor answered the PING that follows GOAWAY).
+                        close(&mut conn, timeouts.send).await;
+                        break;
+                    }
+                    Phase::Grace => {
+                        // The runners' grace is over; the rest of keepalive_timeout
+                        // follows.
+                        idle_spent += wait;
+                        retire_runners(&state);
+                        gather.borrow_mut().release();
+                    }
+                    Phase::Idle(_) => {
+                        conn.graceful_shutdown();
+                        goaway_sent = true;
+                    }
+                }
                 continue;
             }
         };
+        stalled = std::time::Duration::ZERO;
         idle_spent = std::time::Duration::ZERO;
         match next {
             None => break,
@@ -227,6 +271,26 @@ where
     }
 }
 
+/// What a connection's wait is for (see [`serve`]).
+#[derive(Clone, Copy)]
+enum Phase {
+    Busy,
+    Sending,
+    Linger,
+    Grace,
+    Idle(std::time::Duration),
+}
+
+/// Ends a connection now: GOAWAY with the last stream processed, what is queued
+/// written, TLS closed; all within `limit`.
+async fn close<T: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut h2::server::Connection<Coalesce<T>, Bytes>,
+    limit: std::time::Duration,
+) {
+    conn.abrupt_shutdown(Reason::NO_ERROR);
+    let _ = tokio::time::timeout(limit, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+}
+
 /// Bytes of frames gathered before they are written (then split into TLS records of
 /// 16 KiB).
 const COALESCE: usize = 64 * 1024;
@@ -248,6 +312,8 @@ struct Gather<T> {
     pos: usize,
     /// Flushes only gather (the caller drains after the poll).
     defer: bool,
+    /// Bytes written to the socket so far.
+    written: u64,
 }
 
 impl<T: AsyncWrite + Unpin> Gather<T> {
@@ -257,6 +323,7 @@ impl<T: AsyncWrite + Unpin> Gather<T> {
             buf: Vec::new(),
             pos: 0,
             defer: false,
+            written: 0,
         }))
     }
 
@@ -265,7 +332,10 @@ impl<T: AsyncWrite + Unpin> Gather<T> {
         while self.pos < self.buf.len() {
             match ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.pos..])) {
                 Ok(0) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => self.pos += n,
+                Ok(n) => {
+                    self.pos += n;
+                    self.written += n as u64;
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
@@ -275,6 +345,15 @@ impl<T: AsyncWrite + Unpin> Gather<T> {
             self.buf.shrink_to(COALESCE);
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Gives the gathering buffer back when it holds nothing (the connection is idle:
+    /// an idle connection should not keep up to [`COALESCE`] bytes).
+    fn release(&mut self) {
+        if self.pos == self.buf.len() && self.buf.capacity() > 0 {
+            self.buf = Vec::new();
+            self.pos = 0;
+        }
     }
 
     /// Writes out what is gathered and flushes the socket (TLS records included).
@@ -316,7 +395,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
             // copies it into its records anyway: no copy here.
             ready!(g.poll_drain(cx))?;
             if total >= PASS_THROUGH {
-                return Pin::new(&mut g.inner).poll_write_vectored(cx, bufs);
+                let r = Pin::new(&mut g.inner).poll_write_vectored(cx, bufs);
+                if let Poll::Ready(Ok(n)) = r {
+                    g.written += n as u64;
+                }
+                return r;
             }
         }
         for b in bufs {

@@ -786,8 +786,11 @@ pub struct NameMemo {
     seen: RefCell<Vec<(Box<[u8]>, Name)>>,
 }
 
-/// Names remembered per connection (past it, new names are classified every time).
+/// Names remembered per connection (past it, new names are classified every time),
+/// and the longest remembered (an origin's odd long names are not kept: at most 4 KiB
+/// per connection).
 const MEMO_NAMES: usize = 64;
+const MEMO_NAME_LEN: usize = 64;
 
 impl NameMemo {
     fn cursor(&self) -> MemoCursor<'_> {
@@ -816,7 +819,7 @@ impl MemoCursor<'_> {
             return Some(seen[i].1.clone());
         }
         let name = Name::of(raw)?;
-        if seen.len() < MEMO_NAMES {
+        if seen.len() < MEMO_NAMES && raw.len() <= MEMO_NAME_LEN {
             seen.push((raw.into(), name.clone()));
             self.next = seen.len();
         }
@@ -943,8 +946,19 @@ mod tests {
             .map(|i| format!("x-{i}: v\r\n"))
             .collect();
         assert!(parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n"), &memo).is_err());
-        // The memo stays bounded.
+        // The memo stays bounded, in names and in their length.
         assert!(memo.seen.borrow().len() <= MEMO_NAMES);
+        let memo = NameMemo::default();
+        let long = "x".repeat(MEMO_NAME_LEN + 1);
+        let h = parse(
+            &format!("HTTP/1.1 200 OK\r\n{long}: v\r\nServer: e\r\n\r\n"),
+            &memo,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.fields[long.as_str()], "v");
+        let seen: Vec<_> = memo.seen.borrow().iter().map(|(n, _)| n.len()).collect();
+        assert_eq!(seen, [6], "only Server is remembered");
     }
 
     #[test]
