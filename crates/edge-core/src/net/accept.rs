@@ -243,6 +243,17 @@ fn blocking_loop(
                 if !multi || !super::sys::has_pending(sock) {
                     break;
                 }
+                if mutex.is_none() {
+                    // Without the mutex another acceptor may take the waiting
+                    // connection first, and this thread's next accept() would then
+                    // block with its batch not handed over (until some later
+                    // connection came): what is taken goes to the worker first.
+                    for c in batch.drain(..) {
+                        if tx.blocking_send(c).is_err() {
+                            return;
+                        }
+                    }
+                }
             }
         }
         // A full queue blocks this thread, which stops it accepting: the kernel (or the
