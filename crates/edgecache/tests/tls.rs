@@ -67,6 +67,14 @@ impl Pki {
 }
 
 fn client_config(ca: &Path, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    client_config_versions(ca, alpn, rustls::DEFAULT_VERSIONS)
+}
+
+fn client_config_versions(
+    ca: &Path,
+    alpn: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(ca).unwrap();
     for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
@@ -75,7 +83,7 @@ fn client_config(ca: &Path, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -185,12 +193,18 @@ where
 }
 
 /// GET over TLS HTTP/1.1, `Connection: close`, whole response read.
-async fn h1_get(mut io: Tls, host: &str, path: &str) -> Resp {
+async fn h1_get(io: Tls, host: &str, path: &str) -> Resp {
+    h1_get_ending(io, host, path).await.0
+}
+
+/// [`h1_get`], and how the server ended the connection: Ok for close_notify, an error
+/// (UnexpectedEof) for a bare FIN.
+async fn h1_get_ending(mut io: Tls, host: &str, path: &str) -> (Resp, std::io::Result<usize>) {
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     io.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    // The server closes after the response (close_notify or a plain FIN).
-    let _ = io.read_to_end(&mut raw).await;
+    // The server closes after the response.
+    let ending = io.read_to_end(&mut raw).await;
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -203,11 +217,12 @@ async fn h1_get(mut io: Tls, host: &str, path: &str) -> Resp {
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Resp {
+    let r = Resp {
         status,
         headers,
         body: raw[end..].to_vec(),
-    }
+    };
+    (r, ending)
 }
 
 fn xxh3(b: &[u8]) -> String {
@@ -370,13 +385,34 @@ fn ktls_carries_hits_or_falls_back_with_one_log_line() {
         ] {
             let tls = connect(addr, "a.example", &h1).await.unwrap();
             conns += 1;
-            let r = h1_get(tls, "a.example", path).await;
+            let (r, ending) = h1_get_ending(tls, "a.example", path).await;
             assert_eq!(r.status, 200, "{path}");
             assert_eq!(
                 r.header("x-checksum"),
                 Some(xxh3(&r.body).as_str()),
                 "{path}"
             );
+            // The session ends with close_notify, from the kernel as from rustls.
+            assert!(ending.is_ok(), "{path}: {ending:?}");
+        }
+        // TLS 1.2 too (its AES-GCM nonces are the kernel's own once it sends).
+        let tls12 =
+            client_config_versions(&pki.ca_path(), &[b"http/1.1"], &[&rustls::version::TLS12]);
+        for path in ["/obj/1k/4", "/obj/100k/3", "/obj/1m/5"] {
+            let tls = connect(addr, "a.example", &tls12).await.unwrap();
+            assert_eq!(
+                tls.get_ref().1.protocol_version(),
+                Some(rustls::ProtocolVersion::TLSv1_2)
+            );
+            conns += 1;
+            let (r, ending) = h1_get_ending(tls, "a.example", path).await;
+            assert_eq!(r.status, 200, "TLS 1.2 {path}");
+            assert_eq!(
+                r.header("x-checksum"),
+                Some(xxh3(&r.body).as_str()),
+                "TLS 1.2 {path}"
+            );
+            assert!(ending.is_ok(), "TLS 1.2 {path}: {ending:?}");
         }
         let mut tls = connect(addr, "a.example", &h1).await.unwrap();
         conns += 1;

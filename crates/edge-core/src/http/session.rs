@@ -301,8 +301,14 @@ pub async fn serve_conn<S: Service>(
     }
     // A plain close (the FIN follows the response): a separate shutdown() first would
     // only cost a syscall per connection (nginx does not either). An HTTP/2 stream's
-    // response that runs until its end is ended now.
-    if matches!(conn.io, ClientIo::H2(_)) {
+    // response that runs until its end is ended now, and a TLS session (in user space or
+    // the kernel's) with close_notify, so that the client can tell a response that runs
+    // until the close from a cut one.
+    let ends_with_shutdown = match &conn.io {
+        ClientIo::H2(_) | ClientIo::Tls(_) => true,
+        ClientIo::Tcp(s) => s.is_ktls(),
+    };
+    if ends_with_shutdown {
         let timeout = w.config();
         let send = S::params(&timeout).timeouts.send;
         let _ = conn.end_stream(send).await;

@@ -60,23 +60,31 @@ pub enum Offload {
 
 /// Hands a finished handshake's session to the kernel (see the module's doc).
 pub fn offload(mut tls: Box<tokio_rustls::server::TlsStream<TlsIo>>) -> Offload {
-    if !worth_trying() {
+    let (io, conn) = tls.get_mut();
+    // Part of a record already read (the handshake ended with the client's next record
+    // on its way: rustls holds its start) cannot go to the kernel, which would take the
+    // socket from its middle: that connection stays in user space.
+    let mid_record = io.bounded.as_ref().is_some_and(|r| r.got != 0);
+    io.unbound();
+    if mid_record || !worth_trying() {
         return Offload::User(tls);
     }
-    let (io, conn) = tls.get_mut();
-    io.unbound();
     let fd = io.tcp.as_raw_fd();
     let cipher = conn
         .negotiated_cipher_suite()
         .map(|s| s.suite())
         .and_then(kernel_cipher);
-    let version = conn.protocol_version();
-    if cipher.is_none()
-        || !matches!(
-            version,
-            Some(ProtocolVersion::TLSv1_3 | ProtocolVersion::TLSv1_2)
-        )
-    {
+    let version = match conn.protocol_version() {
+        Some(ProtocolVersion::TLSv1_3) => TLS_1_3,
+        Some(ProtocolVersion::TLSv1_2) => TLS_1_2,
+        _ => return Offload::User(tls),
+    };
+    let Some(cipher) = cipher else {
+        return Offload::User(tls);
+    };
+    if refused(version, cipher) {
+        // This kernel refused these keys before (its kTLS predates the cipher, or
+        // TLS 1.3): user space, not a lost connection.
         return Offload::User(tls);
     }
     // What rustls still has to send (session tickets) goes out first: the kernel's
@@ -121,15 +129,14 @@ pub fn offload(mut tls: Box<tokio_rustls::server::TlsStream<TlsIo>>) -> Offload 
         Ok(s) => s,
         Err(e) => return Offload::Failed(io::Error::other(format!("kTLS: {e}"))),
     };
-    let version = match version {
-        Some(ProtocolVersion::TLSv1_3) => TLS_1_3,
-        _ => TLS_1_2,
-    };
     for (dir, (seq, secret)) in [(TlsDir::Tx, secrets.tx), (TlsDir::Rx, secrets.rx)] {
-        let Some(info) = crypto_info(version, seq, &secret) else {
+        let Some(info) = crypto_info(version, dir, seq, &secret) else {
             return Offload::Failed(io::Error::other("kTLS: a cipher the kernel does not take"));
         };
         if let Err(e) = sys::set_tls_keys(fd, dir, &info) {
+            if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) {
+                refuse(version, cipher);
+            }
             return Offload::Failed(io::Error::new(
                 e.kind(),
                 format!("kTLS: setsockopt(SOL_TLS, {dir:?}): {e}"),
@@ -140,6 +147,36 @@ pub fn offload(mut tls: Box<tokio_rustls::server::TlsStream<TlsIo>>) -> Offload 
     Offload::Kernel {
         tcp: io.into_tcp(),
         plaintext,
+    }
+}
+
+/// (TLS version, cipher) pairs this kernel refused keys for, one bit each (older
+/// kernels took AES-128-GCM over TLS 1.2 first; AES-256, TLS 1.3 and ChaCha20 came
+/// later): the connections that follow with such a pair stay in user space instead of
+/// being lost the same way.
+static REFUSED: AtomicU8 = AtomicU8::new(0);
+
+fn refusal_bit(version: u16, cipher: u16) -> u8 {
+    let c = match cipher {
+        AES_GCM_128 => 0,
+        AES_GCM_256 => 1,
+        _ => 2,
+    };
+    1 << (c + if version == TLS_1_3 { 3 } else { 0 })
+}
+
+fn refused(version: u16, cipher: u16) -> bool {
+    REFUSED.load(Relaxed) & refusal_bit(version, cipher) != 0
+}
+
+fn refuse(version: u16, cipher: u16) {
+    if REFUSED.fetch_or(refusal_bit(version, cipher), Relaxed) & refusal_bit(version, cipher) == 0 {
+        tracing::warn!(
+            "kTLS: this kernel refused the keys of TLS {}.{} with cipher {cipher} (one \
+             connection lost): such connections stay in user space from now on",
+            version >> 8,
+            (version & 0xff) - 1
+        );
     }
 }
 
@@ -173,7 +210,12 @@ fn kernel_cipher(suite: rustls::CipherSuite) -> Option<u16> {
 /// `iv[8] key[16|32] salt[4] rec_seq[8]`, for ChaCha20-Poly1305 `iv[12] key[32]
 /// rec_seq[8]`. rustls's 12-byte IV is the GCM salt (4 bytes) and the explicit part (8)
 /// for both TLS versions; `rec_seq` is the next record's sequence number, big-endian.
-fn crypto_info(version: u16, seq: u64, secret: &ConnectionTrafficSecrets) -> Option<Vec<u8>> {
+fn crypto_info(
+    version: u16,
+    dir: TlsDir,
+    seq: u64,
+    secret: &ConnectionTrafficSecrets,
+) -> Option<Vec<u8>> {
     let (cipher, key, iv) = match secret {
         ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (AES_GCM_128, key.as_ref(), iv.as_ref()),
         ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (AES_GCM_256, key.as_ref(), iv.as_ref()),
@@ -182,12 +224,20 @@ fn crypto_info(version: u16, seq: u64, secret: &ConnectionTrafficSecrets) -> Opt
         }
         _ => return None,
     };
-    layout(version, cipher, key, iv, seq)
+    layout(version, cipher, key, iv, seq, dir == TlsDir::Tx)
 }
 
 /// [`crypto_info`]'s bytes for a cipher, its key and rustls's 12-byte IV; None when the
 /// lengths are not the cipher's.
-fn layout(version: u16, cipher: u16, key: &[u8], iv: &[u8], seq: u64) -> Option<Vec<u8>> {
+///
+/// TLS 1.2 AES-GCM sending is the exception. rustls made each record's nonce as salt ||
+/// (explicit XOR sequence number), and the records it sent (the Finished at least)
+/// used those; the kernel sends salt || iv and adds one to `iv` per record, with no
+/// XOR. Handed rustls's explicit part as it is, the kernel's first record would reuse
+/// the nonce of rustls's first one, under the same key (GCM then leaks its
+/// authentication key). So the kernel's explicit nonces start half the 64-bit space
+/// away (`tx`): rustls's differ from the explicit part in their few low bits only.
+fn layout(version: u16, cipher: u16, key: &[u8], iv: &[u8], seq: u64, tx: bool) -> Option<Vec<u8>> {
     let key_len = match cipher {
         AES_GCM_128 => 16,
         AES_GCM_256 | CHACHA20_POLY1305 => 32,
@@ -203,7 +253,13 @@ fn layout(version: u16, cipher: u16, key: &[u8], iv: &[u8], seq: u64) -> Option<
         v.extend_from_slice(iv);
         v.extend_from_slice(key);
     } else {
-        v.extend_from_slice(&iv[4..]);
+        let mut explicit: [u8; 8] = iv[4..].try_into().ok()?;
+        if version == TLS_1_2 && tx {
+            explicit = u64::from_be_bytes(explicit)
+                .wrapping_add(1 << 63)
+                .to_be_bytes();
+        }
+        v.extend_from_slice(&explicit);
         v.extend_from_slice(key);
         v.extend_from_slice(&iv[..4]);
     }
@@ -347,7 +403,7 @@ mod tests {
     #[test]
     fn crypto_info_has_the_kernel_layout() {
         let iv: [u8; 12] = std::array::from_fn(|i| i as u8);
-        let v = layout(TLS_1_3, AES_GCM_128, &[7u8; 16], &iv, 0x0102).unwrap();
+        let v = layout(TLS_1_3, AES_GCM_128, &[7u8; 16], &iv, 0x0102, true).unwrap();
         assert_eq!(v.len(), 40);
         assert_eq!(&v[..2], &TLS_1_3.to_ne_bytes());
         assert_eq!(&v[2..4], &AES_GCM_128.to_ne_bytes());
@@ -356,26 +412,42 @@ mod tests {
         assert_eq!(&v[28..32], &iv[..4], "the salt");
         assert_eq!(&v[32..], &[0, 0, 0, 0, 0, 0, 1, 2], "rec_seq, big-endian");
         assert!(
-            layout(TLS_1_3, AES_GCM_128, &[7u8; 32], &iv, 0).is_none(),
+            layout(TLS_1_3, AES_GCM_128, &[7u8; 32], &iv, 0, true).is_none(),
             "key length"
         );
         assert!(
-            layout(TLS_1_3, 99, &[7u8; 16], &iv, 0).is_none(),
+            layout(TLS_1_3, 99, &[7u8; 16], &iv, 0, true).is_none(),
             "unknown cipher"
         );
         let aes256 = ConnectionTrafficSecrets::Aes256Gcm {
             key: rustls::crypto::cipher::AeadKey::from([9u8; 32]),
             iv: rustls::crypto::cipher::Iv::new(iv),
         };
-        let v = crypto_info(TLS_1_2, 5, &aes256).unwrap();
+        let v = crypto_info(TLS_1_2, TlsDir::Rx, 5, &aes256).unwrap();
         assert_eq!(v.len(), 56);
+        assert_eq!(&v[4..12], &iv[4..], "receiving: the explicit IV as it is");
         assert_eq!(&v[12..44], &[9u8; 32]);
         assert_eq!(&v[44..48], &iv[..4]);
+        // Sending over TLS 1.2: the kernel's explicit nonces (counted up from `iv`)
+        // start half the space away from rustls's (explicit XOR sequence number), so no
+        // record the kernel sends reuses a nonce of one rustls sent.
+        let v = crypto_info(TLS_1_2, TlsDir::Tx, 5, &aes256).unwrap();
+        let explicit = u64::from_be_bytes(iv[4..].try_into().unwrap());
+        let kernel = u64::from_be_bytes(v[4..12].try_into().unwrap());
+        assert_eq!(kernel, explicit ^ (1 << 63));
+        for rustls_seq in 0..1024u64 {
+            for kernel_record in 0..1024u64 {
+                assert_ne!(kernel.wrapping_add(kernel_record), explicit ^ rustls_seq);
+            }
+        }
+        // TLS 1.3 sending XORs like rustls does, from the sequence number: as it is.
+        let v = crypto_info(TLS_1_3, TlsDir::Tx, 5, &aes256).unwrap();
+        assert_eq!(&v[4..12], &iv[4..]);
         let chacha = ConnectionTrafficSecrets::Chacha20Poly1305 {
             key: rustls::crypto::cipher::AeadKey::from([3u8; 32]),
             iv: rustls::crypto::cipher::Iv::new(iv),
         };
-        let v = crypto_info(TLS_1_3, 1, &chacha).unwrap();
+        let v = crypto_info(TLS_1_3, TlsDir::Tx, 1, &chacha).unwrap();
         assert_eq!(v.len(), 56);
         assert_eq!(&v[4..16], &iv, "the whole nonce as IV, no salt");
         assert_eq!(&v[16..48], &[3u8; 32]);

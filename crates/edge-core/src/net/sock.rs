@@ -23,6 +23,8 @@ pub struct Sock {
     /// Kernel TLS: the kernel decrypts what we read (control records come apart, see
     /// [`sys::recv_tls`]) and encrypts what we write and `sendfile`.
     ktls: bool,
+    /// kTLS: close_notify went out (on the first shutdown).
+    close_notify_sent: bool,
 }
 
 enum State {
@@ -44,6 +46,7 @@ impl Sock {
         Sock {
             state: State::Raw(s),
             ktls: false,
+            close_notify_sent: false,
         }
     }
 
@@ -52,6 +55,7 @@ impl Sock {
         Sock {
             state: State::Reg(s),
             ktls: false,
+            close_notify_sent: false,
         }
     }
 
@@ -61,6 +65,7 @@ impl Sock {
         Sock {
             state: State::Reg(s),
             ktls: true,
+            close_notify_sent: false,
         }
     }
 
@@ -346,7 +351,17 @@ impl AsyncWrite for Sock {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().state {
+        let this = self.get_mut();
+        if this.ktls && !std::mem::replace(&mut this.close_notify_sent, true) {
+            // The TLS session ends with close_notify (rustls sends one in user space),
+            // so that the client can tell the end of a response that runs until the
+            // close from a cut one. Best effort: with the socket buffer full there is
+            // no room for it, and the connection ends anyway.
+            if let Ok(fd) = this.fd() {
+                let _ = retry_eintr(|| sys::send_tls_record(fd, sys::TLS_ALERT, &[1, 0]));
+            }
+        }
+        match &mut this.state {
             State::Raw(s) => Poll::Ready(s.shutdown(std::net::Shutdown::Write)),
             State::Reg(t) => Pin::new(t).poll_shutdown(cx),
             State::Closed => Poll::Ready(Err(closed())),

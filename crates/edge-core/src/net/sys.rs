@@ -189,6 +189,45 @@ pub fn set_tls_keys(fd: RawFd, dir: TlsDir, info: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// `TLS_SET_RECORD_TYPE`: the control message that makes kTLS send a record of
+/// another content type than application data.
+const TLS_SET_RECORD_TYPE: libc::c_int = 1;
+
+/// Sends one TLS record of `content_type` with `payload` through kTLS (the kernel
+/// encrypts it with the session's keys): a close_notify alert before a connection ends.
+pub fn send_tls_record(fd: RawFd, content_type: u8, payload: &[u8]) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
+    // Room for one cmsghdr and its 1-byte payload, 8-byte aligned.
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is a valid empty one; we fill in the pointers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is arithmetic on a constant length.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(1) } as _;
+    // SAFETY: `control` is 32 bytes, 8-byte aligned, and CMSG_SPACE(1) (24 on 64-bit
+    // Linux) fits in it, so CMSG_FIRSTHDR is a valid header inside it and CMSG_DATA
+    // has room for the one byte written.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_TLS;
+        (*c).cmsg_type = TLS_SET_RECORD_TYPE;
+        (*c).cmsg_len = libc::CMSG_LEN(1) as _;
+        *libc::CMSG_DATA(c) = content_type;
+    }
+    // SAFETY: `msg` points at one iovec over `payload` (read only by the kernel, of its
+    // length) and at `control` (of the length given); all live for the call.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// TLS record content types (RFC 8446 5.1).
 pub const TLS_ALERT: u8 = 21;
 pub const TLS_HANDSHAKE: u8 = 22;
@@ -253,9 +292,18 @@ pub fn recv_tls(fd: RawFd, buf: &mut tokio::io::ReadBuf<'_>) -> io::Result<TlsRe
         buf.advance(n);
         return Ok(TlsRead::Data);
     }
+    if n < 2 {
+        // An alert is two bytes, a handshake message's type and length more: a shorter
+        // control record (or a read buffer too small for it) must not pass for a
+        // close_notify.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a TLS record of type {content_type} with {n} byte(s) read"),
+        ));
+    }
     let mut first = [0u8; 2];
-    for (i, b) in first.iter_mut().enumerate().take(n) {
-        // SAFETY: recvmsg initialized the first `n` bytes of `dst`.
+    for (i, b) in first.iter_mut().enumerate() {
+        // SAFETY: recvmsg initialized the first `n` (>= 2) bytes of `dst`.
         *b = unsafe { dst[i].assume_init() };
     }
     Ok(TlsRead::Control {
