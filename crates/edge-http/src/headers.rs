@@ -357,7 +357,7 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Trims optional whitespace (SP / HTAB) at both ends.
-pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

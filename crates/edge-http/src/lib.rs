@@ -50,7 +50,7 @@ pub use encode::{
     LAST_CHUNK,
 };
 pub use error::{ErrorKind, ParseError};
-pub use headers::HeaderMap;
+pub use headers::{trim_ows, HeaderMap};
 pub use limits::{
     Limits, DEFAULT_MAX_BODY, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_REQUEST_LINE,

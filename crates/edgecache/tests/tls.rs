@@ -375,44 +375,34 @@ fn ktls_carries_hits_or_falls_back_with_one_log_line() {
     let conns = rt().block_on(async {
         let mut conns = 0u64;
         let h1 = client_config(&pki.ca_path(), &[b"http/1.1"]);
-        for path in [
-            "/obj/100k/3",
-            "/obj/100k/3",
-            "/obj/1k/4",
-            "/obj/1k/4",
-            "/obj/1m/5",
-            "/obj/1m/5",
-        ] {
-            let tls = connect(addr, "a.example", &h1).await.unwrap();
-            conns += 1;
-            let (r, ending) = h1_get_ending(tls, "a.example", path).await;
-            assert_eq!(r.status, 200, "{path}");
-            assert_eq!(
-                r.header("x-checksum"),
-                Some(xxh3(&r.body).as_str()),
-                "{path}"
-            );
-            // The session ends with close_notify, from the kernel as from rustls.
-            assert!(ending.is_ok(), "{path}: {ending:?}");
-        }
         // TLS 1.2 too (its AES-GCM nonces are the kernel's own once it sends).
         let tls12 =
             client_config_versions(&pki.ca_path(), &[b"http/1.1"], &[&rustls::version::TLS12]);
-        for path in ["/obj/1k/4", "/obj/100k/3", "/obj/1m/5"] {
-            let tls = connect(addr, "a.example", &tls12).await.unwrap();
-            assert_eq!(
-                tls.get_ref().1.protocol_version(),
-                Some(rustls::ProtocolVersion::TLSv1_2)
-            );
+        let tls13 = Some(rustls::ProtocolVersion::TLSv1_3);
+        let v12 = Some(rustls::ProtocolVersion::TLSv1_2);
+        for (cfg, version, path) in [
+            (&h1, tls13, "/obj/100k/3"),
+            (&h1, tls13, "/obj/100k/3"),
+            (&h1, tls13, "/obj/1k/4"),
+            (&h1, tls13, "/obj/1k/4"),
+            (&h1, tls13, "/obj/1m/5"),
+            (&h1, tls13, "/obj/1m/5"),
+            (&tls12, v12, "/obj/1k/4"),
+            (&tls12, v12, "/obj/100k/3"),
+            (&tls12, v12, "/obj/1m/5"),
+        ] {
+            let tls = connect(addr, "a.example", cfg).await.unwrap();
+            assert_eq!(tls.get_ref().1.protocol_version(), version, "{path}");
             conns += 1;
             let (r, ending) = h1_get_ending(tls, "a.example", path).await;
-            assert_eq!(r.status, 200, "TLS 1.2 {path}");
+            assert_eq!(r.status, 200, "{version:?} {path}");
             assert_eq!(
                 r.header("x-checksum"),
                 Some(xxh3(&r.body).as_str()),
-                "TLS 1.2 {path}"
+                "{version:?} {path}"
             );
-            assert!(ending.is_ok(), "TLS 1.2 {path}: {ending:?}");
+            // The session ends with close_notify, from the kernel as from rustls.
+            assert!(ending.is_ok(), "{version:?} {path}: {ending:?}");
         }
         let mut tls = connect(addr, "a.example", &h1).await.unwrap();
         conns += 1;

@@ -12,8 +12,7 @@
 //! Defences (each counted in [`crate::metrics::H2Stats`]):
 //! - at most [`MAX_CONCURRENT_STREAMS`] streams per connection, and as many stream
 //!   runners: a stream the client resets keeps its slot until its runner is done with
-//!   it, so
-//!   resetting streams cannot start more work than the limit (rapid reset,
+//!   it, so resetting streams cannot start more work than the limit (rapid reset,
 //!   CVE-2023-44487); a client that resets more than [`RESET_FLOOD`] streams, and more
 //!   than half of its streams, gets GOAWAY ENHANCE_YOUR_CALM;
 //! - the header list (after HPACK decoding) is bounded by `client_max_header_size`, so
@@ -304,7 +303,7 @@ const PASS_THROUGH: usize = 4 * 1024;
 /// The connection's socket as the `h2` crate sees it: writes are gathered, and while
 /// the connection task polls the crate for new streams ([`Gather::defer`]) its flushes
 /// are put off, so that what it writes in one poll leaves in one write when the poll is
-/// over ([`Gather::poll_drain`], called by [`serve`]). Without it every response of
+/// over ([`poll_accept_gathered`]). Without it every response of
 /// 256 bytes or more was its own write: the crate holds one such DATA payload at a time
 /// and flushes the socket before it takes the next.
 struct Coalesce<T>(Rc<RefCell<Gather<T>>>);
@@ -441,7 +440,7 @@ fn poll_accept_gathered<T: AsyncRead + AsyncWrite + Unpin>(
     gather: &RefCell<Gather<T>>,
     stats: &H2Stats,
     cx: &mut Context<'_>,
-) -> Poll<Option<Result<Accepted, h2::Error>>> {
+) -> Poll<Option<Result<Job, h2::Error>>> {
     gather.borrow_mut().defer = true;
     let r = conn.poll_accept(cx);
     let mut g = gather.borrow_mut();
@@ -457,8 +456,6 @@ fn poll_accept_gathered<T: AsyncRead + AsyncWrite + Unpin>(
     }
     r
 }
-
-type Accepted = (http::Request<RecvStream>, SendResponse<Bytes>);
 
 /// Serves one stream: hands it to an idle runner of the connection, or starts one.
 fn start_stream<S: Service + 'static>(
@@ -491,7 +488,7 @@ impl Drop for RetireOnDrop<'_> {
 
 /// Tells the connection's idle runners to end: it has no stream open (an idle HTTP/2
 /// connection holds no runner, nor its stream's state) or it is gone.
-pub(super) fn retire_runners(state: &ConnState) {
+fn retire_runners(state: &ConnState) {
     for r in state.idle_runners.borrow_mut().drain(..) {
         r.end();
     }

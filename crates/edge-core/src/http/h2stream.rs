@@ -351,10 +351,10 @@ impl StreamIo {
     /// the stream ended, if the body is complete).
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
+            let pending = self.pending();
             let Tx::Body(s) = &mut self.tx else {
                 return Poll::Ready(Ok(()));
             };
-            let pending = self.out_shared.len() + self.out.len();
             if pending == 0 {
                 if self.out_done {
                     if let Err(e) = s.send_data(Bytes::new(), true) {
@@ -467,13 +467,14 @@ impl StreamIo {
         buf: &[u8],
         shared: Option<&Bytes>,
     ) -> Poll<io::Result<usize>> {
-        if self.out_shared.len() + self.out.len() >= PENDING_HIGH {
+        if self.pending() >= PENDING_HIGH {
             ready!(self.poll_drain(cx))?;
         }
         let Some(dec) = self.body.as_mut() else {
             return Poll::Ready(Err(broken("body without a head")));
         };
         let mut used = 0;
+        // (`self.pending()`, spelt out: the decoder borrows `self.body`.)
         while used < buf.len()
             && self.out_shared.len() + self.out.len() < PENDING_HIGH
             && !self.out_done
@@ -613,6 +614,11 @@ impl AsyncWrite for StreamIo {
 }
 
 impl StreamIo {
+    /// Decoded body bytes not yet sent.
+    fn pending(&self) -> usize {
+        self.out_shared.len() + self.out.len()
+    }
+
     /// Whether the body written so far is the whole body: its framing said so, or it
     /// runs until the end of the response (no length, not chunked).
     fn body_complete(&self) -> bool {
@@ -692,7 +698,7 @@ impl ResponseHead {
                 return Err(broken("response head has too many fields"));
             }
             let colon = memchr::memchr(b':', line).ok_or_else(bad)?;
-            let value = trim_ows(&line[colon + 1..]);
+            let value = edge_http::trim_ows(&line[colon + 1..]);
             // A name that is not a valid field name is left out, as before HTTP/2.
             let Some(name) = memo.lookup(&line[..colon]) else {
                 continue;
@@ -744,16 +750,6 @@ fn split_line(b: &[u8]) -> Option<(&[u8], &[u8])> {
     let lf = memchr::memchr(b'\n', b)?;
     let line = b[..lf].strip_suffix(b"\r")?;
     Some((line, &b[lf + 1..]))
-}
-
-fn trim_ows(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = v {
-        v = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = v {
-        v = rest;
-    }
-    v
 }
 
 /// What a response field name is to HTTP/2.

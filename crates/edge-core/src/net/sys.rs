@@ -117,20 +117,18 @@ pub fn has_pending(l: &std::net::TcpListener) -> bool {
     unsafe { libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLIN != 0 }
 }
 
-/// `SO_INCOMING_CPU` on a listening socket of a reuseport group: since Linux 6.2 the
-/// kernel hands a connection to the group's socket whose value is the CPU that
-/// received it (else it falls back to the hash).
-pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()> {
-    let v = libc::c_int::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
-    // SAFETY: `l` is an open socket we borrow; the option value is a live c_int of the
-    // length we pass.
+/// `setsockopt(2)` with an option value given as its bytes (a `c_int`'s native-endian
+/// bytes, a name, a kernel struct laid out as the kernel wants it).
+fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `fd` is a socket the caller borrows; `value` is live for the call and we
+    // pass its exact length (the kernel checks it against what the option takes).
     let r = unsafe {
         libc::setsockopt(
-            l.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_INCOMING_CPU,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            fd,
+            level,
+            name,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
         )
     };
     if r < 0 {
@@ -139,25 +137,24 @@ pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()>
     Ok(())
 }
 
+/// `SO_INCOMING_CPU` on a listening socket of a reuseport group: since Linux 6.2 the
+/// kernel hands a connection to the group's socket whose value is the CPU that
+/// received it (else it falls back to the hash).
+pub fn set_incoming_cpu(l: &std::net::TcpListener, cpu: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
+    setsockopt(
+        l.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_INCOMING_CPU,
+        &v.to_ne_bytes(),
+    )
+}
+
 /// `TCP_ULP` "tls": the kernel's TLS layer on an established connection (kTLS). Until
 /// keys are given ([`set_tls_keys`]) the socket still carries plain bytes. ENOENT: the
 /// kernel has no `tls` module.
 pub fn set_tcp_ulp_tls(fd: RawFd) -> io::Result<()> {
-    let name = b"tls";
-    // SAFETY: `fd` is a socket the caller borrows; the option value is 3 live bytes.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_TCP,
-            libc::TCP_ULP,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    setsockopt(fd, libc::SOL_TCP, libc::TCP_ULP, b"tls")
 }
 
 /// Which way a kTLS key is for.
@@ -172,21 +169,7 @@ pub enum TlsDir {
 /// `SOL_TLS`, `TLS_TX` or `TLS_RX`: hands the kernel a `tls12_crypto_info_*` struct
 /// (`info`, exactly as the kernel lays it out) after [`set_tcp_ulp_tls`].
 pub fn set_tls_keys(fd: RawFd, dir: TlsDir, info: &[u8]) -> io::Result<()> {
-    // SAFETY: `fd` is a socket the caller borrows; `info` is live for the call and we
-    // pass its exact length (the kernel checks it against the cipher's struct size).
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_TLS,
-            dir as libc::c_int,
-            info.as_ptr().cast(),
-            info.len() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    setsockopt(fd, libc::SOL_TLS, dir as libc::c_int, info)
 }
 
 /// `TLS_SET_RECORD_TYPE`: the control message that makes kTLS send a record of
@@ -317,21 +300,12 @@ pub fn recv_tls(fd: RawFd, buf: &mut tokio::io::ReadBuf<'_>) -> io::Result<TlsRe
 /// anyway); 0 turns it off.
 pub fn set_defer_accept(l: &std::net::TcpListener, secs: u32) -> io::Result<()> {
     let v = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `l` is an open socket we borrow; the option value is a live c_int of the
-    // length we pass.
-    let r = unsafe {
-        libc::setsockopt(
-            l.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    setsockopt(
+        l.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        &v.to_ne_bytes(),
+    )
 }
 
 /// Closes with RST (`SO_LINGER` 0), so a client cannot mistake a cut response for a

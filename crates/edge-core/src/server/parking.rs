@@ -80,7 +80,7 @@ impl Parking {
 
     /// Park `conn`. Returns it back when it is readable already (the caller resumes it
     /// at once).
-    pub fn park(&self, conn: Parked) -> Option<Parked> {
+    pub fn park(&self, mut conn: Parked) -> Option<Parked> {
         let slot = match self.free.borrow_mut().pop() {
             Some(i) => i,
             None => {
@@ -102,7 +102,6 @@ impl Parking {
         // Registers `waker` for the socket's next readiness (or says it is ready now).
         // Parked connections are TCP or TLS, both with a socket (an HTTP/2 stream is
         // never parked, and would count as readable: served at once).
-        let mut conn = conn;
         let ready = conn
             .io
             .poll_read_ready(&mut Context::from_waker(&waker))
