@@ -64,7 +64,9 @@ impl ThreadPool {
     }
 
     /// [`ThreadPool::named`] with `on_start(i)` run first on thread `i` (to pin it to a
-    /// CPU, say).
+    /// CPU, say). Returns once every thread has run `on_start` and is taking jobs, so
+    /// the pool is whole when it is first used: names, pinning and count are in place
+    /// (a thread not yet scheduled still bears its creator's name).
     pub fn named_with(
         name: &str,
         stack: usize,
@@ -84,9 +86,11 @@ impl ThreadPool {
             max_queue,
             kind: queue,
         };
+        let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
         for i in 0..threads.max(1) {
             let shared = shared.clone();
             let on_start = on_start.clone();
+            let ready_tx = ready_tx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .stack_size(stack)
@@ -94,11 +98,22 @@ impl ThreadPool {
                     if let Some(f) = on_start {
                         f(i);
                     }
+                    // The creator may have given up (a later thread failed to start).
+                    let _ = ready_tx.send(());
+                    drop(ready_tx);
                     pool_thread(&shared)
                 })
                 .map_err(|e| io::Error::new(e.kind(), format!("pthread_create() failed: {e}")))?;
             // On error, dropping `pool` stops and joins the threads started so far.
             pool.threads.push(t);
+        }
+        drop(ready_tx);
+        // One message per thread; a thread that died in `on_start` drops its sender
+        // unsent, and the loop ends early instead of waiting for it forever.
+        for _ in 0..pool.threads.len() {
+            if ready.recv().is_err() {
+                break;
+            }
         }
         Ok(Arc::new(pool))
     }

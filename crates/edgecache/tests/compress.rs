@@ -395,17 +395,10 @@ fn offload_runs_on_the_compress_threads_and_inline_does_not() {
         ALL,
     );
     identity_body(&off.get("/txt/64k/9", &["Accept-Encoding: gzip"]));
-    // A new thread names itself once it runs: allow it a moment.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let names = thread_names(off.pid);
-        let pool = names.iter().filter(|n| n.starts_with("compress-")).count();
-        if pool == 2 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{names:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The pool is whole once started: every thread runs and bears its name.
+    let names = thread_names(off.pid);
+    let pool = names.iter().filter(|n| n.starts_with("compress-")).count();
+    assert_eq!(pool, 2, "{names:?}");
     // `cpus = [0]`: every pool thread is pinned there.
     for t in std::fs::read_dir(format!("/proc/{}/task", off.pid))
         .unwrap()
