@@ -183,6 +183,64 @@ fn blocking_wakes_acceptors_in_fifo_order() {
     assert_eq!(spread, [2, 2, 2], "before {before:?}, after {after:?}");
 }
 
+/// Seed 004's point: a worker busy with CPU-heavy work is not accepting, so new
+/// connections go to the free one. For the strategies that accept on threads, each
+/// acceptor waits for its worker to come round its loop before it accepts again: while
+/// one worker burns a second on a request, every short request is served by the other,
+/// before the long one ends.
+#[test]
+fn threaded_acceptors_leave_new_connections_to_free_workers() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for strategy in ["blocking", "mutex", "exclusive"] {
+        let slow = "[[location]]\nprefix = \"/slow\"\nreturn = { status = 200, body = \"slow\", burn_us = 1000000 }\n";
+        let s = start_with(&format!("workers = 2\naccept = \"{strategy}\""), "", slow);
+        // Every acceptor has been round once.
+        for _ in 0..4 {
+            assert_eq!(get(s.listen, "/", &["Connection: close"]).status, 200);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let long = {
+            let (done, addr) = (done.clone(), s.listen);
+            std::thread::spawn(move || {
+                let r = get(addr, "/slow", &["Connection: close"]);
+                done.store(true, Ordering::SeqCst);
+                r
+            })
+        };
+        // Until the slow request is on a worker (its connection is the only one open).
+        let busy = loop {
+            let st = status(&s);
+            let w = st["workers"].as_array().unwrap();
+            if let Some(i) = w.iter().position(|w| w["active"].as_u64() == Some(1)) {
+                break i;
+            }
+            assert!(
+                !long.is_finished(),
+                "{strategy}: the slow request went by unseen"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let before = accepted_per_worker(&s);
+        for _ in 0..6 {
+            let r = get(s.listen, "/", &["Connection: close"]);
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        }
+        let answered_first = !done.load(Ordering::SeqCst);
+        let after = accepted_per_worker(&s);
+        let r = long.join().unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"slow"[..]));
+        assert!(
+            answered_first,
+            "{strategy}: short requests waited for the busy worker {busy}: {before:?} -> {after:?}"
+        );
+        assert_eq!(
+            after[busy], before[busy],
+            "{strategy}: the busy worker {busy} took none: {before:?} -> {after:?}"
+        );
+    }
+}
+
 #[test]
 fn reuseport_steering_by_cpu_serves_and_shows_in_status() {
     let s = start(

@@ -18,18 +18,81 @@
 //!
 //! tokio cannot register a socket with EPOLLEXCLUSIVE and has no accept mutex, so the
 //! last three strategies accept on small threads below the runtime; the worker receives
-//! ready connections from a bounded channel. A full channel blocks its accept thread,
-//! which stops taking connections for a busy worker.
+//! ready connections from a bounded channel.
+//!
+//! An accept thread takes its next connection only once its worker has taken the last
+//! one and come round its loop (the [`Turn`]): a worker busy with CPU-heavy work is not
+//! in accept(), exactly as an nginx worker or a seed-004 worker that blocks in accept()
+//! itself is not, so the kernel gives the connection to an acceptor whose worker is free.
+//! Without this, an acceptor handed connections to its busy worker as fast as they came
+//! and the strategies balanced nothing but the hand-off.
 
 use super::listener::{bind_listener, Blocking, ListenSpec, PortSharing};
 use super::sys::Epoll;
 use crate::config::AcceptKind;
 use std::io;
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A connection accepted below the runtime: already non-blocking, with its peer and the
-/// index of its `[[listen]]` (which says whether it speaks TLS).
-pub type Accepted = (std::net::TcpStream, std::net::SocketAddr, usize);
+/// index of its `[[listen]]` (which says whether it speaks TLS), and its accept thread's
+/// turn: the thread accepts again once every `Accepted` it handed over is dropped, which
+/// the worker does after it has served the connection's first poll and let its other
+/// ready tasks run.
+pub struct Accepted {
+    pub stream: std::net::TcpStream,
+    pub peer: std::net::SocketAddr,
+    pub listen: usize,
+    pub turn: TurnTicket,
+}
+
+/// One accept thread's hand-offs not yet taken round by its worker: the thread waits
+/// for none before it accepts again.
+struct Turn {
+    outstanding: AtomicUsize,
+    thread: std::thread::Thread,
+}
+
+/// A hand-off outstanding on its accept thread's turn; dropping it ends it.
+pub struct TurnTicket(Arc<Turn>);
+
+impl Turn {
+    /// The turn of the calling thread (the accept thread).
+    fn new() -> Arc<Turn> {
+        Arc::new(Turn {
+            outstanding: AtomicUsize::new(0),
+            thread: std::thread::current(),
+        })
+    }
+
+    fn ticket(self: &Arc<Turn>) -> TurnTicket {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        TurnTicket(self.clone())
+    }
+
+    /// Waits (on the accept thread) until the worker has taken round every hand-off;
+    /// false once the worker is gone (shutdown: its channel is closed).
+    fn wait(&self, tx: &Handoff) -> bool {
+        while self.outstanding.load(Ordering::Acquire) > 0 {
+            if tx.is_closed() {
+                return false;
+            }
+            // A ticket dropped between the load and the park unparks first: park then
+            // returns at once. The timeout only bounds how late a shutdown is noticed.
+            std::thread::park_timeout(std::time::Duration::from_millis(100));
+        }
+        !tx.is_closed()
+    }
+}
+
+impl Drop for TurnTicket {
+    fn drop(&mut self) {
+        if self.0.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.thread.unpark();
+        }
+    }
+}
 
 /// What one worker accepts from.
 pub enum WorkerAcceptor {
@@ -130,11 +193,9 @@ impl AcceptStrategy for Shared {
     }
 }
 
-/// Connections queued between an accept thread and its worker before accept() pauses.
-/// Measured (docs/results/accept-tail.md): a queue of 2, so that a busy worker's
-/// acceptor stops taking connections, unbalanced keep-alive connections badly on this
-/// 2-core machine (blocking's p50 went from 1.4 ms to 650 ms) without helping short
-/// ones; so the queue stays deep and the kernel's wake-up order decides.
+/// Bound of the channel between an accept thread and its worker. The [`Turn`] keeps
+/// what is queued to one accept round (one connection, or with `multi_accept` every one
+/// that was waiting), so this is only a backstop.
 const HANDOFF_QUEUE: usize = 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -227,13 +288,24 @@ fn blocking_loop(
     mutex: Option<&std::sync::Mutex<()>>,
     multi: bool,
 ) {
+    let turn = Turn::new();
     let mut batch = Vec::new();
     loop {
+        // Not while the worker is busy: another acceptor (or mutex holder) whose worker
+        // is free takes the connection.
+        if !turn.wait(tx) {
+            return;
+        }
         {
             let _held = mutex.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
             loop {
                 match super::sys::accept_nonblocking(sock) {
-                    Ok((c, peer)) => batch.push((c, peer, index)),
+                    Ok((stream, peer)) => batch.push(Accepted {
+                        stream,
+                        peer,
+                        listen: index,
+                        turn: turn.ticket(),
+                    }),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         accept_failed(&e);
@@ -256,8 +328,6 @@ fn blocking_loop(
                 }
             }
         }
-        // A full queue blocks this thread, which stops it accepting: the kernel (or the
-        // mutex) then hands the next connection to another acceptor.
         for c in batch.drain(..) {
             if tx.blocking_send(c).is_err() {
                 return; // worker gone: shutting down
@@ -269,7 +339,11 @@ fn blocking_loop(
 /// `exclusive`: epoll_wait (EPOLLEXCLUSIVE), then accept one connection, or with
 /// `multi` every waiting one (until EAGAIN).
 fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff, multi: bool) {
+    let turn = Turn::new();
     loop {
+        if !turn.wait(tx) {
+            return;
+        }
         let ready = match ep.wait() {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -284,8 +358,14 @@ fn exclusive_loop(ep: &Epoll, socks: &[TcpListener], tx: &Handoff, multi: bool) 
             };
             loop {
                 match super::sys::accept_nonblocking(sock) {
-                    Ok((c, peer)) => {
-                        if tx.blocking_send((c, peer, idx as usize)).is_err() {
+                    Ok((stream, peer)) => {
+                        let a = Accepted {
+                            stream,
+                            peer,
+                            listen: idx as usize,
+                            turn: turn.ticket(),
+                        };
+                        if tx.blocking_send(a).is_err() {
                             return;
                         }
                         if !multi {
@@ -354,10 +434,11 @@ mod tests {
                                 }
                             }
                             WorkerAcceptor::Channel(rx) => {
-                                if let Ok((s, peer, listen)) = rx.try_recv() {
-                                    assert_eq!(listen, 0);
-                                    assert_eq!(peer, c.local_addr().unwrap(), "the peer");
-                                    got = Some(s);
+                                // Dropping the hand-off lets its thread accept again.
+                                if let Ok(a) = rx.try_recv() {
+                                    assert_eq!(a.listen, 0);
+                                    assert_eq!(a.peer, c.local_addr().unwrap(), "the peer");
+                                    got = Some(a.stream);
                                 }
                             }
                         }

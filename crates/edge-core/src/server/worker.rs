@@ -448,8 +448,19 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
             _ = shutdown.changed() => return,
         };
         // Accepted non-blocking, with its peer (accept4): no syscall here.
-        let Some((s, peer, listen)) = s else { return };
-        w.admit(s, peer, listen);
+        let Some(a) = s else { return };
+        let crate::net::Accepted {
+            stream,
+            peer,
+            listen,
+            turn,
+        } = a;
+        w.admit(stream, peer, listen);
+        // The accept thread takes its next connection once this worker has let its
+        // other ready tasks run: a worker busy with them is not accepting, and the
+        // kernel gives the next connection to an acceptor whose worker is free.
+        requeue().await;
+        drop(turn);
     }
 }
 
