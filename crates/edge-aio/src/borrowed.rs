@@ -168,11 +168,7 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         f.write_all(&data).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
+        let (rt, local) = crate::test_runtime();
         for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
             let engine = super::test_engine(mode, QueueKind::Mutex);
             local.block_on(&rt, async {
@@ -208,11 +204,7 @@ mod blocking_tests {
 
     #[test]
     fn blocking_jobs_run_off_the_loop_return_values_and_survive_panics() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
+        let (rt, local) = crate::test_runtime();
         for (mode, e) in engines() {
             local.block_on(&rt, async {
                 let me = std::thread::current().id();
@@ -256,11 +248,7 @@ mod sendfile_tests {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&data).unwrap();
         let f = Arc::new(f);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
+        let (rt, local) = crate::test_runtime();
         for mode in [Mode::Off, Mode::Threads, Mode::IoUring, Mode::Auto] {
             let engine = super::test_engine(mode, QueueKind::Mutex);
             let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -307,6 +307,17 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A current-thread runtime with I/O and timers, and a `LocalSet` to run on it: where
+/// the engines' driver tasks live in unit tests.
+#[cfg(test)]
+pub(crate) fn test_runtime() -> (tokio::runtime::Runtime, tokio::task::LocalSet) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    (rt, tokio::task::LocalSet::new())
+}
+
 #[cfg(test)]
 mod offload_tests {
     use super::*;
@@ -315,11 +326,7 @@ mod offload_tests {
     /// an error, not a crash.
     #[test]
     fn offload_jobs_run_on_the_named_pool_and_come_back() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
+        let (rt, local) = crate::test_runtime();
         let pool = ThreadPool::named("ztest", 1 << 20, 2, 8, QueueKind::LockFree).unwrap();
         let off = Offload::new(pool).unwrap();
         local.block_on(&rt, async {

@@ -43,6 +43,9 @@ pub struct ThreadPool {
     threads: Vec<JoinHandle<()>>,
     max_queue: usize,
     kind: QueueKind,
+    /// One message from each thread once it has run `on_start`; taken by
+    /// [`ThreadPool::wait_started`].
+    started: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl ThreadPool {
@@ -64,9 +67,7 @@ impl ThreadPool {
     }
 
     /// [`ThreadPool::named`] with `on_start(i)` run first on thread `i` (to pin it to a
-    /// CPU, say). Returns once every thread has run `on_start` and is taking jobs, so
-    /// the pool is whole when it is first used: names, pinning and count are in place
-    /// (a thread not yet scheduled still bears its creator's name).
+    /// CPU, say). Returns at once: see [`ThreadPool::wait_started`].
     pub fn named_with(
         name: &str,
         stack: usize,
@@ -80,13 +81,14 @@ impl ThreadPool {
             queue: JobQueue::new(queue, max_queue),
             stop: AtomicBool::new(false),
         });
+        let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
         let mut pool = ThreadPool {
             shared: shared.clone(),
             threads: Vec::new(),
             max_queue,
             kind: queue,
+            started: Mutex::new(Some(ready)),
         };
-        let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
         for i in 0..threads.max(1) {
             let shared = shared.clone();
             let on_start = on_start.clone();
@@ -107,15 +109,30 @@ impl ThreadPool {
             // On error, dropping `pool` stops and joins the threads started so far.
             pool.threads.push(t);
         }
-        drop(ready_tx);
+        Ok(Arc::new(pool))
+    }
+
+    /// Waits until every thread has run `on_start` and is taking jobs, so that the
+    /// pool is whole: names, pinning and count in place (a thread not yet scheduled
+    /// still bears its creator's name). For start-up only, never on an event loop: a
+    /// thread's `on_start` may lower its own priority (SCHED_IDLE), and such a thread
+    /// may wait long for a CPU.
+    pub fn wait_started(&self) {
+        let Some(ready) = self
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return;
+        };
         // One message per thread; a thread that died in `on_start` drops its sender
         // unsent, and the loop ends early instead of waiting for it forever.
-        for _ in 0..pool.threads.len() {
+        for _ in 0..self.threads.len() {
             if ready.recv().is_err() {
                 break;
             }
         }
-        Ok(Arc::new(pool))
     }
 
     pub fn threads(&self) -> usize {
@@ -210,6 +227,9 @@ impl SharedPool {
             return Ok(pool.clone());
         }
         let pool = ThreadPool::new(self.threads, self.max_queue, self.queue)?;
+        // Engines are made when workers start, before they serve: the pool is whole
+        // before the first read.
+        pool.wait_started();
         *p = Some(pool.clone());
         Ok(pool)
     }

@@ -199,6 +199,22 @@ fn threaded_acceptors_leave_new_connections_to_free_workers() {
         for _ in 0..4 {
             assert_eq!(get(s.listen, "/", &["Connection: close"]).status, 200);
         }
+        // The warm-up connections are closed on the server's side too.
+        let idle = |st: &serde_json::Value| {
+            st["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["active"].as_u64() == Some(0))
+        };
+        let t0 = Instant::now();
+        while !idle(&status(&s)) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "connections left open"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let done = Arc::new(AtomicBool::new(false));
         let long = {
             let (done, addr) = (done.clone(), s.listen);

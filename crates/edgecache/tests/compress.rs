@@ -181,7 +181,9 @@ fn a_copy_is_made_once_and_hits_never_compress_again() {
 
 #[test]
 fn concurrent_first_requests_make_one_copy() {
-    let e = edge("", ALL);
+    // Normal priority: at idle priority a copy made while the machine is saturated
+    // (a loaded test machine) waits for spare CPU (docs/compression.md).
+    let e = edge("[compress_pool]\npriority = \"normal\"\n", ALL);
     let warm = e.get("/txt/1m/3", &[]);
     let plain = identity_body(&warm);
     let addr = e.addr;
@@ -294,10 +296,15 @@ fn purge_removes_every_copy_and_revalidation_keeps_them() {
     assert_eq!(coding_of(&r), Some(Coding::Gzip));
     assert_eq!(xcs(&r), "REVALIDATED");
     identity_body(&r);
+    // Hits (or, on a machine slow enough for max-age=1 to pass again, revalidations):
+    // either way from the stored copies.
+    let fresh = |r: &Response| ["HIT", "REVALIDATED"].contains(&xcs(r));
     let r = e.get(path, &["Accept-Encoding: gzip"]);
-    assert_eq!((xcs(&r), coding_of(&r)), ("HIT", Some(Coding::Gzip)));
+    assert!(fresh(&r), "{}", xcs(&r));
+    assert_eq!(coding_of(&r), Some(Coding::Gzip));
     let br = e.get(path, &["Accept-Encoding: br"]);
-    assert_eq!((xcs(&br), coding_of(&br)), ("HIT", Some(Coding::Br)));
+    assert!(fresh(&br), "{}", xcs(&br));
+    assert_eq!(coding_of(&br), Some(Coding::Br));
     assert_eq!(
         e.metric("edgecache_compress_variants_stored_total"),
         2,
@@ -315,7 +322,15 @@ fn purge_removes_every_copy_and_revalidation_keeps_them() {
     assert_eq!(coding_of(&br), Some(Coding::Br));
     identity_body(&br);
     assert_eq!(e.metric("edgecache_compress_variants_stored_total"), 4);
-    assert_eq!(e.origin_count(), before + 1, "refetched once");
+    // Refetched once; on a slow machine the new object (max-age=1) may expire before
+    // the br request, which then revalidates it: the header says so.
+    let revalidated = u64::from(xcs(&br) == "REVALIDATED");
+    assert_eq!(
+        e.origin_count(),
+        before + 1 + revalidated,
+        "refetched once ({})",
+        xcs(&br)
+    );
 }
 
 #[test]
@@ -395,25 +410,36 @@ fn offload_runs_on_the_compress_threads_and_inline_does_not() {
         ALL,
     );
     identity_body(&off.get("/txt/64k/9", &["Accept-Encoding: gzip"]));
-    // The pool is whole once started: every thread runs and bears its name.
-    let names = thread_names(off.pid);
-    let pool = names.iter().filter(|n| n.starts_with("compress-")).count();
-    assert_eq!(pool, 2, "{names:?}");
-    // `cpus = [0]`: every pool thread is pinned there.
-    for t in std::fs::read_dir(format!("/proc/{}/task", off.pid))
-        .unwrap()
-        .flatten()
-    {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim().starts_with("compress-") {
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
-            let allowed = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .unwrap()
-                .trim();
-            assert_eq!(allowed, "0", "{comm}");
+    // The pool starts on the first compression without waiting for its threads (the
+    // worker must not: they may run at idle priority). Each names itself and pins
+    // itself to CPU 0 (`cpus = [0]`) as it starts: allow them a moment.
+    let allowed = |t: &std::path::Path| {
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|c| c.trim().to_string())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pool: Vec<Option<String>> = std::fs::read_dir(format!("/proc/{}/task", off.pid))
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim().starts_with("compress-"))
+            })
+            .map(|t| allowed(&t.path()))
+            .collect();
+        if pool.len() == 2 && pool.iter().all(|c| c.as_deref() == Some("0")) {
+            break;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pool:?} in {:?}",
+            thread_names(off.pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
     assert!(off.metric("edgecache_compress_cpu_nanoseconds_total") > 0);
 
