@@ -66,6 +66,33 @@ pub fn free_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
+/// Why a started process is not listening ([`Proc::try_wait_port`]).
+#[derive(Debug)]
+pub struct NotListening {
+    /// It exited because a port it was to bind was taken: a port [`free_port`] found
+    /// free was bound by another process before the server bound it.
+    pub port_taken: bool,
+    pub message: String,
+}
+
+/// Starts a server with `start` (which picks its ports with [`free_addr`], spawns, and
+/// waits for them) and starts it again, on new ports, when it exits because a port
+/// was taken between the pick and its bind (seen once in a full run on a loaded
+/// machine); any other failure panics.
+pub fn start_listening<T>(mut start: impl FnMut() -> Result<T, NotListening>) -> T {
+    const TRIES: usize = 3;
+    for attempt in 1..=TRIES {
+        match start() {
+            Ok(v) => return v,
+            Err(e) if e.port_taken && attempt < TRIES => {
+                eprintln!("port taken before the server bound it; again on new ports");
+            }
+            Err(e) => panic!("{}", e.message),
+        }
+    }
+    unreachable!("the last try returns or panics")
+}
+
 /// A child process that is killed (SIGKILL) when dropped, so a failing test never leaks
 /// servers. Its stderr goes to a temp file that [`Proc::stderr`] reads back.
 pub struct Proc {
@@ -123,22 +150,40 @@ impl Proc {
 
     /// Waits until `addr` accepts TCP connections; panics (with stderr) after `timeout`.
     pub fn wait_port(&mut self, addr: SocketAddr, timeout: Duration) {
+        if let Err(e) = self.try_wait_port(addr, timeout) {
+            panic!("{}", e.message);
+        }
+    }
+
+    /// [`Proc::wait_port`] that returns why the process is not listening instead of
+    /// panicking.
+    pub fn try_wait_port(
+        &mut self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), NotListening> {
         let start = Instant::now();
         loop {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
+                return Ok(());
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                panic!(
-                    "process exited ({st}) before listening on {addr}; stderr:\n{}",
-                    self.stderr()
-                );
+                let stderr = self.stderr();
+                return Err(NotListening {
+                    port_taken: stderr.contains("Address already in use"),
+                    message: format!(
+                        "process exited ({st}) before listening on {addr}; stderr:\n{stderr}"
+                    ),
+                });
             }
             if start.elapsed() > timeout {
-                panic!(
-                    "{addr} not listening after {timeout:?}; stderr:\n{}",
-                    self.stderr()
-                );
+                return Err(NotListening {
+                    port_taken: false,
+                    message: format!(
+                        "{addr} not listening after {timeout:?}; stderr:\n{}",
+                        self.stderr()
+                    ),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

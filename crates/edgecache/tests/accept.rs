@@ -26,29 +26,31 @@ fn start(top: &str, ret: &str) -> Server {
 
 /// [`start`] with extra keys for the `[[listen]]` table.
 fn start_with(top: &str, ret: &str, listen_extra: &str) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let listen = free_addr();
-    let admin = free_addr();
-    let cfg = dir.path().join("c.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{top}\nerror_log = {{ path = \"{d}/error.log\" }}\naccess_log = \"off\"\n\
-             [[listen]]\naddr = \"{listen}\"\n{listen_extra}\n\
-             [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
-             [admin]\nlisten = \"{admin}\"\nallow = [\"127.0.0.1/32\"]\n",
-            d = dir.path().display()
-        ),
-    )
-    .unwrap();
-    let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg.to_string_lossy()]);
-    p.wait_port(listen, START);
-    Server {
-        p,
-        listen,
-        admin,
-        _dir: dir,
-    }
+    edge_testkit::start_listening(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let listen = free_addr();
+        let admin = free_addr();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "{top}\nerror_log = {{ path = \"{d}/error.log\" }}\naccess_log = \"off\"\n\
+                 [[listen]]\naddr = \"{listen}\"\n{listen_extra}\n\
+                 [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
+                 [admin]\nlisten = \"{admin}\"\nallow = [\"127.0.0.1/32\"]\n",
+                d = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg.to_string_lossy()]);
+        p.try_wait_port(listen, START)?;
+        Ok(Server {
+            p,
+            listen,
+            admin,
+            _dir: dir,
+        })
+    })
 }
 
 fn status(s: &Server) -> serde_json::Value {

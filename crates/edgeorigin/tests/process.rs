@@ -131,6 +131,29 @@ fn address_in_use_exits_1() {
     }
 }
 
+/// The test helpers' answer to a port taken between its pick and the server's bind: a
+/// second start on new ports. The port is held by a bound socket that neither listens
+/// nor allows address reuse, so the server's bind fails and a connect is refused.
+#[test]
+fn a_port_taken_before_the_bind_is_picked_again() {
+    use socket2::{Domain, Socket, Type};
+    let held = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let taken = held.local_addr().unwrap().as_socket().unwrap();
+    let mut tries = 0;
+    let (_p, addr) = edge_testkit::start_listening(|| {
+        tries += 1;
+        let addr = if tries == 1 { taken } else { free_addr() };
+        let mut p = Proc::spawn(&bin("edgeorigin"), &["--listen", &addr.to_string()]);
+        p.try_wait_port(addr, Duration::from_secs(10))?;
+        Ok((p, addr))
+    });
+    assert_eq!(tries, 2);
+    assert_ne!(addr, taken);
+    assert_eq!(get(addr, "/obj/1k/1", &[]).status, 200);
+}
+
 #[test]
 fn sigterm_and_sigint_exit_0() {
     for sig in ["TERM", "INT"] {

@@ -13,10 +13,12 @@ pub const START: Duration = Duration::from_secs(15);
 
 /// Starts `edgeorigin` on a free port.
 pub fn origin() -> (Proc, SocketAddr) {
-    let addr = free_addr();
-    let mut p = Proc::spawn(&bin("edgeorigin"), &["--listen", &addr.to_string()]);
-    p.wait_port(addr, START);
-    (p, addr)
+    edge_testkit::start_listening(|| {
+        let addr = free_addr();
+        let mut p = Proc::spawn(&bin("edgeorigin"), &["--listen", &addr.to_string()]);
+        p.try_wait_port(addr, START)?;
+        Ok((p, addr))
+    })
 }
 
 /// Starts `edgecache -c <config>`; `{listen}` in the text is replaced by a free address
@@ -31,29 +33,31 @@ pub fn edgecache(config: &str) -> (Proc, SocketAddr, SocketAddr) {
 
 /// [`edgecache`] with extra environment variables for the server.
 pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, SocketAddr) {
-    let listen = free_addr();
-    let admin = free_addr();
-    let dir = tempfile::tempdir().unwrap();
-    let mut text = config
-        .replace("{listen}", &listen.to_string())
-        .replace("{admin}", &admin.to_string());
-    if let Ok(mode) = std::env::var("EDGECACHE_TEST_AIO") {
-        if !text.contains("[aio]") && !mode.is_empty() {
-            text.push_str(&format!("\n[aio]\nmode = \"{mode}\"\n"));
+    edge_testkit::start_listening(|| {
+        let listen = free_addr();
+        let admin = free_addr();
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = config
+            .replace("{listen}", &listen.to_string())
+            .replace("{admin}", &admin.to_string());
+        if let Ok(mode) = std::env::var("EDGECACHE_TEST_AIO") {
+            if !text.contains("[aio]") && !mode.is_empty() {
+                text.push_str(&format!("\n[aio]\nmode = \"{mode}\"\n"));
+            }
         }
-    }
-    let path = dir.path().join("edgecache.toml");
-    std::fs::write(&path, text).unwrap();
-    let path = path.to_string_lossy().into_owned();
-    let has_admin = config.contains("{admin}");
-    let mut p = Proc::spawn_in_env(&bin("edgecache"), &["-c", &path], dir, env);
-    p.wait_port(listen, START);
-    // The admin listener opens beside the data listeners, not before them: a test that
-    // asks /status at once must not race it.
-    if has_admin {
-        p.wait_port(admin, START);
-    }
-    (p, listen, admin)
+        let path = dir.path().join("edgecache.toml");
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let has_admin = config.contains("{admin}");
+        let mut p = Proc::spawn_in_env(&bin("edgecache"), &["-c", &path], dir, env);
+        p.try_wait_port(listen, START)?;
+        // The admin listener opens beside the data listeners, not before them: a test
+        // that asks /status at once must not race it.
+        if has_admin {
+            p.try_wait_port(admin, START)?;
+        }
+        Ok((p, listen, admin))
+    })
 }
 
 /// A plain proxy config in front of `upstream`.

@@ -2,19 +2,21 @@
 //! loopback port, checksum bodies independently, split multipart bodies.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use edge_testkit::{bin, free_addr, Proc};
+use edge_testkit::{bin, free_addr, start_listening, Proc};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Starts `edgeorigin --listen <free addr> <args>` and waits until it accepts.
 pub fn origin(args: &[&str]) -> (Proc, SocketAddr) {
-    let addr = free_addr();
-    let listen = addr.to_string();
-    let mut all = vec!["--listen", listen.as_str()];
-    all.extend_from_slice(args);
-    let mut p = Proc::spawn(&bin("edgeorigin"), &all);
-    p.wait_port(addr, Duration::from_secs(10));
-    (p, addr)
+    start_listening(|| {
+        let addr = free_addr();
+        let listen = addr.to_string();
+        let mut all = vec!["--listen", listen.as_str()];
+        all.extend_from_slice(args);
+        let mut p = Proc::spawn(&bin("edgeorigin"), &all);
+        p.try_wait_port(addr, Duration::from_secs(10))?;
+        Ok((p, addr))
+    })
 }
 
 /// xxh3-64 of `b` as the origin writes it (16 lowercase hex digits).
