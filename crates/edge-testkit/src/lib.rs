@@ -81,16 +81,17 @@ pub struct NotListening {
 /// machine); any other failure panics.
 pub fn start_listening<T>(mut start: impl FnMut() -> Result<T, NotListening>) -> T {
     const TRIES: usize = 3;
-    for attempt in 1..=TRIES {
+    let mut tries = 1;
+    loop {
         match start() {
             Ok(v) => return v,
-            Err(e) if e.port_taken && attempt < TRIES => {
+            Err(e) if e.port_taken && tries < TRIES => {
+                tries += 1;
                 eprintln!("port taken before the server bound it; again on new ports");
             }
             Err(e) => panic!("{}", e.message),
         }
     }
-    unreachable!("the last try returns or panics")
 }
 
 /// A child process that is killed (SIGKILL) when dropped, so a failing test never leaks

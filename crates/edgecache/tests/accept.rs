@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::START;
-use edge_testkit::{bin, free_addr, get, Proc};
+use edge_testkit::{bin, get, Proc};
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,7 +14,6 @@ struct Server {
     p: Proc,
     listen: SocketAddr,
     admin: SocketAddr,
-    _dir: tempfile::TempDir,
 }
 
 /// edgecache with one `return` location (`ret` is the inline table's extra keys) and an
@@ -26,31 +24,13 @@ fn start(top: &str, ret: &str) -> Server {
 
 /// [`start`] with extra keys for the `[[listen]]` table.
 fn start_with(top: &str, ret: &str, listen_extra: &str) -> Server {
-    edge_testkit::start_listening(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let listen = free_addr();
-        let admin = free_addr();
-        let cfg = dir.path().join("c.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "{top}\nerror_log = {{ path = \"{d}/error.log\" }}\naccess_log = \"off\"\n\
-                 [[listen]]\naddr = \"{listen}\"\n{listen_extra}\n\
-                 [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
-                 [admin]\nlisten = \"{admin}\"\nallow = [\"127.0.0.1/32\"]\n",
-                d = dir.path().display()
-            ),
-        )
-        .unwrap();
-        let mut p = Proc::spawn(&bin("edgecache"), &["-c", &cfg.to_string_lossy()]);
-        p.try_wait_port(listen, START)?;
-        Ok(Server {
-            p,
-            listen,
-            admin,
-            _dir: dir,
-        })
-    })
+    let (p, listen, admin) = common::edgecache(&format!(
+        "{top}\nerror_log = {{ path = \"error.log\" }}\naccess_log = \"off\"\n\
+         [[listen]]\naddr = \"{{listen}}\"\n{listen_extra}\n\
+         [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"ok\"{ret} }}\n\
+         [admin]\nlisten = \"{{admin}}\"\nallow = [\"127.0.0.1/32\"]\n"
+    ));
+    Server { p, listen, admin }
 }
 
 fn status(s: &Server) -> serde_json::Value {
@@ -79,7 +59,7 @@ fn every_strategy_serves_a_thousand_new_connections() {
                 "",
                 &format!("deferred = {deferred}"),
             );
-            let json = s._dir.path().join("load.json");
+            let json = s.p.dir().join("load.json");
             let out = Command::new(bin("edgeload"))
                 .args([
                     "-c",

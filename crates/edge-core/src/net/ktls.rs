@@ -170,7 +170,8 @@ fn refused(version: u16, cipher: u16) -> bool {
 }
 
 fn refuse(version: u16, cipher: u16) {
-    if REFUSED.fetch_or(refusal_bit(version, cipher), Relaxed) & refusal_bit(version, cipher) == 0 {
+    let bit = refusal_bit(version, cipher);
+    if REFUSED.fetch_or(bit, Relaxed) & bit == 0 {
         tracing::warn!(
             "kTLS: this kernel refused the keys of TLS {}.{} with cipher {cipher} (one \
              connection lost): such connections stay in user space from now on",

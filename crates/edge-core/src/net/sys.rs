@@ -172,6 +172,22 @@ pub fn set_tls_keys(fd: RawFd, dir: TlsDir, info: &[u8]) -> io::Result<()> {
     setsockopt(fd, libc::SOL_TLS, dir as libc::c_int, info)
 }
 
+/// Room for one cmsghdr and its 1-byte payload, 8-byte aligned (the TLS record type
+/// kTLS takes and gives).
+type Cmsg1 = [u64; 4];
+
+/// A `msghdr` over one iovec and the first `control_len` bytes of `control`. It holds
+/// raw pointers to both: they must outlive its use.
+fn msghdr(iov: &mut libc::iovec, control: &mut Cmsg1, control_len: usize) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid empty one; we fill in the pointers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control_len.min(std::mem::size_of::<Cmsg1>()) as _;
+    msg
+}
+
 /// `TLS_SET_RECORD_TYPE`: the control message that makes kTLS send a record of
 /// another content type than application data.
 const TLS_SET_RECORD_TYPE: libc::c_int = 1;
@@ -183,15 +199,10 @@ pub fn send_tls_record(fd: RawFd, content_type: u8, payload: &[u8]) -> io::Resul
         iov_base: payload.as_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
     };
-    // Room for one cmsghdr and its 1-byte payload, 8-byte aligned.
-    let mut control = [0u64; 4];
-    // SAFETY: an all-zero msghdr is a valid empty one; we fill in the pointers below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
+    let mut control = Cmsg1::default();
     // SAFETY: CMSG_SPACE is arithmetic on a constant length.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(1) } as _;
+    let msg = msghdr(&mut iov, &mut control, unsafe { libc::CMSG_SPACE(1) }
+        as usize);
     // SAFETY: `control` is 32 bytes, 8-byte aligned, and CMSG_SPACE(1) (24 on 64-bit
     // Linux) fits in it, so CMSG_FIRSTHDR is a valid header inside it and CMSG_DATA
     // has room for the one byte written.
@@ -241,14 +252,8 @@ pub fn recv_tls(fd: RawFd, buf: &mut tokio::io::ReadBuf<'_>) -> io::Result<TlsRe
         iov_base: dst.as_mut_ptr().cast(),
         iov_len: dst.len(),
     };
-    // Room for one cmsghdr and its 1-byte payload, 8-byte aligned.
-    let mut control = [0u64; 4];
-    // SAFETY: an all-zero msghdr is a valid empty one; we fill in the pointers below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    let mut control = Cmsg1::default();
+    let mut msg = msghdr(&mut iov, &mut control, std::mem::size_of::<Cmsg1>());
     // SAFETY: `msg` points at one iovec over `dst` (writable, of its length) and at
     // `control` (writable, of the length given); all live for the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
