@@ -28,6 +28,13 @@ pub const MAX_HEURISTIC: Duration = Duration::from_secs(24 * 3600);
 pub const HEURISTIC_STATUSES: &[u16] =
     &[200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501];
 
+/// Statuses whose caching requirements this cache implements (RFC 9110 15): the
+/// heuristically cacheable ones, plus redirects cached only with explicit freshness.
+/// `must-understand` stores only these.
+pub const UNDERSTOOD_STATUSES: &[u16] = &[
+    200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501,
+];
+
 /// Which statuses a `cache_valid` entry applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusMatch {
@@ -132,6 +139,9 @@ pub struct CacheControl {
     pub proxy_revalidate: bool,
     pub stale_while_revalidate: Option<u64>,
     pub stale_if_error: Option<u64>,
+    /// RFC 9111 5.2.2.3: store only if the status code is understood; then `no-store`
+    /// does not apply.
+    pub must_understand: bool,
 }
 
 impl CacheControl {
@@ -148,21 +158,50 @@ impl CacheControl {
         cc
     }
 
-    /// A targeted field (RFC 9213, `CDN-Cache-Control` and the like): a structured
-    /// Dictionary whose members are cache directives. None when the field is absent or
-    /// not a valid Dictionary (the RFC says to ignore it then). Unknown members are
-    /// ignored.
+    /// A targeted field (RFC 9213, `CDN-Cache-Control` and the like): an RFC 8941
+    /// Dictionary whose members are cache directives, parsed by `sfv` (several field
+    /// lines are one value, joined with commas). None when the field is absent, is not a
+    /// valid Dictionary, or gives a directive we act on a value of the wrong type
+    /// (`max-age="10000"`): RFC 9213 2.1 says to ignore the whole field then. Unknown
+    /// members (an extension, a Decimal, a quoted comma) are ignored; a duplicate key's
+    /// last value wins (RFC 8941 4.2.2).
     pub fn parse_targeted(h: &HeaderMap, name: &str) -> Option<CacheControl> {
-        if !h.contains(name) {
-            return None;
-        }
+        let dict = sf_dictionary(h, name)?;
         let mut cc = CacheControl::default();
-        for tok in h.tokens(name) {
-            let tok = std::str::from_utf8(tok).ok()?;
-            if !valid_dictionary_member(tok) {
-                return None;
+        for (key, entry) in &dict {
+            let sfv::ListEntry::Item(item) = entry else {
+                // An Inner List: no directive we act on takes one.
+                if matches!(
+                    key.as_str(),
+                    "max-age" | "s-maxage" | "stale-while-revalidate" | "stale-if-error"
+                ) {
+                    return None;
+                }
+                continue;
+            };
+            let secs = || -> Option<u64> {
+                let n = i64::from(item.bare_item.as_integer()?);
+                // Integers have at most 15 digits: no overflow; 2^31 and above saturate.
+                u64::try_from(n).ok().map(|n| n.min(MAX_DELTA_SECONDS))
+            };
+            // A flag directive is Boolean true when present without a value; `=?0` turns
+            // it off. `no-cache` and `private` may name fields (a String or a List): we
+            // treat the qualified form as the unqualified one, which is stricter.
+            let flag = || item.bare_item.as_boolean().unwrap_or(true);
+            match key.as_str() {
+                "max-age" => cc.max_age = Some(Some(secs()?)),
+                "s-maxage" => cc.s_maxage = Some(Some(secs()?)),
+                "stale-while-revalidate" => cc.stale_while_revalidate = Some(secs()?),
+                "stale-if-error" => cc.stale_if_error = Some(secs()?),
+                "no-store" => cc.no_store = flag(),
+                "no-cache" => cc.no_cache = flag(),
+                "private" => cc.private = flag(),
+                "public" => cc.public = flag(),
+                "must-revalidate" => cc.must_revalidate = flag(),
+                "proxy-revalidate" => cc.proxy_revalidate = flag(),
+                "must-understand" => cc.must_understand = flag(),
+                _ => {}
             }
-            cc.directive(tok.split(';').next().unwrap_or(""));
         }
         Some(cc)
     }
@@ -183,6 +222,7 @@ impl CacheControl {
             "public" => self.public = true,
             "must-revalidate" => self.must_revalidate = true,
             "proxy-revalidate" => self.proxy_revalidate = true,
+            "must-understand" => self.must_understand = true,
             "stale-while-revalidate" if self.stale_while_revalidate.is_none() => {
                 self.stale_while_revalidate = secs()
             }
@@ -204,49 +244,25 @@ impl CacheControl {
     }
 }
 
-/// One member of an RFC 8941 Dictionary, as far as a cache directive needs it: a key
-/// (`[a-z*][a-z0-9_.*-]*`), optionally `=` and an Integer, a Token or a String, then
-/// optional `;key[=value]` parameters (ignored).
-fn valid_dictionary_member(m: &str) -> bool {
-    fn key(k: &str) -> bool {
-        let b = k.as_bytes();
-        !b.is_empty()
-            && (b[0].is_ascii_lowercase() || b[0] == b'*')
-            && b.iter().all(|&c| {
-                c.is_ascii_lowercase()
-                    || c.is_ascii_digit()
-                    || matches!(c, b'_' | b'-' | b'.' | b'*')
-            })
-    }
-    fn value(v: &str) -> bool {
-        let b = v.as_bytes();
-        match b.first() {
-            None => false,
-            Some(b'"') => {
-                b.len() >= 2
-                    && b[b.len() - 1] == b'"'
-                    && b[1..b.len() - 1]
-                        .iter()
-                        .all(|&c| (0x20..0x7f).contains(&c) && c != b'"')
+/// The RFC 8941 Dictionary of a structured field: its lines joined with commas (RFC
+/// 8941 4.2), parsed by `sfv`. None when the field is absent or invalid.
+pub fn sf_dictionary(h: &HeaderMap, name: &str) -> Option<sfv::Dictionary> {
+    let mut lines = h.get_all(name);
+    let first = lines.next()?;
+    let mut joined;
+    let value: &[u8] = match lines.next() {
+        None => first,
+        Some(second) => {
+            joined = Vec::with_capacity(first.len() + second.len() + 2);
+            joined.extend_from_slice(first);
+            for l in std::iter::once(second).chain(lines) {
+                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(l);
             }
-            Some(&c) if c == b'-' || c.is_ascii_digit() => {
-                let d = if c == b'-' { &b[1..] } else { b };
-                !d.is_empty() && d.len() <= 15 && d.iter().all(u8::is_ascii_digit)
-            }
-            Some(&c) if c.is_ascii_alphabetic() || c == b'*' => b
-                .iter()
-                .all(|&c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)),
-            Some(_) => false,
+            &joined
         }
-    }
-    fn member(kv: &str) -> bool {
-        match kv.trim().split_once('=') {
-            Some((k, v)) => key(k) && value(v),
-            None => key(kv.trim()),
-        }
-    }
-    let mut parts = m.trim().split(';');
-    member(parts.next().unwrap_or("")) && parts.all(member)
+    };
+    sfv::Parser::new(value).parse::<sfv::Dictionary>().ok()
 }
 
 /// RFC 9111 1.2.1 delta-seconds: digits only, saturating at [`MAX_DELTA_SECONDS`].
@@ -272,19 +288,14 @@ fn since(a: SystemTime, b: SystemTime) -> Duration {
     a.duration_since(b).unwrap_or(Duration::ZERO)
 }
 
-/// The `Age` value of a response: None when absent. An invalid value, a list
-/// (`Age: old, 0`) or several field lines cannot be trusted, so they count as the
-/// largest age there is ([`MAX_DELTA_SECONDS`]): the response is stale at once rather
-/// than fresher than it is.
+/// The `Age` value of a response (RFC 9111 5.1): the first value of the first field
+/// line (`Age: 0, 7200` and the lines `0` then `7200` are both 0). A value that is not
+/// delta-seconds (non-numeric, negative, decimal) is ignored, as if no `Age` were sent;
+/// values of 2^31 and above saturate at [`MAX_DELTA_SECONDS`].
 pub fn age_header(resp: &HeaderMap) -> Option<u64> {
-    let mut lines = resp.get_all("age");
-    let first = lines.next()?;
-    let one = lines.next().is_none();
-    let v = std::str::from_utf8(first).ok().map(str::trim);
-    match v.and_then(parse_delta) {
-        Some(secs) if one => Some(secs),
-        _ => Some(MAX_DELTA_SECONDS),
-    }
+    let first = resp.get_all("age").next()?;
+    let first = first.split(|&b| b == b',').next().unwrap_or(first);
+    parse_delta(std::str::from_utf8(first).ok()?.trim_matches([' ', '\t']))
 }
 
 /// RFC 9111 4.2.3: the corrected initial age of a response.
@@ -321,7 +332,13 @@ pub fn storable(
         return Err(NoCacheReason::RequestNoStore);
     }
     let (cc, targeted) = CacheControl::effective(resp, cfg);
-    if cc.no_store {
+    if cc.must_understand {
+        // RFC 9111 5.2.2.3: a cache that understands the status may store it despite
+        // `no-store`; one it does not understand is never stored.
+        if !UNDERSTOOD_STATUSES.contains(&status) {
+            return Err(NoCacheReason::Status);
+        }
+    } else if cc.no_store {
         return Err(NoCacheReason::ResponseNoStore);
     }
     if cc.private {

@@ -134,9 +134,14 @@ fn build_head(
         }
     }
 
+    // RFC 9112 6.3 rule 4: when chunked is not the final coding, the body runs until
+    // the upstream closes. The field is hop-by-hop, so it is not relayed; what the
+    // client gets is the coded bytes as they came, delimited by our own framing.
+    let mut until_close = false;
     if te.seen {
         match te.verdict() {
             TeVerdict::Chunked => {}
+            TeVerdict::FinalNotChunked => until_close = true,
             TeVerdict::Empty => return Err(upstream("empty Transfer-Encoding from upstream")),
             _ => return Err(upstream("unsupported transfer-coding from upstream")),
         }
@@ -154,6 +159,9 @@ fn build_head(
     let bodiless = *method == Method::Head || status < 200 || status == 204 || status == 304;
     let body = if bodiless {
         BodyKind::Empty
+    } else if until_close {
+        keep_alive = false;
+        BodyKind::CloseDelimited
     } else if te.seen {
         BodyKind::Chunked
     } else if let Some(len) = cl.value {

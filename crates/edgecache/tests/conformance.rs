@@ -85,7 +85,16 @@ fn serve(mut c: TcpStream, seen: Arc<Mutex<HashMap<String, usize>>>, script: Scr
             .unwrap()
             .entry(format!("{method} {path}"))
             .or_default() += 1;
-        if c.write_all(&script(method, path)).is_err() {
+        let resp = script(method, path);
+        if c.write_all(&resp).is_err() {
+            return;
+        }
+        // A response that says it closes (a close-delimited body) ends here.
+        let end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0);
+        if String::from_utf8_lossy(&resp[..end])
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close")
+        {
             return;
         }
     }
@@ -384,27 +393,68 @@ fn hits_keep_the_stored_date_and_drop_connection_listed_fields() {
 // ---- Age ----
 
 #[test]
-fn an_invalid_or_list_age_makes_the_response_stale() {
+fn age_is_the_first_value_and_an_invalid_one_is_ignored() {
+    // RFC 9111 5.1 and the cache-tests age-parse-* cases.
     let n = node("", |_, path| {
         let age = match path {
-            "/list" => "Age: old, 0\r\n",
+            "/prefix" => "Age: 0, 7200\r\n",
+            "/prefix-twoline" => "Age: 0\r\nAge: 7200\r\n",
             "/bad" => "Age: x\r\n",
-            "/two" => "Age: 1\r\nAge: 2\r\n",
+            "/negative" => "Age: -7200\r\n",
+            "/float" => "Age: 7200.0\r\n",
+            "/suffix" => "Age: 7200, 0\r\n",
+            "/suffix-twoline" => "Age: 7200\r\nAge: 0\r\n",
+            "/large" => "Age: 2147483648\r\n",
             _ => "Age: 5\r\n",
         };
-        ok(&format!("Cache-Control: max-age=600\r\n{age}"), "a")
+        ok(&format!("Cache-Control: max-age=3600\r\n{age}"), "a")
     });
-    for p in ["/list", "/bad", "/two"] {
+    for p in ["/prefix", "/prefix-twoline", "/bad", "/negative", "/float"] {
+        get(n.addr, p, &[]);
+        let r = get(n.addr, p, &[]);
+        assert_eq!(xcs(&r), "HIT", "{p}");
+        assert_eq!(n.origin.count("GET", p), 1, "{p}: served fresh");
+    }
+    for p in ["/suffix", "/suffix-twoline", "/large"] {
         get(n.addr, p, &[]);
         let r = get(n.addr, p, &[]);
         assert_ne!(xcs(&r), "HIT", "{p}");
-        assert_eq!(n.origin.count("GET", p), 2, "{p}: not served as fresh");
+        assert_eq!(n.origin.count("GET", p), 2, "{p}: stale at once");
     }
     get(n.addr, "/ok", &[]);
     let r = get(n.addr, "/ok", &[]);
     assert_eq!(xcs(&r), "HIT");
     let age: u64 = r.header("age").unwrap().parse().unwrap();
     assert!((5..10).contains(&age), "a valid Age counts: {age}");
+}
+
+// ---- Transfer codings (RFC 9112 6.3) ----
+
+#[test]
+fn a_final_coding_other_than_chunked_is_read_until_close() {
+    let n = node("", |_, path| {
+        match path {
+        "/gz" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\nCache-Control: max-age=60\r\n\r\ncoded-bytes-as-sent".to_vec(),
+        _ => ok("", "plain"),
+    }
+    });
+    let r = get(n.addr, "/gz", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"coded-bytes-as-sent");
+    assert!(
+        r.header("transfer-encoding")
+            .is_none_or(|v| v.eq_ignore_ascii_case("chunked")),
+        "the coding is not relayed"
+    );
+    // The upstream connection was not reused: the next request still works.
+    let r = get(n.addr, "/plain", &[]);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"plain"[..]));
+    // Requests keep the smuggling defence: an unknown coding gets 501, a final coding
+    // other than chunked 400 (RFC 9112 6.3 rule 4 for requests).
+    let r = request(n.addr, "POST", "/gz", &["Transfer-Encoding: gzip, chunked"]);
+    assert_eq!(r.status, 501);
+    let r = request(n.addr, "POST", "/gz", &["Transfer-Encoding: gzip"]);
+    assert_eq!(r.status, 400);
 }
 
 // ---- Interim responses ----

@@ -289,9 +289,9 @@ fn age_and_date_math() {
     // A Date in the future never gives a negative age.
     let h = hdrs(&[("date", &date(1000))]);
     assert_eq!(initial_age(&h, req_t, resp_t).as_secs(), 2);
-    // Garbage Age cannot be trusted: the largest age (stale at once).
+    // An Age that is not delta-seconds is ignored, as if absent (RFC 9111 5.1).
     let h = hdrs(&[("age", "-5")]);
-    assert_eq!(initial_age(&h, req_t, req_t).as_secs(), MAX_DELTA_SECONDS);
+    assert_eq!(initial_age(&h, req_t, req_t).as_secs(), 0);
 }
 
 fn meta_with(f: Freshness) -> ObjectMeta {
@@ -544,7 +544,7 @@ fn targeted_fields_replace_cache_control_and_expires() {
 }
 
 #[test]
-fn untrustworthy_age_counts_as_the_largest() {
+fn age_is_the_first_value_of_the_first_line() {
     let age = |v: &[&str]| {
         let mut h = HeaderMap::new();
         for x in v {
@@ -555,9 +555,89 @@ fn untrustworthy_age_counts_as_the_largest() {
     assert_eq!(age(&[]), 0);
     assert_eq!(age(&["5"]), 5);
     assert_eq!(age(&[" 7 "]), 7);
-    for bad in [&["old, 0"][..], &["x"], &["-1"], &["1", "2"], &["1.5"]] {
-        assert_eq!(age(bad), MAX_DELTA_SECONDS, "{bad:?}");
+    // Lists and repeated lines: the first value counts (cache-tests age-parse-*).
+    assert_eq!(age(&["0, 7200"]), 0);
+    assert_eq!(age(&["0", "7200"]), 0);
+    assert_eq!(age(&["7200, 0"]), 7200);
+    assert_eq!(age(&["7200", "0"]), 7200);
+    // Not delta-seconds: ignored, as if no Age were sent.
+    for bad in ["abc", "-7200", "7200.0", "", "7200;foo=bar", "0x10"] {
+        assert_eq!(age(&[bad]), 0, "{bad:?}");
     }
-    let f = check(&[("Cache-Control", "max-age=600"), ("Age", "old, 0")]).unwrap();
-    assert!(!is_fresh(&meta_with(f), t0()), "stale at once");
+    // 2^31 and above saturate.
+    assert_eq!(age(&["2147483647"]), 2_147_483_647);
+    assert_eq!(age(&["2147483648"]), MAX_DELTA_SECONDS);
+    assert_eq!(age(&["99999999999999999999999"]), MAX_DELTA_SECONDS);
+    let fresh = |a: &str| {
+        let f = check(&[("Cache-Control", "max-age=3600"), ("Age", a)]).unwrap();
+        is_fresh(&meta_with(f), t0())
+    };
+    assert!(fresh("0, 7200"));
+    assert!(fresh("abc"));
+    assert!(!fresh("7200, 0"));
+    assert!(!fresh("2147483648"));
+}
+
+#[test]
+fn targeted_fields_are_rfc8941_dictionaries() {
+    let life = |v: &[&str]| {
+        let mut resp = vec![("Cache-Control", "max-age=600")];
+        resp.extend(v.iter().map(|x| ("CDN-Cache-Control", *x)));
+        check(&resp).map(|f| f.lifetime.as_secs())
+    };
+    // A String, a Decimal or a Boolean where an Integer belongs: the field is ignored.
+    for bad in [
+        "max-age=\"10000\"",
+        "max-age=1.5",
+        "max-age=?1",
+        "max-age=(1 2)",
+        "max-age=-1",
+    ] {
+        assert_eq!(life(&[bad]), Ok(600), "{bad}");
+    }
+    // Not a Dictionary at all: ignored (cache-tests cdn-cc-invalid-sh-type-unknown).
+    assert_eq!(life(&["max-age=10000, &&&&&"]), Ok(600));
+    assert_eq!(life(&["max-age =100"]), Ok(600));
+    // Decimals, Booleans, quoted commas and extensions elsewhere keep it valid.
+    assert_eq!(
+        life(&["foo=1.5, max-age=10, bar=?0, baz=\"a, b\", foobar"]),
+        Ok(10)
+    );
+    // A duplicate key: the last one wins, across field lines too.
+    assert_eq!(life(&["max-age=10, max-age=20"]), Ok(20));
+    assert_eq!(life(&["max-age=10", "max-age=30"]), Ok(30));
+    // Large values saturate.
+    assert_eq!(life(&["max-age=99999999999"]), Ok(MAX_DELTA_SECONDS));
+    // Flags: present is true, `=?0` is false.
+    assert_eq!(
+        check(&[
+            ("Cache-Control", "max-age=600"),
+            ("CDN-Cache-Control", "no-store=?0, max-age=5")
+        ])
+        .map(|f| f.lifetime.as_secs()),
+        Ok(5)
+    );
+    assert_eq!(
+        check(&[
+            ("Cache-Control", "max-age=600"),
+            ("CDN-Cache-Control", "no-store")
+        ]),
+        Err(NoCacheReason::ResponseNoStore)
+    );
+}
+
+#[test]
+fn must_understand_stores_understood_statuses_despite_no_store() {
+    let cc = [("Cache-Control", "max-age=3600, no-store, must-understand")];
+    assert_eq!(check(&cc).map(|f| f.lifetime.as_secs()), Ok(3600));
+    let cfg = PolicyConfig::default();
+    assert_eq!(
+        check_with(&[], 599, &cc, &cfg).map(|f| f.lifetime.as_secs()),
+        Err(NoCacheReason::Status)
+    );
+    // Without must-understand, no-store holds.
+    assert_eq!(
+        check(&[("Cache-Control", "max-age=3600, no-store")]),
+        Err(NoCacheReason::ResponseNoStore)
+    );
 }

@@ -159,13 +159,41 @@ fn shotgun_every_split() {
 }
 
 #[test]
+fn final_coding_not_chunked_reads_until_close() {
+    // RFC 9112 6.3 rule 4, even with a Content-Length beside it, and never reused.
+    for res in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\nContent-Length: 3\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom\r\nConnection: keep-alive\r\n\r\n",
+    ] {
+        let (h, _) = parse(res, &Method::Get)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(res)))
+            .expect("complete");
+        assert_eq!(
+            h.body,
+            BodyKind::CloseDelimited,
+            "{:?}",
+            String::from_utf8_lossy(res)
+        );
+        assert!(!h.keep_alive);
+    }
+    // A HEAD or a 304 still has no body.
+    let h = parse(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+        &Method::Head,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(h.0.body, BodyKind::Empty);
+}
+
+#[test]
 fn refusals_are_bad_upstream() {
     let table: &[&[u8]] = &[
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 5 5\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\n",
