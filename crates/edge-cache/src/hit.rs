@@ -24,10 +24,18 @@ pub fn validators(meta: &ObjectMeta) -> Validators<'_> {
 /// against the stored validators; `If-Match` and `If-Unmodified-Since` are not a cache's
 /// to evaluate. Only a stored 2xx is subject to preconditions at all (RFC 9110 13.2.1):
 /// a cached 404 is sent as it is.
+///
+/// `If-Modified-Since` is compared with the stored `Last-Modified`, or without one with
+/// the stored `Date`, or without that with the time the response arrived (RFC 9111
+/// 4.3.2).
 pub fn not_modified(meta: &ObjectMeta, method: &Method, req: &HeaderMap) -> bool {
+    let modified = meta
+        .last_modified
+        .or(meta.date)
+        .unwrap_or(meta.response_time);
+    let v = Validators::new(meta.etag.as_deref(), Some(modified));
     (200..300).contains(&meta.status)
-        && evaluate_preconditions(method, req, &validators(meta), Recipient::Cache)
-            == Precondition::NotModified
+        && evaluate_preconditions(method, req, &v, Recipient::Cache) == Precondition::NotModified
 }
 
 /// The stored response's `Content-Type`, for the parts of a multipart/byteranges answer.
@@ -112,6 +120,29 @@ mod tests {
         assert!(matches!(range("\"old\""), RangeOutcome::Full(_)));
         let none = ObjectMeta::new("k", 200, SystemTime::now());
         assert_eq!(validators(&none), Validators::default());
+    }
+
+    #[test]
+    fn if_modified_since_falls_back_to_date_then_arrival() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut m = ObjectMeta::new("k", 200, t + Duration::from_secs(100));
+        m.date = Some(t);
+        let ims = |m: &ObjectMeta, at: SystemTime| {
+            not_modified(
+                m,
+                &Method::Get,
+                &req(&[("if-modified-since", &fmt_http_date(at))]),
+            )
+        };
+        // No Last-Modified: the stored Date decides.
+        assert!(ims(&m, t));
+        assert!(!ims(&m, t - Duration::from_secs(1)));
+        // No Date either: when the response arrived.
+        m.date = None;
+        assert!(!ims(&m, t));
+        assert!(ims(&m, t + Duration::from_secs(100)));
+        // If-Range still needs a real Last-Modified.
+        assert_eq!(validators(&m).last_modified, None);
     }
 
     #[test]

@@ -78,6 +78,10 @@ where
             k.push(VALUE_SEP);
         }
         let vals = values(name);
+        if name == "accept-language" {
+            push_languages(&mut k, &vals);
+            continue;
+        }
         let mut first = true;
         for v in vals.iter().flat_map(|v| v.split(',')) {
             let v = v.trim();
@@ -96,6 +100,66 @@ where
         }
     }
     k
+}
+
+/// `Accept-Language` values in a canonical form, so that requests that ask for the
+/// same languages share a variant: ranges lower-cased and without whitespace, ordered by
+/// q-value (highest first) and then by name, each q written only when below 1; ranges
+/// with q=0 or an unreadable q are left out. `en, de`, `de, en` and ` eN ,   De` are
+/// one variant.
+fn push_languages(k: &mut String, vals: &[String]) {
+    let mut ranges: Vec<(u16, String)> = Vec::new();
+    for el in vals.iter().flat_map(|v| v.split(',')) {
+        let mut parts = el.split(';');
+        let range: String = parts
+            .next()
+            .unwrap_or("")
+            .trim()
+            .chars()
+            .filter(|&c| c.is_ascii_alphanumeric() || c == '-' || c == '*')
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        if range.is_empty() || ranges.len() >= 64 {
+            continue;
+        }
+        let mut q = Some(1000);
+        for p in parts {
+            if let Some((n, v)) = p.split_once('=') {
+                if n.trim().eq_ignore_ascii_case("q") {
+                    q = parse_qvalue(v.trim());
+                }
+            }
+        }
+        match q {
+            Some(q) if q > 0 => ranges.push((q, range)),
+            _ => {}
+        }
+    }
+    ranges.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ranges.dedup_by(|a, b| a.1 == b.1);
+    for (i, (q, r)) in ranges.iter().enumerate() {
+        if i > 0 {
+            k.push_str(", ");
+        }
+        k.push_str(r);
+        if *q < 1000 {
+            k.push_str(&format!(";q=0.{q:03}"));
+        }
+    }
+}
+
+/// An RFC 9110 12.4.2 qvalue in thousandths: `0`, `0.5`, `1`, `1.000`.
+fn parse_qvalue(v: &str) -> Option<u16> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let f: u16 = format!("{frac:0<3}").parse().ok()?;
+    match int {
+        "0" => Some(f),
+        "1" if f == 0 => Some(1000),
+        _ => None,
+    }
 }
 
 /// The key of a compressed copy of the object stored under `identity_key` (a
@@ -202,6 +266,28 @@ mod tests {
         let c = variant_key_with("k", &vary, vals(&[("accept-language", "gzip, br")]));
         assert_ne!(a, c, "values of different headers must not collide");
         assert_eq!(a.split(VARIANT_SEP).next(), Some("k"));
+    }
+
+    #[test]
+    fn accept_language_variants_ignore_order_case_and_space() {
+        let vary = vec!["accept-language".to_string()];
+        let key = |v: &str| variant_key_with("k", &vary, vals(&[("accept-language", v)]));
+        let base = key("en, de");
+        for same in [
+            "de, en",
+            "eN, De",
+            " en ,   de",
+            "de;q=1.0, en",
+            "en;q=1, de, fr;q=0",
+        ] {
+            assert_eq!(key(same), base, "{same:?}");
+        }
+        assert_ne!(key("en"), base);
+        assert_ne!(key("en, de;q=0.5"), base);
+        assert_eq!(key("de;q=0.5, en"), key("en,de;q=0.50"));
+        // An unreadable q drops that range only.
+        assert_eq!(key("en, de, fr;q=2"), base);
+        assert_eq!(key(""), key(" , "));
     }
 
     #[test]

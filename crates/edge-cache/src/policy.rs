@@ -379,7 +379,8 @@ pub fn storable(
             .map(|(_, d)| *d)
     };
     let heuristic = || {
-        if !HEURISTIC_STATUSES.contains(&status) {
+        // `public` makes any final status heuristically cacheable (RFC 9111 4.2.2).
+        if !HEURISTIC_STATUSES.contains(&status) && !cc.public {
             return None;
         }
         let lm = header_time(resp, "last-modified")?;
@@ -389,11 +390,15 @@ pub fn storable(
                 .min(MAX_HEURISTIC),
         )
     };
+    let has_validator = resp.contains("etag") || resp.contains("last-modified");
+    // `no-cache` with a validator and no lifetime: stored, and revalidated on every use
+    // (RFC 9111 5.2.2.4), which costs the origin a 304 instead of a full body.
+    let revalidate_only = || (cc.no_cache && has_validator).then_some(Duration::ZERO);
     let lifetime = explicit
         .or_else(configured)
         .or_else(heuristic)
+        .or_else(revalidate_only)
         .ok_or(NoCacheReason::NoFreshness)?;
-    let has_validator = resp.contains("etag") || resp.contains("last-modified");
     if lifetime.is_zero() && !has_validator {
         return Err(NoCacheReason::ZeroLifetime);
     }

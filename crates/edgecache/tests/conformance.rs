@@ -338,6 +338,43 @@ fn cache_status_after_revalidation() {
     );
 }
 
+#[test]
+fn no_cache_with_a_validator_is_stored_and_revalidated_on_use() {
+    let n = node("", |_, path| match path {
+        "/nc" => ok("Cache-Control: no-cache\r\nETag: \"abcd\"\r\n", "nc"),
+        _ => ok("Cache-Control: no-cache\r\n", "none"),
+    });
+    assert_eq!(xcs(&get(n.addr, "/nc", &[])), "MISS");
+    // Stored (else this would be a MISS again), but never served without the origin.
+    let r = get(n.addr, "/nc", &[]);
+    assert_eq!(xcs(&r), "EXPIRED");
+    assert_eq!(n.origin.count("GET", "/nc"), 2);
+    // Without a validator there is nothing to revalidate: not stored.
+    get(n.addr, "/none", &[]);
+    assert_eq!(xcs(&get(n.addr, "/none", &[])), "MISS");
+}
+
+#[test]
+fn accept_language_variants_ignore_order_case_and_space() {
+    let n = node("", |_, _| {
+        ok(
+            "Cache-Control: max-age=600\r\nVary: Accept-Language\r\n",
+            "v",
+        )
+    });
+    assert_eq!(
+        xcs(&get(n.addr, "/l", &["Accept-Language: en, de"])),
+        "MISS"
+    );
+    for same in ["de, en", "eN, De", " en ,   de", "de;q=1.0, en"] {
+        let r = get(n.addr, "/l", &[&format!("Accept-Language: {same}")]);
+        assert_eq!(xcs(&r), "HIT", "{same:?}");
+    }
+    let r = get(n.addr, "/l", &["Accept-Language: en, de;q=0.5"]);
+    assert_eq!(xcs(&r), "MISS", "other preferences are another variant");
+    assert_eq!(n.origin.count("GET", "/l"), 2);
+}
+
 // ---- Stored fields ----
 
 #[test]

@@ -641,3 +641,34 @@ fn must_understand_stores_understood_statuses_despite_no_store() {
         Err(NoCacheReason::ResponseNoStore)
     );
 }
+
+#[test]
+fn no_cache_with_a_validator_is_stored_to_be_revalidated() {
+    let f = check(&[("Cache-Control", "no-cache"), ("ETag", "\"abcd\"")]).unwrap();
+    assert!(f.no_cache);
+    assert!(!is_fresh(&meta_with(f), t0()), "revalidated on every use");
+    let f = check(&[
+        ("Cache-Control", "max-age=10000, no-cache"),
+        ("ETag", "\"a\""),
+    ])
+    .unwrap();
+    assert!(!is_fresh(&meta_with(f), t0()));
+    // Nothing to revalidate with: not stored.
+    assert_eq!(
+        check(&[("Cache-Control", "no-cache")]),
+        Err(NoCacheReason::NoFreshness)
+    );
+}
+
+#[test]
+fn public_makes_any_status_heuristically_cacheable() {
+    let lm = date(-100_000);
+    let cfg = PolicyConfig::default();
+    let resp = [("Cache-Control", "public"), ("Last-Modified", lm.as_str())];
+    assert!(check_with(&[], 599, &resp, &cfg).is_ok());
+    let resp = [("Last-Modified", lm.as_str())];
+    assert_eq!(
+        check_with(&[], 599, &resp, &cfg),
+        Err(NoCacheReason::NoFreshness)
+    );
+}

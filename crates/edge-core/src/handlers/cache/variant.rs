@@ -195,7 +195,14 @@ pub async fn serve(
             .await;
         if let Some(hit) = copy {
             ctx.w.stats().compress_variant_hits.fetch_add(1, Relaxed);
-            let st = CacheStatus::Revalidated; // not Hit: the RAM tier is offered hits only
+            // The status marked stays: a copy that another request stored since our
+            // lookup answers a hit as a hit (the RAM tier may take it), a revalidated
+            // identity's copy as revalidated.
+            let st = if ex.cache_status == Some(CacheStatus::Hit.as_str()) {
+                CacheStatus::Hit
+            } else {
+                CacheStatus::Revalidated
+            };
             return Box::pin(super::hit::send(ctx, conn, ex, hit, st)).await;
         }
     }
