@@ -3,8 +3,9 @@
 //! `Date`, `Vary` through `policy::storable`, and the admin purge form through
 //! `purge::parse_request`. Lines of the input are header values in a fixed order; the
 //! last line is a purge form. Invariants: nothing panics; a stored response's lifetime
-//! never exceeds 2^31 s plus nothing; a targeted `no-store` is never stored; an `Age`
-//! that is not one plain number makes the response stale at once.
+//! never exceeds 2^31 s plus nothing; a targeted `no-store` is never stored; `Age` is
+//! the first value of the first line, or nothing when that is not delta-seconds (RFC
+//! 9111 5.1); every date that parses formats back to the same instant.
 #![no_main]
 
 use edge_cache::policy::{self, NoCacheReason, PolicyConfig, MAX_DELTA_SECONDS};
@@ -41,16 +42,26 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(f) = r {
         assert!(f.lifetime <= Duration::from_secs(MAX_DELTA_SECONDS));
-        if let Some(age) = policy::age_header(&h) {
-            let plain = h.get_all("age").count() == 1
-                && h.get_str("age")
-                    .is_some_and(|v| !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit()));
-            if !plain {
-                assert_eq!(age, MAX_DELTA_SECONDS);
-            }
+        let first = h
+            .get_all("age")
+            .next()
+            .map(|v| v.split(|&b| b == b',').next().unwrap_or(v));
+        let plain = first
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(|v| v.trim_matches([' ', '\t']))
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        match policy::age_header(&h) {
+            Some(age) => assert!(plain && age <= MAX_DELTA_SECONDS),
+            None => assert!(!plain),
         }
         let meta = policy::build_meta("http://x/", 200, &h, f, t, t, Some(0));
         assert!(meta.header_block.starts_with(b"Date: "));
+    }
+    for name in ["Expires", "Date"] {
+        if let Some(when) = h.get_str(name).and_then(edge_http::parse_http_date) {
+            let again = edge_http::parse_http_date(&edge_http::fmt_http_date(when));
+            assert_eq!(again, Some(when), "{:?}", h.get_str(name));
+        }
     }
     if let Some(form) = lines.next() {
         let _ = edge_cache::purge::parse_request(None, form, None);
