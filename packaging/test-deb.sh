@@ -64,6 +64,7 @@ done
 chroot "$ROOT" curl -fsS http://127.0.0.1:8080/health
 STATUS="$(chroot "$ROOT" curl -fsS http://127.0.0.1:9090/status)"
 sed -n '1,8p' <<<"$STATUS"
+grep -q '"worker_connections"' <<<"$STATUS"
 echo "== the unit file"
 if command -v systemd-analyze >/dev/null; then
     systemd-analyze verify --root="$ROOT" /lib/systemd/system/edgecache.service

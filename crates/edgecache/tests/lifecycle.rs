@@ -248,16 +248,80 @@ fn parked_idle_connections_resume_and_do_not_delay_a_stop() {
     assert!(idle.is_closed());
 }
 
+/// `edgecache ARGS` under a stock shell's descriptor limit: `ulimit -n 1024` (soft and
+/// hard), so that raising the soft limit to the hard one gains nothing.
+fn spawn_under_1024_fds(args: &[&str]) -> Proc {
+    let edgecache = bin("edgecache");
+    let mut argv = vec![
+        "-c",
+        "ulimit -n 1024 && exec \"$0\" \"$@\"",
+        edgecache.to_str().unwrap(),
+    ];
+    argv.extend_from_slice(args);
+    Proc::spawn(std::path::Path::new("/bin/sh"), &argv)
+}
+
 #[test]
 fn embedded_default_serves_the_demo_origin() {
-    // The README's first command: no -c, the demo origin in-process on :8081.
-    let mut p = Proc::spawn(&bin("edgecache"), &[]);
+    // The README's first command (`./run`): no -c, the demo origin in-process on :8081,
+    // on a stock machine's 1024 descriptors.
+    let mut p = spawn_under_1024_fds(&[]);
     p.wait_port("127.0.0.1:8080".parse().unwrap(), START);
     let r = get("127.0.0.1:8080".parse().unwrap(), "/obj/10k/1", &[]);
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), 10240);
+    // No worker_connections in it: sized to the limit (1 worker, the default open file
+    // cache), shown in /status, and not a word of warning.
+    let status = get_text("127.0.0.1:9090".parse().unwrap(), "/status");
+    assert_eq!(
+        json_number(&status, "worker_connections"),
+        Some(edge_core::server::nofile::auto(1024, 1, 1000) as u64),
+        "{status}"
+    );
     p.signal("TERM");
     assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(p.stderr(), "", "a default run prints nothing");
+}
+
+/// A worker_connections the user set is kept, and warned about when the descriptor
+/// limit cannot carry it; the same config without it starts silently.
+#[test]
+fn only_a_configured_worker_connections_is_warned_about() {
+    let (_o, oaddr) = origin();
+    for (extra, warns) in [("worker_connections = 65536", true), ("", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, admin) = (edge_testkit::free_addr(), edge_testkit::free_addr());
+        let text = proxy_config(oaddr, extra, "")
+            .replace("{listen}", &addr.to_string())
+            .replace("{admin}", &admin.to_string());
+        let cfg = dir.path().join("edgecache.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let mut p = spawn_under_1024_fds(&["-c", cfg.to_str().unwrap()]);
+        p.wait_port(admin, START);
+        assert_eq!(get(addr, "/obj/1k/1", &[]).status, 200);
+        let status = get_text(admin, "/status");
+        let expect = if warns {
+            65536
+        } else {
+            edge_core::server::nofile::auto(1024, 1, 1000)
+        };
+        assert_eq!(
+            json_number(&status, "worker_connections"),
+            Some(expect as u64),
+            "{status}"
+        );
+        p.signal("TERM");
+        assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+        let err = p.stderr();
+        if warns {
+            assert!(
+                err.contains("descriptor limit 1024 is below") && err.contains("WARN"),
+                "{err}"
+            );
+        } else {
+            assert!(!err.contains("WARN"), "{err}");
+        }
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! SIGUSR1 reopens logs; SIGUSR2 hands the sockets to a new binary (`upgrade`), after
 //! which this process stops gracefully and tells systemd only the new MAINPID.
 
+pub mod nofile;
 mod parking;
 pub mod upgrade;
 pub mod worker;
@@ -77,49 +78,6 @@ fn cpu_for_worker(aff: &config::Affinity, i: usize) -> Option<usize> {
     }
 }
 
-/// Descriptors the process may need: two per connection (a client and an upstream or a
-/// cache file), plus the listeners, the cache and the logs.
-fn fds_needed(workers: usize, worker_connections: usize) -> u64 {
-    (workers as u64)
-        .saturating_mul(worker_connections as u64)
-        .saturating_mul(2)
-        .saturating_add(1024)
-}
-
-/// Raises the soft descriptor limit to what `worker_connections` needs (up to the hard
-/// limit, as nginx's `worker_rlimit_nofile`), so that a full worker refuses connections
-/// itself instead of failing `accept` with EMFILE; warns when the hard limit is lower.
-fn raise_nofile(workers: usize, worker_connections: usize) {
-    let want = fds_needed(workers, worker_connections);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return;
-    }
-    if lim.rlim_cur >= want {
-        return;
-    }
-    let target = want.min(lim.rlim_max);
-    if target > lim.rlim_cur {
-        let new = libc::rlimit {
-            rlim_cur: target,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: `new` is a valid rlimit; the soft limit stays within the hard one.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
-            return;
-        }
-    }
-    if target < want {
-        tracing::warn!(
-            "descriptor limit {target} is below the {want} that {workers} worker(s) of {worker_connections} worker_connections may need (raise the hard limit, e.g. LimitNOFILE=): accept() may fail with EMFILE before worker_connections is reached"
-        );
-    }
-}
-
 /// How long a fast stop (SIGTERM/SIGINT) lets requests already in flight run on: one
 /// that ends within it is answered whole (with `Connection: close`); what is left then is
 /// closed. Short, so `kill` and Ctrl-C act at once, yet long enough for the usual
@@ -172,7 +130,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         Workers::Auto => crate::affinity::num_cpus(),
         Workers::Count(n) => n,
     };
-    raise_nofile(workers, cfg.worker_connections);
+    let nofile::Sizing {
+        worker_connections, ..
+    } = nofile::worker_connections(workers, cfg.worker_connections, cfg.open_file_cache.max);
     let strategy = strategy_for(cfg.accept);
     let listens: Vec<ListenSpec> = cfg
         .listen
@@ -274,6 +234,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 cpus: cpus.clone(),
                 aio: aio.clone(),
                 compress: compress.clone(),
+                worker_connections,
             },
         )
         .map_err(err("admin listen"))?;
@@ -292,7 +253,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
             abort: abort_rx.clone(),
-            max_connections: cfg.worker_connections,
+            max_connections: worker_connections,
             multi_accept: cfg.multi_accept,
             aio: aio.clone(),
             compress: compress.clone(),
