@@ -26,7 +26,8 @@ struct Cli {
     #[arg(long = "print-default-config")]
     print_default: bool,
     /// Signal the running instance through its pid file (`pid` in the config):
-    /// reload (SIGHUP), stop (SIGTERM: drain and exit), reopen (SIGUSR1: the logs),
+    /// reload (SIGHUP), stop (SIGTERM: fast, in-flight requests get a second),
+    /// quit (SIGQUIT: graceful, in-flight requests finish), reopen (SIGUSR1: the logs),
     /// upgrade (SIGUSR2: start the binary again on the same sockets).
     #[arg(short = 's', long = "signal", value_name = "SIGNAL",
           value_parser = ["reload", "stop", "quit", "reopen", "upgrade"])]

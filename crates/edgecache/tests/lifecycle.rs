@@ -1,4 +1,5 @@
-//! The command line, the embedded default config, graceful stop, reload and log reopen.
+//! The command line, the embedded default config, graceful and fast stops, reload and log
+//! reopen.
 
 mod common;
 use common::*;
@@ -89,16 +90,35 @@ fn bind_failure_is_exit_1_with_the_address() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(&addr.to_string()));
 }
 
+/// Waits until the server has sent a request upstream (`upstream_requests` in /status):
+/// the client's request is in flight, not in a socket queue.
+fn wait_upstream_request(admin: std::net::SocketAddr) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = common::get_text(admin, "/status");
+        if common::json_number(&status, "upstream_requests").is_some_and(|n| n >= 1) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no request upstream: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGQUIT (nginx's graceful stop): a request in flight is answered whole, then the
+/// process exits 0 and no longer accepts.
 #[test]
 fn graceful_stop_finishes_the_request_in_flight() {
     let (_o, oaddr) = origin();
-    let (mut e, addr, _) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"20s\"", ""));
+    let (mut e, addr, admin) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"20s\"", ""));
     let t = std::thread::spawn(move || {
         let mut c = Client::connect(addr);
-        c.get("/obj/1m/9?delay_ms=1500", &[])
+        c.get("/obj/1m/9?delay_ms=3000", &[])
     });
-    std::thread::sleep(Duration::from_millis(500));
-    e.signal("TERM");
+    wait_upstream_request(admin);
+    e.signal("QUIT");
     let r = t.join().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), 1 << 20);
@@ -110,6 +130,72 @@ fn graceful_stop_finishes_the_request_in_flight() {
     assert_eq!(e.wait_exit(Duration::from_secs(10)), Some(0));
     // And it no longer accepts.
     assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+/// SIGTERM (nginx's fast stop): the process does not wait for a slow request (the
+/// origin answers after 10 s; shutdown_timeout is 30 s): after a short linger the
+/// connection is closed without a response and the process exits 0.
+#[test]
+fn fast_stop_cuts_a_slow_request_and_exits() {
+    use std::io::Read;
+    let (_o, oaddr) = origin();
+    let (mut e, addr, admin) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"30s\"", ""));
+    let t = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        c.set_read_timeout(Duration::from_secs(30));
+        c.send(b"GET /obj/1m/9?delay_ms=10000 HTTP/1.1\r\nHost: test\r\n\r\n");
+        // Until the server closes: EOF or a reset, never the read timeout.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => return Ok(got),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(got),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    wait_upstream_request(admin);
+    e.signal("TERM");
+    // Well before the origin's 10 s (the linger is 1 s).
+    assert_eq!(e.wait_exit(Duration::from_secs(8)), Some(0));
+    let got = t
+        .join()
+        .unwrap()
+        .expect("the connection is closed, not left open");
+    assert!(
+        got.is_empty(),
+        "cut before any response: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        e.stderr().contains("1 connection(s) still open"),
+        "{}",
+        e.stderr()
+    );
+    assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+/// A SIGTERM during a graceful stop makes it a fast one (as with nginx).
+#[test]
+fn sigterm_during_a_graceful_stop_makes_it_fast() {
+    let (_o, oaddr) = origin();
+    let (mut e, addr, admin) = edgecache(&proxy_config(oaddr, "shutdown_timeout = \"30s\"", ""));
+    let t = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        c.set_read_timeout(Duration::from_secs(30));
+        c.send(b"GET /obj/1m/9?delay_ms=10000 HTTP/1.1\r\nHost: test\r\n\r\n");
+        c.read_to_close()
+    });
+    wait_upstream_request(admin);
+    e.signal("QUIT");
+    std::thread::sleep(Duration::from_millis(300));
+    e.signal("TERM");
+    assert_eq!(e.wait_exit(Duration::from_secs(8)), Some(0));
+    assert!(t.join().unwrap().is_empty(), "cut before any response");
 }
 
 #[test]
@@ -162,16 +248,80 @@ fn parked_idle_connections_resume_and_do_not_delay_a_stop() {
     assert!(idle.is_closed());
 }
 
+/// `edgecache ARGS` under a stock shell's descriptor limit: `ulimit -n 1024` (soft and
+/// hard), so that raising the soft limit to the hard one gains nothing.
+fn spawn_under_1024_fds(args: &[&str]) -> Proc {
+    let edgecache = bin("edgecache");
+    let mut argv = vec![
+        "-c",
+        "ulimit -n 1024 && exec \"$0\" \"$@\"",
+        edgecache.to_str().unwrap(),
+    ];
+    argv.extend_from_slice(args);
+    Proc::spawn(std::path::Path::new("/bin/sh"), &argv)
+}
+
 #[test]
 fn embedded_default_serves_the_demo_origin() {
-    // The README's first command: no -c, the demo origin in-process on :8081.
-    let mut p = Proc::spawn(&bin("edgecache"), &[]);
+    // The README's first command (`./run`): no -c, the demo origin in-process on :8081,
+    // on a stock machine's 1024 descriptors.
+    let mut p = spawn_under_1024_fds(&[]);
     p.wait_port("127.0.0.1:8080".parse().unwrap(), START);
     let r = get("127.0.0.1:8080".parse().unwrap(), "/obj/10k/1", &[]);
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), 10240);
+    // No worker_connections in it: sized to the limit (1 worker, the default open file
+    // cache), shown in /status, and not a word of warning.
+    let status = get_text("127.0.0.1:9090".parse().unwrap(), "/status");
+    assert_eq!(
+        json_number(&status, "worker_connections"),
+        Some(edge_core::server::nofile::auto(1024, 1, 1000) as u64),
+        "{status}"
+    );
     p.signal("TERM");
     assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(p.stderr(), "", "a default run prints nothing");
+}
+
+/// A worker_connections the user set is kept, and warned about when the descriptor
+/// limit cannot carry it; the same config without it starts silently.
+#[test]
+fn only_a_configured_worker_connections_is_warned_about() {
+    let (_o, oaddr) = origin();
+    for (extra, warns) in [("worker_connections = 65536", true), ("", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, admin) = (edge_testkit::free_addr(), edge_testkit::free_addr());
+        let text = proxy_config(oaddr, extra, "")
+            .replace("{listen}", &addr.to_string())
+            .replace("{admin}", &admin.to_string());
+        let cfg = dir.path().join("edgecache.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let mut p = spawn_under_1024_fds(&["-c", cfg.to_str().unwrap()]);
+        p.wait_port(admin, START);
+        assert_eq!(get(addr, "/obj/1k/1", &[]).status, 200);
+        let status = get_text(admin, "/status");
+        let expect = if warns {
+            65536
+        } else {
+            edge_core::server::nofile::auto(1024, 1, 1000)
+        };
+        assert_eq!(
+            json_number(&status, "worker_connections"),
+            Some(expect as u64),
+            "{status}"
+        );
+        p.signal("TERM");
+        assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+        let err = p.stderr();
+        if warns {
+            assert!(
+                err.contains("descriptor limit 1024 is below") && err.contains("WARN"),
+                "{err}"
+            );
+        } else {
+            assert!(!err.contains("WARN"), "{err}");
+        }
+    }
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub struct AdminCtx {
     pub aio: crate::aio::AioSetup,
     /// For the compression pool's queue depth.
     pub compress: crate::compress::PoolSetup,
+    /// The effective `worker_connections` (configured, or sized to the descriptor limit).
+    pub worker_connections: usize,
 }
 
 /// Binds the admin listener. The server does it before its data listeners, so that
@@ -300,6 +302,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         "accept": ctx.accept,
         "multi_accept": ctx.multi_accept,
         "reuseport_steering": ctx.steering,
+        "worker_connections": ctx.worker_connections,
         "workers": workers,
         "totals": {
             "accepted": m.sum(|w| &w.accepted),

@@ -848,8 +848,9 @@ pub struct Config {
     pub workers: Workers,
     #[serde(default)]
     pub worker_cpu_affinity: Affinity,
-    #[serde(default = "default_worker_connections")]
-    pub worker_connections: usize,
+    /// None: sized at start to the descriptor limit (`server::nofile`).
+    #[serde(default)]
+    pub worker_connections: Option<usize>,
     #[serde(default)]
     pub accept: AcceptKind,
     /// Accept every pending connection on each wake-up (nginx `multi_accept`), instead
@@ -912,9 +913,6 @@ pub struct Config {
     pub location: Vec<Location>,
     #[serde(default)]
     pub admin: Option<Admin>,
-}
-fn default_worker_connections() -> usize {
-    65536
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

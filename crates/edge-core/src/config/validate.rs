@@ -230,7 +230,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
             }
         }
     }
-    if cfg.worker_connections == 0 {
+    if cfg.worker_connections == Some(0) {
         return err(None, "worker_connections", "must be at least 1");
     }
     if cfg.keepalive_requests == 0 {

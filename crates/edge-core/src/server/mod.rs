@@ -2,11 +2,16 @@
 //!
 //! Order matters: the error log opens, signals are registered, and every socket is bound
 //! *before* any worker runs, so startup either fails early with one clear message or
-//! comes up whole. SIGTERM/SIGINT stop accepting, let in-flight requests finish (idle
-//! keep-alive connections close at once), and exit 0 once no connection is left or
-//! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
-//! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
+//! comes up whole. Stops are nginx's two kinds: SIGQUIT is graceful (stop accepting, let
+//! in-flight requests finish, bounded by `shutdown_timeout`); SIGTERM/SIGINT are fast
+//! (stop accepting, give in-flight requests [`FAST_LINGER`], then close what is left).
+//! Either way idle keep-alive connections close at once and the process exits 0. A
+//! SIGTERM during a graceful stop makes it a fast one. SIGHUP re-reads the file and swaps
+//! the compiled config atomically; a bad file is logged and the old config stays.
+//! SIGUSR1 reopens logs; SIGUSR2 hands the sockets to a new binary (`upgrade`), after
+//! which this process stops gracefully and tells systemd only the new MAINPID.
 
+pub mod nofile;
 mod parking;
 pub mod upgrade;
 pub mod worker;
@@ -73,47 +78,25 @@ fn cpu_for_worker(aff: &config::Affinity, i: usize) -> Option<usize> {
     }
 }
 
-/// Descriptors the process may need: two per connection (a client and an upstream or a
-/// cache file), plus the listeners, the cache and the logs.
-fn fds_needed(workers: usize, worker_connections: usize) -> u64 {
-    (workers as u64)
-        .saturating_mul(worker_connections as u64)
-        .saturating_mul(2)
-        .saturating_add(1024)
-}
+/// How long a fast stop (SIGTERM/SIGINT) lets requests already in flight run on: one
+/// that ends within it is answered whole (with `Connection: close`); what is left then is
+/// closed. Short, so `kill` and Ctrl-C act at once, yet long enough for the usual
+/// sub-second response that was already on its way.
+pub const FAST_LINGER: Duration = Duration::from_secs(1);
 
-/// Raises the soft descriptor limit to what `worker_connections` needs (up to the hard
-/// limit, as nginx's `worker_rlimit_nofile`), so that a full worker refuses connections
-/// itself instead of failing `accept` with EMFILE; warns when the hard limit is lower.
-fn raise_nofile(workers: usize, worker_connections: usize) {
-    let want = fds_needed(workers, worker_connections);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return;
-    }
-    if lim.rlim_cur >= want {
-        return;
-    }
-    let target = want.min(lim.rlim_max);
-    if target > lim.rlim_cur {
-        let new = libc::rlimit {
-            rlim_cur: target,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: `new` is a valid rlimit; the soft limit stays within the hard one.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
-            return;
-        }
-    }
-    if target < want {
-        tracing::warn!(
-            "descriptor limit {target} is below the {want} that {workers} worker(s) of {worker_connections} worker_connections may need (raise the hard limit, e.g. LimitNOFILE=): accept() may fail with EMFILE before worker_connections is reached"
-        );
-    }
+/// After the stop's deadline the workers are told to close what is left; how long they
+/// may take to do it before the process exits anyway.
+const ABORT_WAIT: Duration = Duration::from_secs(2);
+
+/// Why the signal loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM/SIGINT: in-flight requests get [`FAST_LINGER`].
+    Fast,
+    /// SIGQUIT: in-flight requests finish, bounded by `shutdown_timeout`.
+    Graceful,
+    /// A new binary serves: drain as [`Stop::Graceful`], and leave systemd to it.
+    HandedOver,
 }
 
 fn err(context: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
@@ -147,7 +130,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         Workers::Auto => crate::affinity::num_cpus(),
         Workers::Count(n) => n,
     };
-    raise_nofile(workers, cfg.worker_connections);
+    let nofile::Sizing {
+        worker_connections, ..
+    } = nofile::worker_connections(workers, cfg.worker_connections, cfg.open_file_cache.max);
     let strategy = strategy_for(cfg.accept);
     let listens: Vec<ListenSpec> = cfg
         .listen
@@ -168,7 +153,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         })
         .collect::<Result<_, _>>()?;
 
-    // Signals first: a TERM that arrives during startup must be a graceful stop, not death.
+    // Signals first: a TERM or QUIT that arrives during startup must be a stop, not death.
     let signal_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -178,6 +163,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             Ok::<_, std::io::Error>((
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
+                signal(SignalKind::quit())?,
                 signal(SignalKind::hangup())?,
                 signal(SignalKind::user_defined1())?,
                 signal(SignalKind::user_defined2())?,
@@ -248,12 +234,14 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 cpus: cpus.clone(),
                 aio: aio.clone(),
                 compress: compress.clone(),
+                worker_connections,
             },
         )
         .map_err(err("admin listen"))?;
     }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (abort_tx, abort_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
     for (id, acceptor) in acceptors.into_iter().enumerate() {
         let spec = worker::WorkerSpec {
@@ -264,7 +252,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             metrics: metrics.clone(),
             access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
-            max_connections: cfg.worker_connections,
+            abort: abort_rx.clone(),
+            max_connections: worker_connections,
             multi_accept: cfg.multi_accept,
             aio: aio.clone(),
             compress: compress.clone(),
@@ -289,14 +278,15 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             tracing::error!("pid file {}: {e}", p.display());
         }
     }
-    // Started by a binary upgrade: the old process may stop now.
-    upgrade::signal_ready();
+    // systemd first (READY=1 and our MAINPID, before the old process hears from us and
+    // hands the unit over), then the old process of a binary upgrade, which stops now.
     upgrade::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
+    upgrade::signal_ready();
 
     let mut generation = 1;
     let mut upgrading: Option<upgrade::Upgrade> = None;
-    signal_rt.block_on(async {
-        let (term, int, hup, usr1, usr2) = &mut sigs;
+    let stop = signal_rt.block_on(async {
+        let (term, int, quit, hup, usr1, usr2) = &mut sigs;
         loop {
             let tick = async {
                 match upgrading {
@@ -305,8 +295,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 }
             };
             tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                _ = term.recv() => break Stop::Fast,
+                _ = int.recv() => break Stop::Fast,
+                _ = quit.recv() => break Stop::Graceful,
                 _ = hup.recv() => {
                     upgrade::sd_notify("RELOADING=1");
                     reload(&config_path, &cfg, &shared, &mut generation);
@@ -339,7 +330,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                         upgrade::UpgradeState::Waiting => {}
                         upgrade::UpgradeState::Ready(pid) => {
                             tracing::info!("upgrade: the new binary (pid {pid}) serves; this one drains its connections and exits");
-                            break;
+                            // The unit is the new process's now: no STOPPING=1 (with
+                            // NotifyAccess=all systemd would stop the whole unit).
+                            upgrade::sd_notify(&format!("MAINPID={pid}"));
+                            break Stop::HandedOver;
                         }
                         upgrade::UpgradeState::Failed(why) => {
                             tracing::error!("upgrade failed: {why}; this binary keeps serving");
@@ -350,24 +344,61 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             }
         }
     });
-    upgrade::sd_notify("STOPPING=1");
+    if stop != Stop::HandedOver {
+        upgrade::sd_notify("STOPPING=1");
+    }
 
     health_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     let _ = stop_tx.send(true);
-    let deadline = Instant::now() + cfg.shutdown_timeout.0;
-    while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let linger = match stop {
+        Stop::Fast => {
+            tracing::info!(
+                "fast shutdown: no new connections; in-flight requests get {FAST_LINGER:?}"
+            );
+            FAST_LINGER.min(cfg.shutdown_timeout.0)
+        }
+        Stop::Graceful | Stop::HandedOver => {
+            tracing::info!("graceful shutdown: no new connections; waiting for in-flight requests (up to shutdown_timeout)");
+            cfg.shutdown_timeout.0
+        }
+    };
+    let finished =
+        |threads: &[std::thread::JoinHandle<()>]| threads.iter().all(|t| t.is_finished());
+    signal_rt.block_on(async {
+        let (term, int, ..) = &mut sigs;
+        let mut deadline = tokio::time::Instant::now() + linger;
+        let mut fast = stop == Stop::Fast;
+        while !finished(&threads) && tokio::time::Instant::now() < deadline {
+            let (t, i) = (term.recv(), int.recv());
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                _ = t, if !fast => fast = true,
+                _ = i, if !fast => fast = true,
+            }
+            if fast && deadline > tokio::time::Instant::now() + FAST_LINGER {
+                tracing::info!("fast shutdown: in-flight requests get {FAST_LINGER:?}");
+                deadline = tokio::time::Instant::now() + FAST_LINGER;
+            }
+        }
+    });
     let left = metrics.active();
-    if left > 0 {
-        tracing::warn!(
-            "shutdown_timeout passed with {left} connection(s) still open; closing them"
-        );
+    if !finished(&threads) {
+        // Past the deadline: the workers close what is left (their tasks are dropped,
+        // so the clients see the connection close) and flush their logs.
+        if left > 0 {
+            tracing::warn!(
+                "{left} connection(s) still open at the end of the shutdown; closing them"
+            );
+        }
+        let _ = abort_tx.send(true);
+        let until = Instant::now() + ABORT_WAIT;
+        while !finished(&threads) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     // The index snapshot needs a cache nobody writes to any more: only when every
     // worker stopped (a fill still running would be missing from it).
-    let quiet = threads.iter().all(|t| t.is_finished());
+    let quiet = finished(&threads);
     for c in shared.load().caches.values() {
         c.shutdown();
         if !quiet {

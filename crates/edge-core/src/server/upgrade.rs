@@ -7,10 +7,15 @@
 //! `net::inherit`) and the write end of a pipe (`EDGECACHE_UPGRADE_READY`). The new
 //! process takes the sockets over (their accept queues included), starts its workers,
 //! writes the pid file and one byte to the pipe ([`signal_ready`]). The old process,
-//! polling [`Upgrade::poll`] from its signal loop, then stops as on SIGTERM: it stops
+//! polling [`Upgrade::poll`] from its signal loop, then stops as on SIGQUIT: it stops
 //! accepting, drains its connections and exits, leaving the pid file to the new one. If
 //! the new binary exits or says nothing within [`READY_TIMEOUT`] (a bad config, a
 //! crash), the old one kills it and keeps serving; an error line says why.
+//!
+//! Under systemd (`Type=notify`, `NotifyAccess=all`) the unit must survive the swap: the
+//! new process sends `READY=1` and `MAINPID=<its pid>` before it signals the pipe, and
+//! the old one then sends only `MAINPID=<new pid>` (again, in case the first was lost)
+//! and never `STOPPING=1`, which from any process of the unit would stop all of it.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -204,7 +209,8 @@ pub fn read_pid(path: &Path) -> io::Result<i32> {
 pub fn signal_named(name: &str) -> Option<libc::c_int> {
     Some(match name {
         "reload" => libc::SIGHUP,
-        "stop" | "quit" => libc::SIGTERM,
+        "stop" => libc::SIGTERM,
+        "quit" => libc::SIGQUIT,
         "reopen" => libc::SIGUSR1,
         "upgrade" => libc::SIGUSR2,
         _ => return None,

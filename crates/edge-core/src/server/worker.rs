@@ -151,6 +151,9 @@ pub struct WorkerSpec {
     pub metrics: Arc<Metrics>,
     pub access_log: AccessLogBuf,
     pub shutdown: watch::Receiver<bool>,
+    /// Set when the stop's time is up: the worker stops waiting for its connections and
+    /// ends (its runtime drops them, closing their sockets).
+    pub abort: watch::Receiver<bool>,
     pub max_connections: usize,
     /// `multi_accept`: take every waiting connection on a wake-up.
     pub multi_accept: bool,
@@ -242,10 +245,22 @@ async fn run(spec: WorkerSpec) {
         }
         WorkerAcceptor::Channel(rx) => channel_loop(worker.clone(), rx).await,
     }
-    // Not accepting any more: let open connections finish (the main thread bounds this
-    // with shutdown_timeout), then flush the log.
-    while worker.svc.stats().active.load(Relaxed) > 0 {
-        worker.conn_closed.notified().await;
+    // Not accepting any more: let open connections finish until the main thread says
+    // the stop's time is up (`abort`), then flush the log. The connections' tasks still
+    // running are dropped with the runtime when this returns: their sockets close.
+    let mut abort = spec.abort;
+    loop {
+        // Registered before the count is read, so a close in between is not missed.
+        let closed = worker.conn_closed.notified();
+        tokio::pin!(closed);
+        closed.as_mut().enable();
+        if worker.svc.stats().active.load(Relaxed) == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = closed => {}
+            _ = abort.wait_for(|a| *a) => break,
+        }
     }
     worker.access_log.borrow_mut().flush();
 }
