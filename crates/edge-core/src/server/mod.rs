@@ -5,9 +5,11 @@
 //! comes up whole. SIGTERM/SIGINT stop accepting, let in-flight requests finish (idle
 //! keep-alive connections close at once), and exit 0 once no connection is left or
 //! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
-//! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
+//! atomically; a bad file is logged and the old config stays, and each key that only a
+//! restart applies is logged with its `file:line` ([`reload`]). SIGUSR1 reopens logs.
 
 mod parking;
+pub mod reload;
 pub mod upgrade;
 pub mod worker;
 
@@ -294,6 +296,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     upgrade::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
 
     let mut generation = 1;
+    // The config in force: the start-up file, then each reload's as far as it applied.
+    let mut running = cfg.clone();
     let mut upgrading: Option<upgrade::Upgrade> = None;
     signal_rt.block_on(async {
         let (term, int, hup, usr1, usr2) = &mut sigs;
@@ -309,7 +313,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 _ = int.recv() => break,
                 _ = hup.recv() => {
                     upgrade::sd_notify("RELOADING=1");
-                    reload(&config_path, &cfg, &shared, &mut generation);
+                    reload(&config_path, &mut running, &shared, &mut generation);
                     upgrade::sd_notify("READY=1");
                 }
                 _ = usr1.recv() => {
@@ -355,7 +359,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     health_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     let _ = stop_tx.send(true);
-    let deadline = Instant::now() + cfg.shutdown_timeout.0;
+    let deadline = Instant::now() + running.shutdown_timeout.0;
     while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -441,10 +445,11 @@ fn adopt_leftovers(acceptors: &mut [crate::net::WorkerAcceptor]) {
     }
 }
 
-/// SIGHUP: re-read and swap. Listener, worker and log changes need a restart.
+/// SIGHUP: re-read and swap. `running` is the config in force; keys that need a restart
+/// keep their running value in it, with one warning each ([`reload::plan`]).
 fn reload(
     path: &Option<PathBuf>,
-    running: &Config,
+    running: &mut Config,
     shared: &Arc<ArcSwap<Shared>>,
     generation: &mut u64,
 ) {
@@ -452,13 +457,14 @@ fn reload(
         tracing::warn!("SIGHUP: running on the embedded default config; nothing to reload");
         return;
     };
-    let new = match config::load(path) {
-        Ok((c, _)) => c,
+    let (new, src) = match config::load(path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             tracing::error!("reload failed, keeping the running config: {e}");
             return;
         }
     };
+    let plan = reload::plan(running, &new, &src);
     let old = shared.load_full();
     let caches = match caches::open_caches(&new, Some(&old.caches)) {
         Ok(c) => c,
@@ -470,29 +476,18 @@ fn reload(
     match Shared::build(&new, *generation + 1, Some(&old), caches) {
         Ok(s) => {
             *generation += 1;
-            shared.store(Arc::new(s));
+            let s = Arc::new(s);
+            shared.store(s.clone());
             // TLS and HTTP/2 settings of a listener apply at once (they live in the
-            // swapped state); its address and backlog need a restart.
-            let addrs = |c: &Config| -> Vec<(String, i32, bool)> {
-                c.listen
-                    .iter()
-                    .map(|l| (l.addr.get_ref().clone(), l.backlog, l.deferred))
-                    .collect()
-            };
-            if addrs(&new) != addrs(running)
-                || new.workers != running.workers
-                || new.accept != running.accept
-            {
-                tracing::warn!(
-                    "reload: listen addresses, backlog and deferred, workers and accept changes take effect after a restart"
-                );
+            // swapped state); the cache limits now, in the caches kept open.
+            caches::apply_live(&new, &s.caches);
+            for e in &plan.restart {
+                tracing::warn!("reload: {e}");
             }
-            if new.compress_pool != running.compress_pool {
-                tracing::warn!("reload: [compress_pool] changes take effect after a restart");
+            for a in &plan.applied {
+                tracing::info!("reload: {a}");
             }
-            if new.node_name != running.node_name || new.pid != running.pid {
-                tracing::warn!("reload: node_name and pid changes take effect after a restart");
-            }
+            *running = plan.effective;
             tracing::info!("configuration reloaded (generation {generation})");
         }
         Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),
