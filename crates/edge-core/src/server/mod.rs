@@ -476,10 +476,9 @@ fn reload(
     match Shared::build(&new, *generation + 1, Some(&old), caches) {
         Ok(s) => {
             *generation += 1;
-            let s = Arc::new(s);
-            shared.store(s.clone());
-            // TLS and HTTP/2 settings of a listener apply at once (they live in the
-            // swapped state); the cache limits now, in the caches kept open.
+            // Before the swap, so that whoever sees the new generation (/status) sees
+            // its cache limits and its log lines too. TLS and HTTP/2 settings of a
+            // listener apply with the swap (they live in the swapped state).
             caches::apply_live(&new, &s.caches);
             for e in &plan.restart {
                 tracing::warn!("reload: {e}");
@@ -487,6 +486,7 @@ fn reload(
             for a in &plan.applied {
                 tracing::info!("reload: {a}");
             }
+            shared.store(Arc::new(s));
             *running = plan.effective;
             tracing::info!("configuration reloaded (generation {generation})");
         }
