@@ -27,7 +27,7 @@ use crate::local::Local;
 use crate::meta::ObjectMeta;
 use crate::purge::{lock, PendingRules, RuleVerdict};
 use crate::storage::{self, Committed, Layout, RewriteError, TempObject, WriteErrors};
-use crate::{CacheConfig, CacheStats, LoaderStats};
+use crate::{CacheConfig, CacheStats, Limits, LoaderStats};
 
 /// Stripe locks for file replacement (a power of two).
 const STRIPES: usize = 64;
@@ -255,7 +255,10 @@ pub(crate) struct LoaderCounters {
 /// One cache directory. Create with [`Cache::open`]; share as `Arc<Cache>`.
 #[derive(Debug)]
 pub struct Cache {
+    /// As opened; the limits in it are the first values of `limits`, which a reload
+    /// changes ([`Cache::set_limits`]): read those from `limits`, never from here.
     pub(crate) cfg: CacheConfig,
+    pub(crate) limits: crate::limits::LiveLimits,
     pub(crate) layout: Layout,
     pub(crate) index: Index,
     /// Unique per process: temp files of this process are never removed by its loader.
@@ -324,8 +327,9 @@ impl Cache {
             stop: Signal::default(),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
-            inflight: Inflight::new(cfg.lock_timeout),
+            inflight: Inflight::new(),
             uses: crate::uses::UseCounter::default(),
+            limits: crate::limits::LiveLimits::new(&Limits::of(&cfg)),
             cfg,
         });
         cache.restore_snapshot();
@@ -335,8 +339,24 @@ impl Cache {
         Ok(cache)
     }
 
+    /// The config the cache was opened with: its name, path and levels hold for the
+    /// life of the cache; its limits are those of the start ([`Cache::limits`] has the
+    /// values in force).
     pub fn config(&self) -> &CacheConfig {
         &self.cfg
+    }
+
+    /// The size limits and background pacing in force.
+    pub fn limits(&self) -> Limits {
+        self.limits.load()
+    }
+
+    /// A reload's size limits and pacing: they apply from the manager's next pass,
+    /// which starts now (a smaller `max_size` is evicted down to in bounded batches of
+    /// `manager_files`/`manager_threshold`), and from the loader's next batch.
+    pub fn set_limits(&self, l: Limits) {
+        self.limits.store(&l);
+        crate::manager::wake(self);
     }
 
     pub fn name(&self) -> &str {
@@ -918,7 +938,8 @@ impl Cache {
     }
 
     pub(crate) fn over_budget(&self) -> bool {
-        self.index.disk_bytes() > self.cfg.max_size || self.index.mem_bytes() > self.cfg.keys_zone
+        self.index.disk_bytes() > self.limits.max_size()
+            || self.index.mem_bytes() > self.limits.keys_zone()
     }
 
     /// After a 304: store `new_meta` (from [`crate::policy::refresh_meta`]) for the
@@ -1122,9 +1143,9 @@ impl Cache {
             name: self.cfg.name.clone(),
             entries: self.index.entries(),
             disk_bytes: self.index.disk_bytes(),
-            max_size: self.cfg.max_size,
+            max_size: self.limits.max_size(),
             mem_bytes: self.index.mem_bytes(),
-            keys_zone: self.cfg.keys_zone,
+            keys_zone: self.limits.keys_zone(),
             evictions: self.evictions.load(Ordering::Relaxed),
             expired: self.expired.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),

@@ -6,8 +6,9 @@
 //! the body through a [`crate::ObjectWriter`] and publishes through its [`FillHandle`]:
 //! the response head (with a read handle on the temp file), then progress (body bytes
 //! written so far), then `done`/`fail`/`uncacheable`. Every other request is a
-//! [`Join::Follower`]: it waits for the head ([`Fill::wait_head`], bounded by
-//! `cache_lock_timeout`), then reads newly written bytes from the SAME temp file at its
+//! [`Join::Follower`]: it waits for the head ([`Fill::wait_head`], bounded by its own
+//! location's `cache_lock_timeout`, so two locations sharing a cache each keep theirs),
+//! then reads newly written bytes from the SAME temp file at its
 //! own offset ([`FillReader`]), woken by a `tokio::sync::watch` channel: no polling
 //! (nginx polls every 500 ms), and one origin request however many followers.
 //!
@@ -70,7 +71,6 @@ pub enum FillState {
 pub struct Fill {
     hash: KeyHash,
     tx: watch::Sender<FillState>,
-    lock_timeout: Duration,
 }
 
 /// What a follower's wait for the head ended with.
@@ -118,8 +118,9 @@ impl Fill {
     }
 
     /// Wait (asynchronously, woken by the leader) for the response head, at most
-    /// `cache_lock_timeout`. Needs a tokio runtime with the time driver enabled.
-    pub async fn wait_head(&self) -> WaitHead {
+    /// `lock_timeout` (the follower's location's `cache_lock_timeout`). Needs a tokio
+    /// runtime with the time driver enabled.
+    pub async fn wait_head(&self, lock_timeout: Duration) -> WaitHead {
         let mut rx = self.tx.subscribe();
         let wait = async {
             loop {
@@ -139,7 +140,7 @@ impl Fill {
                 }
             }
         };
-        match tokio::time::timeout(self.lock_timeout, wait).await {
+        match tokio::time::timeout(lock_timeout, wait).await {
             Ok(w) => w,
             Err(_) => WaitHead::TimedOut,
         }
@@ -337,18 +338,22 @@ impl Table {
 #[derive(Debug)]
 pub struct Inflight {
     table: Arc<Table>,
-    lock_timeout: Duration,
+}
+
+impl Default for Inflight {
+    fn default() -> Self {
+        Inflight::new()
+    }
 }
 
 impl Inflight {
-    pub fn new(lock_timeout: Duration) -> Inflight {
+    pub fn new() -> Inflight {
         Inflight {
             table: Arc::new(Table {
                 shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
                 collapsed: AtomicU64::new(0),
                 leaders: AtomicU64::new(0),
             }),
-            lock_timeout,
         }
     }
 
@@ -360,11 +365,7 @@ impl Inflight {
             return Join::Follower(f.clone());
         }
         let (tx, _rx) = watch::channel(FillState::Pending);
-        let fill = Arc::new(Fill {
-            hash,
-            tx,
-            lock_timeout: self.lock_timeout,
-        });
+        let fill = Arc::new(Fill { hash, tx });
         s.insert(hash, fill.clone());
         self.table.leaders.fetch_add(1, Ordering::Relaxed);
         Join::Leader(FillHandle {

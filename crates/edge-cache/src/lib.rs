@@ -29,6 +29,7 @@ pub mod hit;
 pub mod index;
 pub mod inflight;
 pub mod key;
+pub mod limits;
 pub mod loader;
 pub mod local;
 pub mod manager;
@@ -49,6 +50,7 @@ pub use cache::{
 };
 pub use inflight::{Fill, FillHandle, FillHead, FillState, Inflight, Join, WaitHead};
 pub use key::{key_hash, variant_key, KeyHash};
+pub use limits::Limits;
 pub use meta::{Freshness, ObjectMeta, BODY_LEN_UNKNOWN};
 pub use policy::{NoCacheReason, PolicyConfig, StaleReason, StatusMatch};
 pub use select::{pick, try_pick};
@@ -80,8 +82,6 @@ pub struct CacheConfig {
     pub manager_threshold: Duration,
     /// Pause between manager passes while there is work left.
     pub manager_sleep: Duration,
-    /// `cache_lock_timeout`: how long a follower waits for the leader's response head.
-    pub lock_timeout: Duration,
     /// Body checksums checked (`cache_verify`): see [`Verify`].
     pub verify: Verify,
 }
@@ -125,7 +125,8 @@ impl Verify {
 impl Default for CacheConfig {
     /// nginx defaults where nginx has one (`inactive=10m`, `loader_files=100`,
     /// `loader_sleep=50ms`, `manager_files=100`, `manager_threshold=200ms`,
-    /// `manager_sleep=50ms`, `proxy_cache_lock_timeout=5s`).
+    /// `manager_sleep=50ms`). `cache_lock_timeout` is a location's, not the cache's:
+    /// see [`Fill::wait_head`].
     fn default() -> Self {
         CacheConfig {
             name: "cache".into(),
@@ -140,7 +141,6 @@ impl Default for CacheConfig {
             manager_files: 100,
             manager_threshold: Duration::from_millis(200),
             manager_sleep: Duration::from_millis(50),
-            lock_timeout: Duration::from_secs(5),
             verify: Verify::Off,
         }
     }

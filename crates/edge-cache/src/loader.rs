@@ -75,9 +75,11 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
             Item::File(path, d, ino) => {
                 load_file(&cache, &path, d == depth, ino);
                 in_batch += 1;
-                if in_batch >= cache.cfg.loader_files.max(1) {
+                // Read per batch: a reload's `loader_*` apply to the rest of the walk.
+                let l = cache.limits();
+                if in_batch >= l.loader_files.max(1) {
                     in_batch = 0;
-                    cache.sleep_unless_stopping(cache.cfg.loader_sleep);
+                    cache.sleep_unless_stopping(l.loader_sleep);
                 }
             }
         }

@@ -6,6 +6,8 @@
 //! `manager_sleep` if work is left, or up to [`IDLE_SLEEP`] otherwise. Writers that push
 //! the cache over budget wake it early. The index picks the victims; this module
 //! deletes their files (only if the file on disk is still the one the index knew).
+//! Every limit is read from [`crate::Limits`] once per pass, so a reload's smaller
+//! `max_size` (which also wakes the manager) is evicted down to at once.
 
 use std::io;
 use std::path::Path;
@@ -49,7 +51,7 @@ fn run(weak: Weak<Cache>) {
             maybe_trim(&cache, &mut trimmed_at);
         }
         let sleep = if outcome.more {
-            cache.cfg.manager_sleep
+            cache.limits().manager_sleep
         } else {
             IDLE_SLEEP
         };
@@ -118,7 +120,8 @@ pub struct PassOutcome {
 /// One bounded manager pass (also callable directly, e.g. by tests or an admin hook).
 pub fn pass(cache: &Cache) -> PassOutcome {
     let start = Instant::now();
-    let cfg = &cache.cfg;
+    // One copy per pass: a reload's new limits apply from the next pass.
+    let cfg = cache.limits();
     let budget = cfg.manager_files.max(1);
     let mut out = PassOutcome::default();
 
@@ -161,14 +164,17 @@ pub fn pass(cache: &Cache) -> PassOutcome {
         let mut wanted = 1u64;
         if over_disk {
             let d = cache.index.disk_bytes();
-            wanted = wanted.max(need(d - cfg.max_size, d));
+            wanted = wanted.max(need(d.saturating_sub(cfg.max_size), d));
         }
         if over_mem {
             let m = cache.index.mem_bytes();
-            wanted = wanted.max(need(m - cfg.keys_zone, m));
+            wanted = wanted.max(need(m.saturating_sub(cfg.keys_zone), m));
         }
         if let (true, Some(f)) = (low_free, free) {
-            wanted = wanted.max(need(cfg.min_free - f, cache.index.disk_bytes()));
+            wanted = wanted.max(need(
+                cfg.min_free.saturating_sub(f),
+                cache.index.disk_bytes(),
+            ));
         }
         let n = EVICT_STEP
             .min(budget - out.expired - out.evicted)

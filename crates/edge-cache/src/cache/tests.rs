@@ -325,6 +325,43 @@ fn the_manager_thread_evicts_on_its_own() {
     c.shutdown();
 }
 
+/// A reload that lowers `max_size` (issue 29: the old zone's limits were kept): the
+/// running manager evicts down to the new limit, woken by `set_limits`.
+#[test]
+fn lowered_limits_apply_to_the_running_manager() {
+    let d = tempfile::tempdir().unwrap();
+    let c = Cache::open(CacheConfig {
+        max_size: 1 << 30,
+        ..cfg(d.path())
+    })
+    .unwrap();
+    for i in 0..40 {
+        put(&c, &format!("http://h/{i}"), &[1u8; 4000]);
+    }
+    assert!(c.stats().disk_bytes > 64 * 1024);
+    assert_eq!(c.stats().evictions, 0);
+    let limits = Limits {
+        max_size: 64 * 1024,
+        ..c.limits()
+    };
+    c.set_limits(limits);
+    assert_eq!(c.limits(), limits);
+    assert_eq!(c.stats().max_size, 64 * 1024);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.stats().disk_bytes > 64 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new max_size was never applied: {:?}",
+            c.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(c.stats().evictions > 0);
+    // The opened config is unchanged: only the live limits moved.
+    assert_eq!(c.config().max_size, 1 << 30);
+    c.shutdown();
+}
+
 #[test]
 fn keys_zone_budget_is_enforced() {
     let d = tempfile::tempdir().unwrap();

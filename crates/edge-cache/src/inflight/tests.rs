@@ -15,11 +15,13 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn open(dir: &std::path::Path, lock_timeout: Duration) -> Arc<Cache> {
+/// The followers' `cache_lock_timeout` where a test does not time out on purpose.
+const LOCK: Duration = Duration::from_secs(30);
+
+fn open(dir: &std::path::Path) -> Arc<Cache> {
     Cache::open(CacheConfig {
         name: "t".into(),
         path: dir.to_path_buf(),
-        lock_timeout,
         ..Default::default()
     })
     .unwrap()
@@ -31,7 +33,7 @@ fn body(len: usize) -> Vec<u8> {
 
 /// Follow a fill to the end; returns the body and whether bytes arrived before `Done`.
 async fn follow(fill: Arc<Fill>) -> Result<(Vec<u8>, bool), String> {
-    let head = match fill.wait_head().await {
+    let head = match fill.wait_head(LOCK).await {
         WaitHead::Head(h) => h,
         other => return Err(format!("{other:?}")),
     };
@@ -55,7 +57,7 @@ async fn follow(fill: Arc<Fill>) -> Result<(Vec<u8>, bool), String> {
 #[test]
 fn hundred_followers_stream_one_fill_as_it_arrives() {
     let d = tempfile::tempdir().unwrap();
-    let cache = open(d.path(), Duration::from_secs(30));
+    let cache = open(d.path());
     let key = "http://h/big";
     let hash = crate::key::key_hash(key);
     let expected = body(2 << 20);
@@ -115,7 +117,7 @@ fn hundred_followers_stream_one_fill_as_it_arrives() {
             .map(|f| {
                 let first_seen = first_seen.clone();
                 tokio::spawn(async move {
-                    let head = match f.wait_head().await {
+                    let head = match f.wait_head(LOCK).await {
                         WaitHead::Head(h) => h,
                         other => panic!("{other:?}"),
                     };
@@ -158,7 +160,7 @@ fn hundred_followers_stream_one_fill_as_it_arrives() {
 #[test]
 fn leader_failure_before_head_promotes_one_follower() {
     let d = tempfile::tempdir().unwrap();
-    let cache = open(d.path(), Duration::from_secs(30));
+    let cache = open(d.path());
     let hash = 42;
     let Join::Leader(leader) = cache.inflight().join(hash) else {
         panic!()
@@ -175,7 +177,7 @@ fn leader_failure_before_head_promotes_one_follower() {
         let mut leaders = Vec::new();
         let mut follow_again = Vec::new();
         for f in followers {
-            match f.wait_head().await {
+            match f.wait_head(LOCK).await {
                 WaitHead::Retry => match cache2.inflight().join(hash) {
                     Join::Leader(h) => leaders.push(h),
                     Join::Follower(f) => follow_again.push(f),
@@ -214,7 +216,7 @@ fn leader_failure_before_head_promotes_one_follower() {
 #[test]
 fn dropped_handle_is_a_failure_and_mid_body_failure_aborts_followers() {
     let hash = 7;
-    let inflight = Inflight::new(Duration::from_secs(30));
+    let inflight = Inflight::new();
     // Before the head: dropping the handle makes followers retry.
     let Join::Leader(leader) = inflight.join(hash) else {
         panic!()
@@ -223,7 +225,7 @@ fn dropped_handle_is_a_failure_and_mid_body_failure_aborts_followers() {
         panic!()
     };
     drop(leader);
-    assert!(matches!(rt().block_on(f.wait_head()), WaitHead::Retry));
+    assert!(matches!(rt().block_on(f.wait_head(LOCK)), WaitHead::Retry));
     assert!(inflight.is_empty());
 
     // After the head: followers get the bytes written so far, then an error.
@@ -241,7 +243,7 @@ fn dropped_handle_is_a_failure_and_mid_body_failure_aborts_followers() {
     leader.publish_head(Arc::new(m), std::fs::File::open(&tmp).unwrap(), 0);
     leader.progress(4);
     let res = rt().block_on(async {
-        let WaitHead::Head(head) = f.wait_head().await else {
+        let WaitHead::Head(head) = f.wait_head(LOCK).await else {
             panic!()
         };
         let mut r = f.reader(head);
@@ -256,18 +258,22 @@ fn dropped_handle_is_a_failure_and_mid_body_failure_aborts_followers() {
 
 #[test]
 fn uncacheable_and_lock_timeout() {
-    let inflight = Inflight::new(Duration::from_millis(50));
+    let inflight = Inflight::new();
     let Join::Leader(leader) = inflight.join(1) else {
         panic!()
     };
     let Join::Follower(f) = inflight.join(1) else {
         panic!()
     };
-    // Nobody publishes: the follower gives up after cache_lock_timeout.
-    assert!(matches!(rt().block_on(f.wait_head()), WaitHead::TimedOut));
+    // Nobody publishes: the follower gives up after its cache_lock_timeout.
+    let short = Duration::from_millis(50);
+    assert!(matches!(
+        rt().block_on(f.wait_head(short)),
+        WaitHead::TimedOut
+    ));
     leader.uncacheable();
     assert!(matches!(
-        rt().block_on(f.wait_head()),
+        rt().block_on(f.wait_head(LOCK)),
         WaitHead::Uncacheable
     ));
     // The key is free again: the next joiner leads.
@@ -279,7 +285,7 @@ fn a_late_follower_of_a_done_fill_gets_the_whole_body() {
     let d = tempfile::tempdir().unwrap();
     let tmp = d.path().join("f");
     std::fs::write(&tmp, b"hello").unwrap();
-    let inflight = Inflight::new(Duration::from_secs(1));
+    let inflight = Inflight::new();
     let Join::Leader(mut leader) = inflight.join(9) else {
         panic!()
     };

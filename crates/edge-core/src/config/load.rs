@@ -83,6 +83,52 @@ fn find_key_line(text: &str, key: &str) -> usize {
         .unwrap_or(1)
 }
 
+/// Line of `key = ` in the table holding byte `anchor` (a `[[cache]]` by the span of
+/// its `name`, a `[[listen]]` by its `addr`); with `anchor` None, among the top-level
+/// keys. A key the table leaves out (its default) gives the table's header line (1 at
+/// the top level).
+pub fn key_line_in_table(text: &str, anchor: Option<usize>, key: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_header = |l: &&str| l.trim_start().starts_with('[');
+    let start = match anchor {
+        Some(at) => {
+            let at = line_of(text, at).saturating_sub(1);
+            match lines[..(at + 1).min(lines.len())]
+                .iter()
+                .rposition(is_header)
+            {
+                Some(h) => h,
+                None => return key_line_in_table(text, None, key),
+            }
+        }
+        None => 0,
+    };
+    let body_from = if anchor.is_some() { start + 1 } else { 0 };
+    let end = lines[body_from.min(lines.len())..]
+        .iter()
+        .position(is_header)
+        .map_or(lines.len(), |i| body_from + i);
+    lines[body_from.min(end)..end]
+        .iter()
+        .position(|l| line_key(l).as_deref() == Some(key))
+        .map_or(if anchor.is_some() { start + 1 } else { 1 }, |i| {
+            body_from + i + 1
+        })
+}
+
+/// Line of a dotted `table.key` (`aio.mode`; `aio.thread_pool` finds its own
+/// `[aio.thread_pool]` header too): see [`key_line_in_table`] for tables of tables.
+pub fn key_line(text: &str, key: &str) -> usize {
+    let header = format!("[{key}]");
+    if let Some(i) = text.lines().position(|l| l.trim() == header) {
+        return i + 1;
+    }
+    if !key.contains('.') {
+        return key_line_in_table(text, None, key);
+    }
+    find_key_line(text, key)
+}
+
 /// 1-based line number of a byte offset.
 pub fn line_of(text: &str, offset: usize) -> usize {
     let offset = offset.min(text.len());

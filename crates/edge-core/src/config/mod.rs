@@ -10,7 +10,7 @@ mod load;
 pub mod units;
 pub mod validate;
 
-pub use load::{embedded_default, line_of, load, parse, Source};
+pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -524,6 +524,9 @@ pub struct CacheZone {
     pub manager_files: usize,
     #[serde(default = "default_manager_threshold")]
     pub manager_threshold: Dur,
+    /// Pause between manager passes while work is left (nginx `manager_sleep`).
+    #[serde(default = "default_manager_sleep")]
+    pub manager_sleep: Dur,
     /// When stored bodies are checked against their checksum: `"off"` (default),
     /// `"load"` (by the loader after a start), `"always"` (also on every disk hit).
     #[serde(default, alias = "verify")]
@@ -572,6 +575,9 @@ fn default_manager_files() -> usize {
 }
 fn default_manager_threshold() -> Dur {
     Dur(std::time::Duration::from_millis(200))
+}
+fn default_manager_sleep() -> Dur {
+    Dur(std::time::Duration::from_millis(50))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -7,12 +7,14 @@
 //! (stop accepting, give in-flight requests [`FAST_LINGER`], then close what is left).
 //! Either way idle keep-alive connections close at once and the process exits 0. A
 //! SIGTERM during a graceful stop makes it a fast one. SIGHUP re-reads the file and swaps
-//! the compiled config atomically; a bad file is logged and the old config stays.
+//! the compiled config atomically; a bad file is logged and the old config stays, and
+//! each key that only a restart applies is logged with its `file:line` ([`reload`]).
 //! SIGUSR1 reopens logs; SIGUSR2 hands the sockets to a new binary (`upgrade`), after
 //! which this process stops gracefully and tells systemd only the new MAINPID.
 
 pub mod nofile;
 mod parking;
+pub mod reload;
 pub mod upgrade;
 pub mod worker;
 
@@ -284,6 +286,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     upgrade::signal_ready();
 
     let mut generation = 1;
+    // The config in force: the start-up file, then each reload's as far as it applied.
+    let mut running = cfg.clone();
     let mut upgrading: Option<upgrade::Upgrade> = None;
     let stop = signal_rt.block_on(async {
         let (term, int, quit, hup, usr1, usr2) = &mut sigs;
@@ -300,7 +304,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 _ = quit.recv() => break Stop::Graceful,
                 _ = hup.recv() => {
                     upgrade::sd_notify("RELOADING=1");
-                    reload(&config_path, &cfg, &shared, &mut generation);
+                    reload(&config_path, &mut running, &shared, &mut generation);
                     upgrade::sd_notify("READY=1");
                 }
                 _ = usr1.recv() => {
@@ -355,11 +359,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             tracing::info!(
                 "fast shutdown: no new connections; in-flight requests get {FAST_LINGER:?}"
             );
-            FAST_LINGER.min(cfg.shutdown_timeout.0)
+            FAST_LINGER.min(running.shutdown_timeout.0)
         }
         Stop::Graceful | Stop::HandedOver => {
             tracing::info!("graceful shutdown: no new connections; waiting for in-flight requests (up to shutdown_timeout)");
-            cfg.shutdown_timeout.0
+            running.shutdown_timeout.0
         }
     };
     let finished =
@@ -472,10 +476,11 @@ fn adopt_leftovers(acceptors: &mut [crate::net::WorkerAcceptor]) {
     }
 }
 
-/// SIGHUP: re-read and swap. Listener, worker and log changes need a restart.
+/// SIGHUP: re-read and swap. `running` is the config in force; keys that need a restart
+/// keep their running value in it, with one warning each ([`reload::plan`]).
 fn reload(
     path: &Option<PathBuf>,
-    running: &Config,
+    running: &mut Config,
     shared: &Arc<ArcSwap<Shared>>,
     generation: &mut u64,
 ) {
@@ -483,13 +488,14 @@ fn reload(
         tracing::warn!("SIGHUP: running on the embedded default config; nothing to reload");
         return;
     };
-    let new = match config::load(path) {
-        Ok((c, _)) => c,
+    let (new, src) = match config::load(path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             tracing::error!("reload failed, keeping the running config: {e}");
             return;
         }
     };
+    let plan = reload::plan(running, &new, &src);
     let old = shared.load_full();
     let caches = match caches::open_caches(&new, Some(&old.caches)) {
         Ok(c) => c,
@@ -501,29 +507,18 @@ fn reload(
     match Shared::build(&new, *generation + 1, Some(&old), caches) {
         Ok(s) => {
             *generation += 1;
+            // Before the swap, so that whoever sees the new generation (/status) sees
+            // its cache limits and its log lines too. TLS and HTTP/2 settings of a
+            // listener apply with the swap (they live in the swapped state).
+            caches::apply_live(&new, &s.caches);
+            for e in &plan.restart {
+                tracing::warn!("reload: {e}");
+            }
+            for a in &plan.applied {
+                tracing::info!("reload: {a}");
+            }
             shared.store(Arc::new(s));
-            // TLS and HTTP/2 settings of a listener apply at once (they live in the
-            // swapped state); its address and backlog need a restart.
-            let addrs = |c: &Config| -> Vec<(String, i32, bool)> {
-                c.listen
-                    .iter()
-                    .map(|l| (l.addr.get_ref().clone(), l.backlog, l.deferred))
-                    .collect()
-            };
-            if addrs(&new) != addrs(running)
-                || new.workers != running.workers
-                || new.accept != running.accept
-            {
-                tracing::warn!(
-                    "reload: listen addresses, backlog and deferred, workers and accept changes take effect after a restart"
-                );
-            }
-            if new.compress_pool != running.compress_pool {
-                tracing::warn!("reload: [compress_pool] changes take effect after a restart");
-            }
-            if new.node_name != running.node_name || new.pid != running.pid {
-                tracing::warn!("reload: node_name and pid changes take effect after a restart");
-            }
+            *running = plan.effective;
             tracing::info!("configuration reloaded (generation {generation})");
         }
         Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),

@@ -289,7 +289,7 @@ async fn produce_or_follow(
             };
             stream_fill(ctx, conn, ex, &fill, head, Some(leader)).await
         }
-        Join::Follower(f) => match f.wait_head().await {
+        Join::Follower(f) => match f.wait_head(ctx.route.cfg.cache_lock_timeout.0).await {
             WaitHead::Head(head) => {
                 ex.cache.collapsed = true;
                 stream_fill(ctx, conn, ex, &f, head, None).await
