@@ -32,9 +32,10 @@ fn start(aio: &str, env: &[(&str, &str)]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     // The shared caching config, with this test's `[aio]` table (its own, so the
-    // EDGECACHE_TEST_AIO matrix leaves it alone).
+    // EDGECACHE_TEST_AIO matrix leaves it alone), and no RAM tier: these tests are
+    // about reading the disk tier's files, which a hit answered from RAM never does.
     let cfg = format!(
-        "{}\n[aio]\n{aio}\n",
+        "{}\n[memory_cache]\nsize = \"off\"\n[aio]\n{aio}\n",
         cached_config(origin_addr, &cache, "", "", LOCAL)
     );
     let (cache, addr, admin) = edgecache_env(&cfg, env);
