@@ -150,6 +150,10 @@ fn every_backend_serves_cold_hits_byte_for_byte() {
                 "{mode}: range bytes"
             );
             let backend = if mode == "io_uring" && n.cache.stderr().contains("using \"threads\"") {
+                edge_testkit::fallback(
+                    "cold hits on io_uring",
+                    "this kernel refuses io_uring; the reads ran on the thread pool",
+                );
                 "threads"
             } else {
                 mode
@@ -220,7 +224,10 @@ fn io_uring_backend_has_a_ring_or_falls_back_once() {
         .filter(|l| l.contains("io_uring"))
         .count();
     if n.cache.stderr().contains("using \"threads\"") {
-        println!("this kernel refuses io_uring: checked the fallback only");
+        edge_testkit::fallback(
+            "io_uring's ring",
+            "this kernel refuses io_uring: checked the fallback only",
+        );
         assert_eq!(rings, 0);
     } else {
         assert_eq!(rings, 1, "one ring for the one worker");
