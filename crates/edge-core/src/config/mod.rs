@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use toml::Spanned;
 pub use units::{Dur, Size, SizeOrOff};
 
-/// The embedded default config (see DESIGN.md: 127.0.0.1:8080, cache under
+/// The embedded default config (see docs/contracts.md: 127.0.0.1:8080, cache under
 /// ./edgecache-data/cache, proxy to the built-in demo origin on 127.0.0.1:8081).
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// Name shown in error messages for the embedded default.
@@ -107,7 +107,7 @@ impl<'de> Deserialize<'de> for Affinity {
     }
 }
 
-/// How workers accept connections (lever 2 and 3 of background.md).
+/// How workers accept connections (levers 3 and 4 of docs/background.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AcceptKind {
