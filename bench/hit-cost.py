@@ -53,7 +53,9 @@ def load(port, path, requests, connections=1):
 
 
 def edgecache_config(dir, port, origin, memory):
-    mem = '[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\npolicy = "s3fifo"\n' if memory else ""
+    # Without: `size = "off"` (the RAM tier is on by default, `size = "auto"`).
+    mem = ('[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\npolicy = "s3fifo"\n' if memory
+           else '[memory_cache]\nsize = "off"\n')
     text = f'''workers = 1
 worker_cpu_affinity = "off"
 access_log = "off"

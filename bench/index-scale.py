@@ -112,6 +112,10 @@ keys_zone = "8g"
 loader_files = 1000
 loader_sleep = "1ms"
 
+# No RAM tier (on by default): the report measures the index and the disk tier.
+[memory_cache]
+size = "off"
+
 [[upstream]]
 name = "origin"
 servers = ["127.0.0.1:{origin}"]

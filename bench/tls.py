@@ -244,6 +244,10 @@ max_size = "4g"
 inactive = "1h"
 keys_zone = "64m"
 
+# No RAM tier (on by default): the report's hits are disk hits, like nginx's.
+[memory_cache]
+size = "off"
+
 [[upstream]]
 name = "o"
 servers = ["127.0.0.1:{origin}"]

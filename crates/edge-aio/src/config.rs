@@ -1,4 +1,4 @@
-//! The engine's settings, as the server's `[aio]` section gives them (DESIGN.md):
+//! The engine's settings, as the server's `[aio]` section gives them (docs/config.md):
 //! `mode`, and `[aio.thread_pool]` `threads`, `max_queue`, `queue`. Parsing the TOML
 //! is the server's job; this crate only defines the values.
 
@@ -61,7 +61,8 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// DESIGN.md's defaults: auto, 32 threads, 65536 queued jobs, mutex queue.
+    /// The `[aio]` defaults of docs/config.md: auto, 32 threads, 65536 queued jobs, mutex
+    /// queue.
     fn default() -> Self {
         EngineConfig {
             mode: Mode::Auto,

@@ -1,7 +1,7 @@
 //! Every operation on every backend: the same test body runs on `off`, `threads`
-//! (mutex and lock-free queues), `io_uring` (skipped with a message where the kernel
-//! refuses it) and `auto`. Backend-specific behaviour (overflow, inline hits, the small
-//! ring) is tested at the end.
+//! (mutex and lock-free queues), `io_uring` (where the kernel refuses it the test
+//! fails, unless `EDGECACHE_TEST_ALLOW_FALLBACK=1`) and `auto`. Backend-specific
+//! behaviour (overflow, inline hits, the small ring) is tested at the end.
 
 mod common;
 

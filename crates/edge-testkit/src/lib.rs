@@ -34,6 +34,34 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The environment variable that lets a test accept running less than it was asked to
+/// (`EDGECACHE_TEST_ALLOW_FALLBACK=1`): io_uring refused by the kernel (the test then
+/// ran on the thread pool), or a full-disk filesystem that could not be mounted.
+pub const ALLOW_FALLBACK_ENV: &str = "EDGECACHE_TEST_ALLOW_FALLBACK";
+
+/// Whether [`ALLOW_FALLBACK_ENV`] is `1`.
+pub fn fallback_allowed() -> bool {
+    std::env::var(ALLOW_FALLBACK_ENV).is_ok_and(|v| v == "1")
+}
+
+/// A test could not set up what it exists to test (`what`), because of `why`: it fails,
+/// unless `EDGECACHE_TEST_ALLOW_FALLBACK=1`, when it prints one line saying what ran
+/// instead and returns. The line goes to the process's stderr itself, not through
+/// `eprintln!`, which the test harness captures for passing tests: a run that fell back
+/// shows it. A test that quietly tests something else (a `threads` run
+/// reported as `io_uring`, a skipped full-disk test reported as passed) is how a
+/// regression ships; the variable is for machines known to lack the feature.
+pub fn fallback(what: &str, why: &str) {
+    assert!(
+        fallback_allowed(),
+        "{what}: {why} (set {ALLOW_FALLBACK_ENV}=1 to accept this on a machine that cannot run it)"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "FALLBACK ({ALLOW_FALLBACK_ENV}=1): {what}: {why}"
+    );
+}
+
 /// A free TCP port on 127.0.0.1 for a server a test starts (bound, released).
 ///
 /// Taken below Linux's ephemeral range (32768-60999), walking a per-process sequence:

@@ -3,7 +3,7 @@
 //!
 //! How it fits: [`Cli`] is parsed by clap in `main`, then [`Cli::options`] resolves the
 //! experiment file, the plan and the CPU placement into [`RunOptions`]. Usage errors
-//! exit 2 (DESIGN.md "Exit codes").
+//! exit 2 (docs/contracts.md "Exit codes").
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! One error type for the runner, carrying the exit code it maps to.
 //!
 //! How it fits: every module returns [`Result`]; `main` turns the [`ErrorKind`] into the
-//! process exit code from DESIGN.md (2 bad usage or bad experiment file, 1 runtime
+//! process exit code from docs/contracts.md (2 bad usage or bad experiment file, 1 runtime
 //! failure) plus 130 for an interrupted run, the shell's convention for Ctrl-C.
 
 use std::fmt;

@@ -32,9 +32,10 @@ fn start(aio: &str, env: &[(&str, &str)]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     // The shared caching config, with this test's `[aio]` table (its own, so the
-    // EDGECACHE_TEST_AIO matrix leaves it alone).
+    // EDGECACHE_TEST_AIO matrix leaves it alone), and no RAM tier: these tests are
+    // about reading the disk tier's files, which a hit answered from RAM never does.
     let cfg = format!(
-        "{}\n[aio]\n{aio}\n",
+        "{}\n[memory_cache]\nsize = \"off\"\n[aio]\n{aio}\n",
         cached_config(origin_addr, &cache, "", "", LOCAL)
     );
     let (cache, addr, admin) = edgecache_env(&cfg, env);
@@ -149,6 +150,10 @@ fn every_backend_serves_cold_hits_byte_for_byte() {
                 "{mode}: range bytes"
             );
             let backend = if mode == "io_uring" && n.cache.stderr().contains("using \"threads\"") {
+                edge_testkit::fallback(
+                    "cold hits on io_uring",
+                    "this kernel refuses io_uring; the reads ran on the thread pool",
+                );
                 "threads"
             } else {
                 mode
@@ -219,7 +224,10 @@ fn io_uring_backend_has_a_ring_or_falls_back_once() {
         .filter(|l| l.contains("io_uring"))
         .count();
     if n.cache.stderr().contains("using \"threads\"") {
-        println!("this kernel refuses io_uring: checked the fallback only");
+        edge_testkit::fallback(
+            "io_uring's ring",
+            "this kernel refuses io_uring: checked the fallback only",
+        );
         assert_eq!(rings, 0);
     } else {
         assert_eq!(rings, 1, "one ring for the one worker");

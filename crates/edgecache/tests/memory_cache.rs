@@ -211,6 +211,88 @@ fn fill_to_memory(e: &Edge, path: &str, headers: &[&str], expect: &[u8]) {
     assert_eq!(c.body, expect, "{path} 3rd body (RAM)");
 }
 
+/// `/status` as JSON.
+fn status_json(e: &Edge) -> serde_json::Value {
+    serde_json::from_str(&get_text(e.admin, "/status")).unwrap()
+}
+
+/// RAM-tier hits over every worker, as `/status` counts them.
+fn status_ram_hits(e: &Edge) -> u64 {
+    status_json(e)["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["memory_cache"]["hits"].as_u64().unwrap())
+        .sum()
+}
+
+/// `[memory_cache] size = "off"`: a test of the disk tier's own hit path.
+const RAM_OFF: &str = "\n[memory_cache]\nsize = \"off\"\n";
+
+// ---- 0. On by default ----
+
+/// A disk cache and no `[memory_cache]` table: the RAM tier is on (`size = "auto"`), so
+/// the second hit of a 1 KiB object is answered from RAM, and `/status` shows the size
+/// it resolved to (the formula of docs/config.md on this machine: `max_size` defaults
+/// to 10g) and that it was automatic.
+#[test]
+fn a_disk_cache_alone_gets_a_ram_tier_by_default() {
+    let e = Edge::with_edgeorigin("", "", "");
+    assert!(!e.config.contains("memory_cache"), "{}", e.config);
+    let path = "/obj/1k/21";
+    let direct = e.direct(path, &[]);
+    fill_to_memory(&e, path, &[], &direct.body);
+    let st = status_json(&e);
+    let want = edge_core::config::memory::auto_size(
+        edge_core::config::memory::physical_memory(),
+        10 << 30,
+    );
+    assert!(want >= 1 << 20, "this machine resolves auto to {want}");
+    let m = &st["memory_cache"];
+    assert_eq!(m["size"].as_u64(), Some(want), "{st}");
+    assert_eq!(m["auto"].as_bool(), Some(true), "{st}");
+    assert_eq!(m["enabled"].as_bool(), Some(true), "{st}");
+    assert_eq!(m["max_object_size"].as_u64(), Some(32 << 10), "{st}");
+    assert_eq!(m["policy"].as_str(), Some("s3fifo"), "{st}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while status_ram_hits(&e) < 1 {
+        assert!(Instant::now() < deadline, "{}", status_json(&e));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `size = "off"` (and `"0"`): no RAM tier; every hit is read from disk, and `/status`
+/// says the tier is off.
+#[test]
+fn size_off_serves_every_hit_from_disk() {
+    for off in ["off", "0"] {
+        let e = Edge::with_edgeorigin("", "", &format!("\n[memory_cache]\nsize = \"{off}\"\n"));
+        let path = "/obj/1k/22";
+        let direct = e.direct(path, &[]);
+        assert_eq!(outcome(&e.get(path, &[])), (200, "MISS", false));
+        for i in 0..4 {
+            let r = e.get(path, &[]);
+            assert_eq!(outcome(&r), (200, "HIT", false), "size = {off:?}: hit {i}");
+            assert_eq!(r.body, direct.body);
+        }
+        std::thread::sleep(Duration::from_millis(1100));
+        let st = status_json(&e);
+        let m = &st["memory_cache"];
+        assert_eq!(
+            (
+                m["size"].as_u64(),
+                m["auto"].as_bool(),
+                m["enabled"].as_bool()
+            ),
+            (Some(0), Some(false), Some(false)),
+            "{st}"
+        );
+        assert_eq!(status_ram_hits(&e), 0, "{st}");
+        assert_eq!(e.metric("edgecache_memory_cache_hits_total"), 0);
+        assert_eq!(e.metric("edgecache_memory_cache_objects"), 0);
+    }
+}
+
 // ---- An origin whose body changes with every request ----
 
 /// Answers every request with a new version of the body (`version N`, repeated to a
@@ -1058,7 +1140,8 @@ fn objects_over_max_object_size_stay_on_disk() {
 
 #[test]
 fn open_file_cache_keeps_descriptors_of_repeated_hits() {
-    let e = Edge::with_edgeorigin("", "", "");
+    // The disk tier's hit path: the RAM tier (on by default) would answer the repeats.
+    let e = Edge::with_edgeorigin("", "", RAM_OFF);
     let path = "/obj/10k/9";
     let direct = e.direct(path, &[]);
     assert_eq!(status(&e.get(path, &[])), "MISS");
@@ -1071,10 +1154,10 @@ fn open_file_cache_keeps_descriptors_of_repeated_hits() {
     e.wait_metric("edgecache_open_file_cache_hits_total", ">= 4", |v| v >= 4);
     e.wait_metric("edgecache_open_file_cache_open", ">= 1", |v| v >= 1);
     assert_eq!(e.cache_fds().len(), 1, "{:?}", e.cache_fds());
-    // Without [memory_cache] the RAM tier reports nothing.
+    // With the RAM tier off it reports nothing.
     assert_eq!(e.metric("edgecache_memory_cache_hits_total"), 0);
 
-    let off = Edge::with_edgeorigin("open_file_cache = \"off\"", "", "");
+    let off = Edge::with_edgeorigin("open_file_cache = \"off\"", "", RAM_OFF);
     assert_eq!(status(&off.get(path, &[])), "MISS");
     for _ in 0..5 {
         let r = off.get(path, &[]);
@@ -1089,7 +1172,11 @@ fn open_file_cache_keeps_descriptors_of_repeated_hits() {
 
 #[test]
 fn open_file_cache_is_bounded_and_releases_purged_files() {
-    let e = Edge::with_edgeorigin("open_file_cache = { max = 2, inactive = \"3s\" }", "", "");
+    let e = Edge::with_edgeorigin(
+        "open_file_cache = { max = 2, inactive = \"3s\" }",
+        "",
+        RAM_OFF,
+    );
     let paths = ["/obj/10k/10", "/obj/10k/11", "/obj/10k/12"];
     for p in paths {
         let direct = e.direct(p, &[]);
@@ -1136,7 +1223,7 @@ fn open_file_cache_is_bounded_and_releases_purged_files() {
 // ---- Reload ----
 
 #[test]
-fn a_reload_without_memory_cache_stops_ram_answers_and_empties_the_gauges() {
+fn a_reload_to_size_off_stops_ram_answers_and_empties_the_gauges() {
     let e = Edge::with_edgeorigin("", "", &memory_cache("s3fifo", "16m", "1m"));
     let path = "/obj/10k/13";
     let direct = e.direct(path, &[]);
@@ -1145,7 +1232,8 @@ fn a_reload_without_memory_cache_stops_ram_answers_and_empties_the_gauges() {
 
     let running = std::fs::read_to_string(e.config_path()).unwrap();
     let at = running.find("\n[memory_cache]").expect("the table");
-    std::fs::write(e.config_path(), &running[..at]).unwrap();
+    let without_table = &running[..at];
+    std::fs::write(e.config_path(), format!("{without_table}{RAM_OFF}")).unwrap();
     e.cache.signal("HUP");
     // Applied by each worker within a second.
     let deadline = Instant::now() + Duration::from_secs(4);
@@ -1177,8 +1265,9 @@ fn a_reload_without_memory_cache_stops_ram_answers_and_empties_the_gauges() {
         "nothing is held in RAM any more, the gauges must say so:\n{m}"
     );
 
-    // And back: the tier starts empty and fills again.
-    std::fs::write(e.config_path(), &running).unwrap();
+    // And back, by removing the table (the default, `size = "auto"`): the tier starts
+    // empty and fills again.
+    std::fs::write(e.config_path(), without_table).unwrap();
     e.cache.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(4);
     loop {
@@ -1193,6 +1282,8 @@ fn a_reload_without_memory_cache_stops_ram_answers_and_empties_the_gauges() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let st = status_json(&e);
+    assert_eq!(st["memory_cache"]["auto"].as_bool(), Some(true), "{st}");
 }
 
 // ---- 9. Config errors ----
@@ -1205,6 +1296,16 @@ fn bad_memory_and_open_file_cache_settings_are_config_errors() {
         "{BASE}[memory_cache]\nsize = \"4m\"\npolicy = \"tinylfu\"\n"
     ));
     assert_eq!(good.0, Some(0), "{}", good.1);
+    for size in ["\"auto\"", "\"off\"", "\"0\"", "0", "\"1m\"", "4194304"] {
+        let good = check_config(&format!("{BASE}[memory_cache]\nsize = {size}\n"));
+        assert_eq!(good.0, Some(0), "size = {size}: {}", good.1);
+    }
+    // "auto" and "off" need no disk cache (auto is then off).
+    let no_cache = "workers = 1\n[[listen]]\naddr = \"127.0.0.1:1\"\n[memory_cache]\n";
+    for size in ["\"auto\"", "\"off\""] {
+        let good = check_config(&format!("{no_cache}size = {size}\n"));
+        assert_eq!(good.0, Some(0), "size = {size}: {}", good.1);
+    }
     let good = check_config(&format!("open_file_cache = \"off\"\n{BASE}"));
     assert_eq!(good.0, Some(0), "{}", good.1);
     let good = check_config(&format!(
@@ -1213,7 +1314,31 @@ fn bad_memory_and_open_file_cache_settings_are_config_errors() {
     assert_eq!(good.0, Some(0), "{}", good.1);
 
     // (config, line, key, words of the message). BASE has 6 lines.
-    let cases: [(String, usize, &str, &str); 5] = [
+    let cases: [(String, usize, &str, &str); 9] = [
+        (
+            format!("{BASE}[memory_cache]\nsize = \"lots\"\n"),
+            8,
+            "memory_cache.size",
+            "\"auto\", \"off\"",
+        ),
+        (
+            format!("{BASE}[memory_cache]\nsize = \"on\"\n"),
+            8,
+            "memory_cache.size",
+            "\"on\"",
+        ),
+        (
+            format!("{BASE}[memory_cache]\nsize = -1\n"),
+            8,
+            "memory_cache.size",
+            "negative",
+        ),
+        (
+            format!("{BASE}[memory_cache]\npolicy = \"lru\"\nsize = \"1.5g\"\n"),
+            9,
+            "memory_cache.size",
+            "\"1.5g\"",
+        ),
         (
             format!("{BASE}[memory_cache]\nsize = \"1m\"\nmax_object_size = \"2m\"\n"),
             9,

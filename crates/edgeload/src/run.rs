@@ -18,7 +18,7 @@ use crate::stats::ThreadStats;
 use crate::worker::{self, Shared};
 use crate::{json, report};
 
-/// Exit codes (DESIGN.md "Exit codes").
+/// Exit codes (docs/contracts.md "Exit codes").
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILURE: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;

@@ -54,7 +54,8 @@ pub fn config(b: Backend) -> EngineConfig {
 
 /// Runs `body` on a fresh worker-like runtime (current thread + LocalSet) with an
 /// engine for `cfg`. An io_uring engine that fell back (the kernel refuses io_uring
-/// here) skips the test with a message; returns whether it ran.
+/// here) fails the test, unless `EDGECACHE_TEST_ALLOW_FALLBACK=1`, when the test is
+/// not run and the run prints so; returns whether it ran.
 pub fn run_cfg<F, Fut>(cfg: EngineConfig, body: F) -> bool
 where
     F: FnOnce(Engine) -> Fut,
@@ -69,7 +70,7 @@ where
     let (engine, fallback) = Engine::new(&cfg, &pool).unwrap();
     if let Some(why) = fallback {
         assert_eq!(cfg.mode, Mode::IoUring);
-        println!("skipped on io_uring: {why}");
+        edge_testkit::fallback("an io_uring test did not run", &why.to_string());
         return false;
     }
     assert_eq!(engine.mode(), cfg.mode);

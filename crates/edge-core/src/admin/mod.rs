@@ -218,6 +218,19 @@ fn upstreams_json(shared: &Shared) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The RAM tier as it runs: `size` in bytes over all workers (0: off), and whether it
+/// was sized by `size = "auto"`.
+fn memory_json(shared: &Shared) -> serde_json::Value {
+    let m = shared.local.memory;
+    serde_json::json!({
+        "size": m.size,
+        "auto": m.auto,
+        "enabled": m.size > 0,
+        "max_object_size": m.max_object_size,
+        "policy": m.policy.as_str(),
+    })
+}
+
 /// Per-cache counters for `/status`, sorted by name.
 fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
     let mut caches: Vec<_> = shared
@@ -313,6 +326,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
             "bytes_out": m.sum(|w| &w.bytes_out),
             "upstream_requests": m.sum(|w| &w.upstream_requests),
         },
+        "memory_cache": memory_json(shared),
         "caches": caches_json(shared),
         "upstreams": upstreams_json(shared),
     });

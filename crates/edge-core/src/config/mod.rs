@@ -7,10 +7,12 @@
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
 mod load;
+pub mod memory;
 pub mod units;
 pub mod validate;
 
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
+pub use memory::MemSize;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +20,7 @@ use std::path::PathBuf;
 use toml::Spanned;
 pub use units::{Dur, Size, SizeOrOff};
 
-/// The embedded default config (see DESIGN.md: 127.0.0.1:8080, cache under
+/// The embedded default config (see docs/contracts.md: 127.0.0.1:8080, cache under
 /// ./edgecache-data/cache, proxy to the built-in demo origin on 127.0.0.1:8081).
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// Name shown in error messages for the embedded default.
@@ -105,7 +107,7 @@ impl<'de> Deserialize<'de> for Affinity {
     }
 }
 
-/// How workers accept connections (lever 2 and 3 of background.md).
+/// How workers accept connections (levers 3 and 4 of docs/background.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AcceptKind {
@@ -414,12 +416,15 @@ impl Default for CompressPool {
     }
 }
 
-/// `[memory_cache]`: the RAM tier over the disk caches (one share per worker).
+/// `[memory_cache]`: the RAM tier over the disk caches (one share per worker). On by
+/// default (`size = "auto"`), also when the table is absent.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryCache {
-    /// Bytes of RAM for bodies, over all workers (each worker gets `size / workers`).
-    pub size: Size,
+    /// Bytes of RAM for bodies, over all workers (each worker gets `size / workers`):
+    /// `"auto"` (default; [`memory::auto_size`]), `"off"`/`"0"`, or a size.
+    #[serde(default)]
+    pub size: MemSize,
     /// Larger bodies stay on disk. The default is where sending from memory stops
     /// beating `sendfile` from the page cache (`hit::INLINE_BODY`; see
     /// docs/results/tiers.md).
@@ -432,6 +437,58 @@ fn default_mem_max_object() -> Size {
     Size(32 << 10)
 }
 
+impl Default for MemoryCache {
+    fn default() -> Self {
+        MemoryCache {
+            size: MemSize::Auto,
+            max_object_size: default_mem_max_object(),
+            policy: MemPolicy::default(),
+        }
+    }
+}
+
+/// The RAM tier as it runs: `size` resolved against this machine and the disk caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedMemory {
+    /// Bytes over all workers; 0: no RAM tier.
+    pub size: u64,
+    /// `max_object_size`, capped at `size` when `size` was `"auto"`.
+    pub max_object_size: u64,
+    pub policy: MemPolicy,
+    /// `size = "auto"` (or no `[memory_cache]` table).
+    pub auto: bool,
+}
+
+impl MemoryCache {
+    /// Resolves `size` for `caches`, reading this machine's memory only for `"auto"`.
+    pub fn resolve(&self, caches: &[CacheZone]) -> ResolvedMemory {
+        let disk_total = caches
+            .iter()
+            .fold(0u64, |t, c| t.saturating_add(c.max_size.0));
+        self.resolve_with(memory::physical_memory, disk_total)
+    }
+
+    /// [`resolve`](Self::resolve) with the machine's memory supplied (for tests).
+    pub fn resolve_with(&self, memory: impl FnOnce() -> u64, disk_total: u64) -> ResolvedMemory {
+        let (size, auto) = match self.size {
+            MemSize::Off => (0, false),
+            MemSize::Bytes(n) => (n, false),
+            MemSize::Auto if disk_total == 0 => (0, true),
+            MemSize::Auto => (memory::auto_size(memory(), disk_total), true),
+        };
+        ResolvedMemory {
+            size,
+            max_object_size: if auto {
+                self.max_object_size.0.min(size)
+            } else {
+                self.max_object_size.0
+            },
+            policy: self.policy,
+            auto,
+        }
+    }
+}
+
 /// `[memory_cache] policy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -442,6 +499,17 @@ pub enum MemPolicy {
     /// W-TinyLFU: 1% window, segmented LRU, count-min admission.
     Tinylfu,
     Lru,
+}
+
+impl MemPolicy {
+    /// The config spelling.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MemPolicy::S3fifo => "s3fifo",
+            MemPolicy::Tinylfu => "tinylfu",
+            MemPolicy::Lru => "lru",
+        }
+    }
 }
 
 /// `open_file_cache = { max = 1000, inactive = "20s" }` or `"off"`: descriptors of
@@ -907,8 +975,9 @@ pub struct Config {
     pub aio: Aio,
     #[serde(default)]
     pub cache: Vec<CacheZone>,
+    /// The RAM tier; absent: `size = "auto"`.
     #[serde(default)]
-    pub memory_cache: Option<MemoryCache>,
+    pub memory_cache: MemoryCache,
     #[serde(default)]
     pub open_file_cache: OpenFileCache,
     #[serde(default)]

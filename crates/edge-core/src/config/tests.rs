@@ -194,3 +194,42 @@ fn listen_deferred_and_ktls_default_on() {
     let e = err("[[listen]]\naddr = \"127.0.0.1:8080\"\ndeferd = true\n");
     assert!(e.to_string().contains("t.toml:3"), "{e}");
 }
+
+#[test]
+fn the_ram_tier_is_auto_by_default_and_off_without_a_disk_cache() {
+    let cache = "[[cache]]\nname = \"c\"\npath = \"/tmp/x\"\nmax_size = \"1g\"\n";
+    let cfg = parse("t.toml", &format!("{MIN}{cache}")).unwrap();
+    assert_eq!(cfg.memory_cache, MemoryCache::default());
+    assert_eq!(cfg.memory_cache.size, MemSize::Auto);
+    let r = cfg.memory_cache.resolve_with(|| 8 << 30, 1 << 30);
+    assert_eq!(
+        (r.size, r.auto, r.max_object_size),
+        (128 << 20, true, 32 << 10)
+    );
+    // No disk cache: nothing to hold, and memory is not even read.
+    let r = cfg.memory_cache.resolve_with(|| panic!("not read"), 0);
+    assert_eq!((r.size, r.auto), (0, true));
+    // "off" and an explicit size are taken as they are.
+    let off = parse(
+        "t.toml",
+        &format!("{MIN}{cache}[memory_cache]\nsize = \"off\"\n"),
+    )
+    .unwrap();
+    assert_eq!(off.memory_cache.resolve_with(|| 8 << 30, 1 << 30).size, 0);
+    let fixed = parse(
+        "t.toml",
+        &format!("{MIN}{cache}[memory_cache]\nsize = \"3m\"\n"),
+    )
+    .unwrap();
+    let r = fixed
+        .memory_cache
+        .resolve_with(|| panic!("not read"), 1 << 30);
+    assert_eq!((r.size, r.auto), (3 << 20, false));
+    // The embedded default says "auto" too.
+    let (cfg, _) = embedded_default();
+    assert_eq!(cfg.memory_cache.size, MemSize::Auto);
+    // A size needs a disk cache; "auto" does not.
+    let e = err(&format!("{MIN}[memory_cache]\nsize = \"4m\"\n"));
+    assert_eq!((e.line, e.key.as_str()), (3, "memory_cache"));
+    parse("t.toml", &format!("{MIN}[memory_cache]\nsize = \"auto\"\n")).unwrap();
+}

@@ -258,11 +258,19 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     if cfg.aio.thread_pool.max_queue == 0 {
         return err(None, "aio.thread_pool.max_queue", "must be at least 1");
     }
-    if let Some(m) = &cfg.memory_cache {
-        if m.size.0 < 1 << 20 {
-            return err(None, "memory_cache.size", "must be at least 1m");
+    let m = &cfg.memory_cache;
+    if m.max_object_size.0 == 0 {
+        return err(None, "memory_cache.max_object_size", "must be at least 1");
+    }
+    if let super::MemSize::Bytes(size) = m.size {
+        if size < super::memory::MIN_SIZE {
+            return err(
+                None,
+                "memory_cache.size",
+                "must be at least 1m (or \"auto\", or \"off\")",
+            );
         }
-        if m.max_object_size.0 == 0 || m.max_object_size.0 > m.size.0 {
+        if m.max_object_size.0 > size {
             return err(
                 None,
                 "memory_cache.max_object_size",
@@ -273,7 +281,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
             return err(
                 None,
                 "memory_cache",
-                "the RAM tier holds objects of the [[cache]] zones: define one",
+                "the RAM tier holds objects of the [[cache]] zones: define one (or size = \"auto\", which is off without one)",
             );
         }
     }

@@ -19,8 +19,8 @@ pub const EMPTY_GIF: [u8; 43] = [
 ];
 
 /// Spends `d` of CPU on this thread, on purpose: `return.burn_us` is the CPU-heavy
-/// handler of the accept experiments (seed 004's loop), so it blocks its worker exactly
-/// as real CPU work would.
+/// handler of the accept experiments (seed 004's loop, docs/background.md lever 4), so
+/// it blocks its worker exactly as real CPU work would.
 pub fn burn(d: std::time::Duration) {
     let end = std::time::Instant::now() + d;
     let mut x = 0u64;

@@ -259,7 +259,7 @@ pub async fn serve_conn<S: Service>(
                 if keep_alive && !nodelay {
                     // Responses are written whole (head and body in as few writes as
                     // possible), so on a connection that stays open Nagle only adds
-                    // delay (background.md: nginx's 40 ms tcp_nopush stall on
+                    // delay (docs/background.md: nginx's 40 ms tcp_nopush stall on
                     // loopback). Set on the first kept-alive exchange, as nginx does:
                     // a one-request connection skips the syscall.
                     conn.io.set_nodelay();

@@ -2,7 +2,7 @@
 //!
 //! - `reuseport`: one socket per worker per address (SO_REUSEPORT). The kernel spreads
 //!   connections by hash; no lock, no herd. Best throughput; one busy worker keeps its own
-//!   queue waiting (the long tail of background.md lever 3).
+//!   queue waiting (the long tail of docs/background.md, lever 4).
 //! - `shared`: one socket, registered in every worker's epoll. Every worker is woken for
 //!   each connection and the busiest tends to win (LIFO-like); the baseline to compare.
 //! - `blocking`: one blocking socket, one accept thread per worker blocked in accept().
@@ -12,7 +12,7 @@
 //!   epoll instance where the socket is registered with EPOLLEXCLUSIVE, so one waiter is
 //!   woken per connection, and it drains accept4() until EAGAIN. Wake-ups favour the
 //!   most recent waiter (LIFO-like): the thread that just handed a connection over is
-//!   back in epoll_wait first, which is exactly the imbalance background.md describes.
+//!   back in epoll_wait first, which is exactly the imbalance docs/background.md (lever 4) describes.
 //! - `mutex`: nginx's accept_mutex: one blocking socket, and only the accept thread that
 //!   holds a process-wide mutex waits in accept(); the others wait for the mutex.
 //!

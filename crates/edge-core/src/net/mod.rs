@@ -1,4 +1,4 @@
-//! Listening sockets and accept strategies (levers 2 and 3 of background.md).
+//! Listening sockets and accept strategies (levers 3 and 4 of docs/background.md).
 //!
 //! How it fits: the server asks an [`AcceptStrategy`] (chosen once from `accept = ...`)
 //! to bind every `[[listen]]` address for N workers *before* any worker starts, so a bind

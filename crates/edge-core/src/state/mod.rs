@@ -46,8 +46,10 @@ pub struct Shared {
 /// (its total size is shared out between the workers) and the open-file cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalSettings {
-    /// Total bytes, largest object, policy.
+    /// Total bytes, largest object, policy; `None` when the tier is off.
     pub mem: Option<(u64, u64, edge_cache::local::Policy)>,
+    /// `[memory_cache]` as resolved (`size = "auto"` made bytes), for `/status`.
+    pub memory: crate::config::ResolvedMemory,
     pub files: edge_cache::local::FilesConfig,
 }
 
@@ -55,15 +57,23 @@ impl LocalSettings {
     pub fn from_config(cfg: &Config) -> LocalSettings {
         use crate::config::MemPolicy;
         use edge_cache::local::Policy;
+        let memory = cfg.memory_cache.resolve(&cfg.cache);
+        if memory.auto && memory.size == 0 && !cfg.cache.is_empty() {
+            tracing::warn!(
+                "memory_cache.size = \"auto\": physical memory is unknown or under 16 MiB ({} bytes read); no RAM tier",
+                crate::config::memory::physical_memory()
+            );
+        }
         LocalSettings {
-            mem: cfg.memory_cache.as_ref().map(|m| {
-                let p = match m.policy {
+            mem: (memory.size > 0).then(|| {
+                let p = match memory.policy {
                     MemPolicy::S3fifo => Policy::S3Fifo,
                     MemPolicy::Tinylfu => Policy::TinyLfu,
                     MemPolicy::Lru => Policy::Lru,
                 };
-                (m.size.0, m.max_object_size.0, p)
+                (memory.size, memory.max_object_size, p)
             }),
+            memory,
             files: edge_cache::local::FilesConfig {
                 max: cfg.open_file_cache.max,
                 inactive_ticks: cfg.open_file_cache.inactive.as_secs().max(1),

@@ -26,27 +26,42 @@ pub fn origin() -> (Proc, SocketAddr) {
 ///
 /// The file I/O backend matrix: with `EDGECACHE_TEST_AIO=off|threads|io_uring|auto` in
 /// the environment, a config without an `[aio]` table gets `[aio] mode = "..."`, so
-/// `./test` runs the same integration tests once per backend.
+/// `./test` runs the same integration tests once per backend. Once the server is up,
+/// every worker's backend in `/status` must be the one asked for (a config without
+/// `[admin]` gets one for this): a kernel that refuses io_uring fails the run instead
+/// of quietly testing `threads`, unless `EDGECACHE_TEST_ALLOW_FALLBACK=1`, which lets
+/// it pass and prints the fallback.
 pub fn edgecache(config: &str) -> (Proc, SocketAddr, SocketAddr) {
     edgecache_env(config, &[])
 }
 
+/// The `[aio] mode` the matrix asks of `config`: `EDGECACHE_TEST_AIO`, unless the
+/// config has its own `[aio]` table.
+fn matrix_aio(config: &str) -> Option<String> {
+    let mode = std::env::var("EDGECACHE_TEST_AIO").ok()?;
+    (!mode.is_empty() && !config.contains("[aio]")).then_some(mode)
+}
+
 /// [`edgecache`] with extra environment variables for the server.
 pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, SocketAddr) {
-    edge_testkit::start_listening(|| {
+    let aio = matrix_aio(config);
+    let mut config = config.to_string();
+    if let Some(mode) = &aio {
+        config.push_str(&format!("\n[aio]\nmode = \"{mode}\"\n"));
+        if !config.contains("[admin]") {
+            // Where the check below reads the backend in use.
+            config.push_str("\n[admin]\nlisten = \"{admin}\"\n");
+        }
+    }
+    let (p, listen, admin, text) = edge_testkit::start_listening(|| {
         let listen = free_addr();
         let admin = free_addr();
         let dir = tempfile::tempdir().unwrap();
-        let mut text = config
+        let text = config
             .replace("{listen}", &listen.to_string())
             .replace("{admin}", &admin.to_string());
-        if let Ok(mode) = std::env::var("EDGECACHE_TEST_AIO") {
-            if !text.contains("[aio]") && !mode.is_empty() {
-                text.push_str(&format!("\n[aio]\nmode = \"{mode}\"\n"));
-            }
-        }
         let path = dir.path().join("edgecache.toml");
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, &text).unwrap();
         let path = path.to_string_lossy().into_owned();
         let has_admin = config.contains("{admin}");
         let mut p = Proc::spawn_in_env(&bin("edgecache"), &["-c", &path], dir, env);
@@ -56,8 +71,65 @@ pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, S
         if has_admin {
             p.try_wait_port(admin, START)?;
         }
-        Ok((p, listen, admin))
-    })
+        Ok((p, listen, admin, text))
+    });
+    if let Some(mode) = aio {
+        let at = admin_listen(&text).expect("an [admin] listen address to read /status from");
+        check_aio_backend(&p, at, &mode);
+    }
+    (p, listen, admin)
+}
+
+/// `listen` of the `[admin]` table of a config text.
+fn admin_listen(text: &str) -> Option<SocketAddr> {
+    let table = &text[text.find("[admin]")?..];
+    let line = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("listen"))?;
+    line.split('"').nth(1)?.parse().ok()
+}
+
+/// Every worker's file I/O backend, as `/status` reports it once the worker has
+/// started (`workers[].aio.mode`), must be `want`; `EDGECACHE_TEST_ALLOW_FALLBACK=1`
+/// accepts another and prints it.
+fn check_aio_backend(p: &Proc, admin: SocketAddr, want: &str) {
+    let deadline = std::time::Instant::now() + START;
+    let modes = loop {
+        let r = edge_testkit::get(admin, "/status", &[]);
+        assert_eq!(
+            r.status,
+            200,
+            "EDGECACHE_TEST_AIO={want}: /status must be readable to check the backend in use (admin.allow must let 127.0.0.1 in)"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("/status is JSON");
+        let modes: Option<Vec<String>> = v["workers"]
+            .as_array()
+            .expect("/status workers")
+            .iter()
+            .map(|w| w["aio"]["mode"].as_str().map(str::to_string))
+            .collect();
+        match modes {
+            Some(m) if !m.is_empty() => break m,
+            _ => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "workers never reported their backend: {v}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    if let Some(other) = modes.iter().find(|m| *m != want) {
+        let log = p.stderr();
+        let why = log
+            .lines()
+            .find(|l| l.contains("aio.mode"))
+            .unwrap_or("no log line says why");
+        edge_testkit::fallback(
+            &format!("EDGECACHE_TEST_AIO={want}: the server runs [aio] mode \"{other}\""),
+            why,
+        );
+    }
 }
 
 /// A plain proxy config in front of `upstream`.

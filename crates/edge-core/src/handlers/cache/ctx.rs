@@ -33,7 +33,7 @@ pub enum MayStore {
     No,
 }
 
-/// The `X-Cache-Status` values (DESIGN.md "On the wire", nginx's
+/// The `X-Cache-Status` values (docs/contracts.md "On the wire", nginx's
 /// `$upstream_cache_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheStatus {
