@@ -10,6 +10,8 @@
 //! - [`compress`]: response compression (plans, filters, the offload pool).
 //! - [`upstream`]: server groups and per-worker keep-alive pools.
 //! - [`tls`]: rustls configs (listeners and https upstreams) and their counters.
+//! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
+//!   once; [`state::sites`] holds the servers, locations and rewrites.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
@@ -26,3 +28,4 @@ pub mod server;
 pub mod state;
 pub mod tls;
 pub mod upstream;
+pub mod vars;

@@ -8,8 +8,10 @@
 
 mod load;
 pub mod memory;
+pub mod sites;
 pub mod units;
 pub mod validate;
+mod verr;
 
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
 pub use memory::MemSize;
@@ -678,7 +680,7 @@ pub struct Upstream {
     /// The key consistent hashing uses, a `cache_key`-style template (`$host$uri`);
     /// None: the request's cache key (the location's `cache_key`, or the default).
     #[serde(default)]
-    pub hash_key: Option<String>,
+    pub hash_key: Option<Spanned<String>>,
     /// Active health checks: each server is probed every `interval`; `fails`
     /// consecutive failures take it out, `passes` consecutive successes bring it back.
     #[serde(default)]
@@ -746,6 +748,80 @@ fn default_max_fails() -> u32 {
 }
 fn default_keepalive_timeout_up() -> Dur {
     Dur(std::time::Duration::from_secs(60))
+}
+
+/// One `rewrite` of a location (nginx `rewrite regex replacement [flag]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteCfg {
+    pub regex: String,
+    /// A template; `$1`, `$name` are the regex's captures. Starting with `http://` or
+    /// `https://` it redirects. A `?` in it replaces the query (the original one is
+    /// appended unless it ends with `?`).
+    pub replacement: String,
+    #[serde(default)]
+    pub flag: Option<RewriteFlag>,
+}
+
+/// `rewrite` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RewriteFlag {
+    /// Stop rewriting and search the locations again with the new URI.
+    Last,
+    /// Stop rewriting and serve the new URI in this location.
+    Break,
+    /// 302 to the new URI.
+    Redirect,
+    /// 301 to the new URI.
+    Permanent,
+}
+
+/// `[[server]]`: a virtual server (nginx `server`), chosen by the request's host.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerCfg {
+    /// Exact names, `*.example.com`, `example.*`, or `~regex` (named captures become
+    /// variables).
+    #[serde(default = "default_cache_list")]
+    pub names: Spanned<Vec<String>>,
+    /// The server for a host no server names, on the listeners it answers.
+    #[serde(default)]
+    pub default: bool,
+    /// The `[[listen]]` addrs it answers on; None: all.
+    #[serde(default)]
+    pub listen: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub location: Vec<Location>,
+}
+
+/// `[[map]]`: a variable whose value depends on another (nginx `map`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapCfg {
+    /// A template, e.g. `"$http_user_agent"`.
+    pub source: Spanned<String>,
+    /// The variable it defines, `"$is_bot"`.
+    pub variable: Spanned<String>,
+    /// A template; the empty string when absent.
+    #[serde(default)]
+    pub default: Option<Spanned<String>>,
+    #[serde(default = "default_map_entries")]
+    pub entries: Spanned<Vec<MapEntry>>,
+}
+fn default_map_entries() -> Spanned<Vec<MapEntry>> {
+    Spanned::new(0..0, Vec::new())
+}
+
+/// One `[[map]] entries` item.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapEntry {
+    /// Exact (any case), `*.wildcard`, `wildcard.*`, `~regex`, `~*iregex`.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// A template.
+    pub value: String,
 }
 
 /// `return = { status = 200, body = "" }` (nginx `return`). 301/302/303/307/308 take
@@ -818,6 +894,19 @@ pub struct Location {
     pub prefix: Option<Spanned<String>>,
     #[serde(default)]
     pub exact: Option<Spanned<String>>,
+    /// A case-sensitive regex on the path (nginx `location ~`).
+    #[serde(default)]
+    pub regex: Option<Spanned<String>>,
+    /// A case-insensitive regex on the path (nginx `location ~*`).
+    #[serde(default)]
+    pub iregex: Option<Spanned<String>>,
+    /// With `prefix`: when it is the longest matching prefix, regex locations are not
+    /// tried (nginx `location ^~`).
+    #[serde(default)]
+    pub stop_regex: bool,
+    /// `rewrite = [{ regex, replacement, flag }]`, applied in order (nginx `rewrite`).
+    #[serde(default)]
+    pub rewrite: Vec<Spanned<RewriteCfg>>,
     // Handlers: exactly one.
     #[serde(default)]
     pub proxy: Option<Spanned<String>>,
@@ -833,8 +922,9 @@ pub struct Location {
     // Caching (proxy only).
     #[serde(default = "default_cache_list")]
     pub cache: Spanned<Vec<String>>,
+    /// A template (`$scheme://$host$request_uri`); None: `http://` + Host + path and query.
     #[serde(default)]
-    pub cache_key: Option<String>,
+    pub cache_key: Option<Spanned<String>>,
     #[serde(default)]
     pub cache_valid: BTreeMap<String, Dur>,
     #[serde(default)]
@@ -984,8 +1074,13 @@ pub struct Config {
     pub compress_pool: CompressPool,
     #[serde(default)]
     pub upstream: Vec<Upstream>,
+    /// Top-level locations: the implicit default server's.
     #[serde(default)]
     pub location: Vec<Location>,
+    #[serde(default)]
+    pub server: Vec<ServerCfg>,
+    #[serde(default)]
+    pub map: Vec<MapCfg>,
     #[serde(default)]
     pub admin: Option<Admin>,
 }

@@ -233,3 +233,64 @@ fn the_ram_tier_is_auto_by_default_and_off_without_a_disk_cache() {
     assert_eq!((e.line, e.key.as_str()), (3, "memory_cache"));
     parse("t.toml", &format!("{MIN}[memory_cache]\nsize = \"auto\"\n")).unwrap();
 }
+
+/// Templates are compiled at `-t`: an unknown variable is `file:line: key: message`,
+/// wherever the template is (cache_key, return, rewrite, map, hash_key).
+#[test]
+fn unknown_variables_name_file_line_and_key() {
+    let base = "[[listen]]\naddr = \"127.0.0.1:8080\"\n[[upstream]]\nname = \"o\"\nservers = [\"127.0.0.1:9\"]\n";
+    let e = err(&format!(
+        "{base}[[location]]\nprefix = \"/\"\nproxy = \"o\"\ncache_key = \"$scheme://$host$request_url\"\n"
+    ));
+    assert_eq!(
+        e.to_string(),
+        "t.toml:9: location.cache_key: unknown variable \"$request_url\""
+    );
+    let e = err(&format!(
+        "{base}[[server]]\nnames = [\"a.example\"]\n[[server.location]]\nprefix = \"/\"\n\
+         return = {{ status = 301, location = \"https://$hots$request_uri\" }}\n"
+    ));
+    assert_eq!(e.line, 10, "{e}");
+    assert!(e.to_string().contains("unknown variable \"$hots\""), "{e}");
+    let e = err(&format!(
+        "{base}[[location]]\nprefix = \"/\"\nempty_gif = true\n\
+         rewrite = [{{ regex = \"^/(a)$\", replacement = \"/$nope\" }}]\n"
+    ));
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (9, "location.rewrite.replacement"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{base}[[map]]\nsource = \"$http_user_agent\"\nvariable = \"$is_bot\"\n\
+         entries = [{{ match = \"~*(bot\", value = \"1\" }}]\n"
+    ));
+    assert_eq!(e.key, "map.entries.match", "{e}");
+    // Named captures and map variables are variables; a map may not redefine a built-in.
+    parse(
+        "t.toml",
+        &format!(
+            "{base}[[map]]\nsource = \"$http_user_agent\"\nvariable = \"$is_bot\"\n\
+             entries = [{{ match = \"~*bot\", value = \"1\" }}]\n\
+             [[location]]\nregex = '^/(?<id>\\d+)$'\nreturn = {{ status = 200, body = \"$id $is_bot\" }}\n"
+        ),
+    )
+    .unwrap();
+    let e = err(&format!(
+        "{base}[[map]]\nsource = \"$uri\"\nvariable = \"$host\"\n"
+    ));
+    assert!(e.to_string().contains("already a variable"), "{e}");
+    // Location match keys: exactly one.
+    let e = err(&format!(
+        "{base}[[location]]\nprefix = \"/\"\nregex = \"x\"\nempty_gif = true\n"
+    ));
+    assert!(e.to_string().contains("not several"), "{e}");
+    let e = err(&format!(
+        "{base}[[location]]\nregex = \"(\"\nempty_gif = true\n"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (7, "location.regex"), "{e}");
+    let e = err(&format!(
+        "{base}[[server]]\nnames = [\"a\"]\nlisten = [\"127.0.0.1:1\"]\n"
+    ));
+    assert_eq!(e.key, "server.listen", "{e}");
+}

@@ -5,19 +5,7 @@ use super::*;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
 
-pub(super) struct VErr {
-    pub span: Option<Range<usize>>,
-    pub key: String,
-    pub message: String,
-}
-
-fn err<T>(span: Option<Range<usize>>, key: &str, message: impl Into<String>) -> Result<T, VErr> {
-    Err(VErr {
-        span: span.filter(|s| s.end > 0),
-        key: key.into(),
-        message: message.into(),
-    })
-}
+pub(super) use super::verr::{err, VErr};
 
 /// A value that does not parse (an address, an `allow` prefix, `levels`): the config
 /// layer's error for its value parsers, which the layers above also call.
@@ -448,30 +436,13 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         }
     }
 
-    for loc in &cfg.location {
-        let (span, _) = match (&loc.prefix, &loc.exact) {
-            (Some(p), None) => (p.span(), p.get_ref()),
-            (None, Some(e)) => (e.span(), e.get_ref()),
-            (Some(p), Some(_)) => {
-                return err(
-                    Some(p.span()),
-                    "location",
-                    "set either prefix or exact, not both",
-                )
-            }
-            (None, None) => {
-                let s = loc.proxy.as_ref().map(|p| p.span());
-                return err(
-                    s,
-                    "location",
-                    "a location needs prefix = \"/...\" or exact = \"/...\"",
-                );
-            }
-        };
-        let m = loc.prefix.as_ref().or(loc.exact.as_ref()).unwrap();
-        if !m.get_ref().starts_with('/') {
-            return err(Some(m.span()), "location.prefix", "must start with '/'");
-        }
+    let known = super::sites::validate(cfg)?;
+    let all_locations = cfg
+        .location
+        .iter()
+        .chain(cfg.server.iter().flat_map(|s| &s.location));
+    for loc in all_locations {
+        let span = super::sites::validate_location(loc, &known)?;
         let handlers = [
             loc.proxy.is_some(),
             loc.static_root.is_some(),

@@ -9,6 +9,7 @@
 //! ([`Shared`]) and the connection and exchange. Nothing below this layer calls up.
 
 pub mod cache;
+pub mod context;
 pub mod proxy;
 pub mod services;
 pub mod simple;
@@ -17,22 +18,84 @@ pub mod static_files;
 use crate::http::respond::finish_without_body;
 use crate::http::{Conn, Exchange, ExchangeError};
 use crate::state::route::Handler;
+use crate::state::sites::Routing;
 use crate::state::Shared;
+use context::client_of;
 use services::Services;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// The router: answers one request with the handler of its location (404 when no
-/// location matches).
+/// The router: picks the request's server by host ([`crate::state::sites`]), its
+/// location and rewrites, and answers with the location's handler (404 when no location
+/// matches, 421 when a TLS connection's certificate does not cover the host, 500 on a
+/// rewrite cycle, 301/302 for a redirecting rewrite).
 pub async fn dispatch(
     w: &Rc<Services>,
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Arc<Shared>,
 ) -> Result<(), ExchangeError> {
-    // Borrowed from the snapshot the session holds: no reference count touched.
-    let Some(route) = shared.router.find(ex.req.path()) else {
+    let sites = &shared.sites;
+    let listen = conn.info.listen as usize;
+    let Some(server) = sites.select(listen, ex.req.host(), &mut ex.routed.caps) else {
         return finish_without_body(conn, ex, &shared.timeouts, 404).await;
+    };
+    ex.routed.server = server;
+    if let Some(cert) = conn.info.sni_cert {
+        // RFC 9110 7.4: this connection is not authoritative for a host its certificate
+        // does not cover (a client reusing a connection, or a forged Host).
+        let covered = match (ex.req.host(), shared.listeners.get(listen)) {
+            (Some(h), Some(l)) => l
+                .sni
+                .as_ref()
+                .is_none_or(|sni| sni.covers(cert, crate::vars::normalize_host(h))),
+            _ => true,
+        };
+        if !covered {
+            return finish_without_body(conn, ex, &shared.timeouts, 421).await;
+        }
+    }
+    let client = client_of(conn, shared);
+    let route = match sites.route(server, &ex.req, client, &mut ex.routed) {
+        Routing::Route(route, None) => route,
+        Routing::Route(route, Some(uri)) => {
+            let old = ex.req.path_and_query();
+            // An absolute-form target keeps its scheme and authority (they are the host).
+            let keep = ex.req.target.len() - old.len();
+            let keep = if ex.req.target.ends_with(old) {
+                keep
+            } else {
+                0
+            };
+            ex.routed
+                .original_uri
+                .get_or_insert_with(|| old.to_string());
+            ex.req.target.replace_range(keep.., &uri);
+            route
+        }
+        Routing::Redirect(status, location) => {
+            let mut extra = Vec::new();
+            edge_http::write_header(&mut extra, "Location", location.as_bytes());
+            let page = crate::http::respond::error_page(status);
+            return crate::http::respond::respond(
+                conn,
+                ex,
+                &shared.timeouts,
+                status,
+                "text/html",
+                &page,
+                &extra,
+            )
+            .await;
+        }
+        Routing::NotFound => return finish_without_body(conn, ex, &shared.timeouts, 404).await,
+        Routing::Cycle => {
+            tracing::error!(
+                "rewrite or internal redirection cycle while processing {:?}",
+                ex.req.target
+            );
+            return finish_without_body(conn, ex, &shared.timeouts, 500).await;
+        }
     };
     if matches!(route.handler, Handler::Proxy(_))
         && crate::http::node::looped(ex.req.headers.get_all("via"))

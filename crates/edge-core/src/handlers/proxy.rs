@@ -14,6 +14,10 @@ pub async fn handle(
     route: &Route,
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
+    let affinity = {
+        let vars = super::context::vars(super::context::client_of(conn, shared), ex, shared);
+        super::cache::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)
+    };
     crate::upstream::relay::proxy_pass(
         w.upstream(),
         conn,
@@ -22,7 +26,7 @@ pub async fn handle(
         &route.add_headers,
         &p.upstream,
         w.compression(p.compress.as_ref()),
-        super::cache::key::affinity(&p.upstream, route.cfg.cache_key.as_deref(), &ex.req, None),
+        affinity,
     )
     .await
 }

@@ -43,12 +43,26 @@ pub async fn handle_return(
         burn(r.burn);
     }
     let mut extra = route.add_headers.clone();
+    let client = super::context::client_of(conn, shared);
+    let vars = super::context::vars(client, ex, shared);
+    // A body without variables is sent as it is (no copy).
+    let mut rendered = Vec::new();
+    let body: &[u8] = match r.body.as_literal() {
+        Some(b) => b.as_bytes(),
+        None => {
+            r.body.render(&vars, &mut rendered);
+            &rendered
+        }
+    };
     if matches!(r.status, 301 | 302 | 303 | 307 | 308) {
-        let target = r
-            .location
-            .clone()
-            .unwrap_or_else(|| String::from_utf8_lossy(&r.body).into_owned());
-        edge_http::write_header(&mut extra, "Location", target.as_bytes());
+        let mut target = Vec::new();
+        match &r.location {
+            Some(l) => l.render(&vars, &mut target),
+            None => target.extend_from_slice(body),
+        }
+        // A header value holds no line breaks, whatever a variable held.
+        target.retain(|&b| b != b'\r' && b != b'\n' && b != 0);
+        edge_http::write_header(&mut extra, "Location", &target);
         let page = error_page(r.status);
         return respond(
             conn,
@@ -67,7 +81,7 @@ pub async fn handle_return(
         &shared.timeouts,
         r.status,
         &r.content_type,
-        &r.body,
+        body,
         &extra,
     )
     .await

@@ -22,6 +22,19 @@ pub struct Conn {
     pub io: ClientIo,
     pub rbuf: BytesMut,
     pub peer: SocketAddr,
+    pub info: ConnInfo,
+}
+
+/// What the connection arrived on: the `[[listen]]` (its index in the config generation
+/// it was accepted under), whether it is TLS, and which certificate the client's SNI
+/// name chose (`$scheme`, `$server_port`, server selection, 421 Misdirected Request).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub listen: u16,
+    pub tls: bool,
+    /// The certificate index the SNI name chose by name (None: no SNI, or the default
+    /// certificate for a name none covers).
+    pub sni_cert: Option<u16>,
 }
 
 /// What a client's bytes travel over. Handlers see one byte stream of HTTP/1.1 either
@@ -108,13 +121,14 @@ pub fn timed_out(what: &str) -> io::Error {
 }
 
 impl Conn {
-    pub fn new(io: Sock, peer: SocketAddr) -> Conn {
-        Conn::over(ClientIo::Tcp(io), peer)
+    pub fn new(io: Sock, peer: SocketAddr, info: ConnInfo) -> Conn {
+        Conn::over(ClientIo::Tcp(io), peer, info)
     }
 
-    pub fn over(io: ClientIo, peer: SocketAddr) -> Conn {
+    pub fn over(io: ClientIo, peer: SocketAddr, info: ConnInfo) -> Conn {
         Conn {
             io,
+            info,
             // Allocated when the first bytes are about to arrive (see the session: an
             // idle connection holds no read buffer).
             rbuf: BytesMut::new(),

@@ -22,6 +22,9 @@ pub struct Exchange {
     /// Request body not yet consumed from the connection.
     pub body: Option<BodyDecoder>,
     pub continue_sent: bool,
+    /// What routing found (server, regex captures, the URI before a rewrite), for the
+    /// templates the handlers render.
+    pub routed: crate::vars::Routed,
     /// Flips to true when the server starts draining: responses written after that
     /// close the connection even if the request arrived before.
     draining: std::rc::Rc<super::idle::IdleTimers>,
@@ -87,6 +90,7 @@ impl Exchange {
             started: Instant::now(),
             body,
             continue_sent: false,
+            routed: crate::vars::Routed::default(),
             draining,
         }
     }

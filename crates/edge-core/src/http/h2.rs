@@ -20,7 +20,7 @@
 //! - resets the server must send, and resets the client sends before a stream is
 //!   accepted, are bounded by the `h2` crate's limits set here.
 
-use super::conn::{ClientIo, Conn};
+use super::conn::{ClientIo, Conn, ConnInfo};
 use super::h2stream::{request_head, ConnState, Job, RunnerSlot, StreamIo};
 use super::idle::IdleEnd;
 use super::session::Service;
@@ -66,7 +66,7 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 pub const RESET_FLOOD: u64 = 200;
 
 /// Serves one HTTP/2 connection (after TLS and ALPN, or h2c with prior knowledge).
-pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr)
+pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr, info: ConnInfo)
 where
     S: Service + 'static,
     T: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -242,7 +242,7 @@ where
                     }
                 }
                 for (req, respond) in batch.drain(..) {
-                    start_stream(&w, &state, req, respond, peer);
+                    start_stream(&w, &state, req, respond, peer, info);
                 }
                 match end {
                     Some(None) => break,
@@ -464,6 +464,7 @@ fn start_stream<S: Service + 'static>(
     req: http::Request<RecvStream>,
     respond: SendResponse<Bytes>,
     peer: SocketAddr,
+    info: ConnInfo,
 ) {
     w.stats().h2.streams.fetch_add(1, Relaxed);
     state.streams.set(state.streams.get() + 1);
@@ -474,7 +475,7 @@ fn start_stream<S: Service + 'static>(
         return;
     }
     let (w, st) = (w.clone(), state.clone());
-    tokio::task::spawn_local(run_streams(w, st, job, peer));
+    tokio::task::spawn_local(run_streams(w, st, job, peer, info));
 }
 
 struct RetireOnDrop<'a>(&'a ConnState);
@@ -506,12 +507,13 @@ async fn run_streams<S: Service + 'static>(
     st: Rc<ConnState>,
     first: Job,
     peer: SocketAddr,
+    info: ConnInfo,
 ) {
     let me = Rc::new(RunnerSlot::default());
     let mut slot = Box::pin(None);
     let mut job = Some(first);
     while let Some((req, respond)) = job.take() {
-        slot.set(Some(stream_task(&*w, req, respond, peer, &st)));
+        slot.set(Some(stream_task(&*w, req, respond, peer, info, &st)));
         if let Some(f) = slot.as_mut().as_pin_mut() {
             f.await;
         }
@@ -558,6 +560,7 @@ async fn stream_task<S: Service>(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     peer: SocketAddr,
+    info: ConnInfo,
     state: &Rc<ConnState>,
 ) {
     let (parts, body) = req.into_parts();
@@ -581,7 +584,7 @@ async fn stream_task<S: Service>(
         Method::from_token(parts.method.as_str()),
         state.clone(),
     );
-    let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer);
+    let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer, info);
     conn.rbuf = rbuf;
     super::session::serve_stream(w, conn).await;
 }

@@ -17,7 +17,7 @@ pub mod respond;
 pub mod send;
 pub mod session;
 
-pub use conn::Conn;
+pub use conn::{Conn, ConnInfo};
 pub use exchange::{Exchange, ExchangeError};
 
 use std::time::Duration;

@@ -321,7 +321,8 @@ mod tests {
                         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                         let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
                         let (s, peer) = l.accept().await.unwrap();
-                        let mut conn = Conn::new(crate::net::Sock::registered(s), peer);
+                        let mut conn =
+                            Conn::new(crate::net::Sock::registered(s), peer, Default::default());
                         let t = Duration::from_secs(5);
                         let n = send_file_range(&mut conn, &files, &f, 3, 4, mode, t)
                             .await

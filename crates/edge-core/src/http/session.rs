@@ -156,6 +156,7 @@ pub struct Parked {
     /// Plain TCP, or TLS with nothing buffered inside the session.
     pub io: ClientIo,
     pub peer: SocketAddr,
+    pub info: super::conn::ConnInfo,
     pub served: u64,
     pub nodelay: bool,
     /// What is left of its idle timeout.
@@ -175,7 +176,7 @@ enum HeadOutcome {
 
 /// How a session task starts.
 pub enum Start {
-    New(Sock, SocketAddr),
+    New(Sock, SocketAddr, super::conn::ConnInfo),
     /// A connection ready for its first request: TLS whose handshake is done (HTTP/1.1
     /// by ALPN), in user space or the kernel's (then with the bytes rustls had already
     /// decrypted in its buffer).
@@ -188,9 +189,9 @@ impl Start {
     /// is set: what [`serve_conn`] goes on from.
     pub fn into_conn(self) -> (Conn, u64, bool) {
         match self {
-            Start::New(stream, peer) => (Conn::new(stream, peer), 0, false),
+            Start::New(stream, peer, info) => (Conn::new(stream, peer, info), 0, false),
             Start::Conn(conn) => (conn, 0, false),
-            Start::Resume(p) => (Conn::over(p.io, p.peer), p.served, p.nodelay),
+            Start::Resume(p) => (Conn::over(p.io, p.peer, p.info), p.served, p.nodelay),
         }
     }
 }
@@ -218,13 +219,19 @@ pub async fn serve_conn<S: Service>(
         match read_head(w, &mut conn, &params, served).await {
             HeadOutcome::Close => break,
             HeadOutcome::Park(idle_left) => {
-                let Conn { io, rbuf, peer } = conn;
+                let Conn {
+                    io,
+                    rbuf,
+                    peer,
+                    info,
+                } = conn;
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
                 }
                 return Some(Parked {
                     io,
                     peer,
+                    info,
                     served,
                     nodelay,
                     idle_left,

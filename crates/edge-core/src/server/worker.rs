@@ -10,7 +10,7 @@
 use crate::handlers::services::Services;
 use crate::http::idle::IdleTimers;
 use crate::http::session::{self, Service, SessionParams};
-use crate::http::{Conn, Exchange, ExchangeError};
+use crate::http::{Conn, ConnInfo, Exchange, ExchangeError};
 use crate::log::access::{AccessLogBuf, Entry};
 use crate::metrics::{Metrics, WorkerStats};
 use crate::net::{Sock, WorkerAcceptor};
@@ -511,11 +511,26 @@ fn start_session(
                     return;
                 }
             }
-            run_session(w, session::Start::New(sock, peer))
+            let info = ConnInfo {
+                listen: listen as u16,
+                ..ConnInfo::default()
+            };
+            run_session(w, session::Start::New(sock, peer, info))
         }
         Some(p) => match tokio::net::TcpStream::from_std(stream) {
             Ok(stream) => {
-                tokio::task::spawn_local(Box::pin(secure_session(w.clone(), stream, peer, p)));
+                let info = ConnInfo {
+                    listen: listen as u16,
+                    tls: p.tls.is_some(),
+                    sni_cert: None,
+                };
+                tokio::task::spawn_local(Box::pin(secure_session(
+                    w.clone(),
+                    stream,
+                    peer,
+                    p,
+                    info,
+                )));
             }
             Err(e) => {
                 tracing::error!("worker {}: cannot register connection: {e}", w.id);
@@ -534,6 +549,7 @@ async fn secure_session(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     proto: crate::tls::ListenerProto,
+    mut info: ConnInfo,
 ) {
     let timeout = w.config().timeouts.client_header;
     let stats = w.svc.stats();
@@ -549,6 +565,10 @@ async fn secure_session(
                     let resumed = sc.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                     stats.tls.handshake_done(resumed);
                     let h2 = sc.alpn_protocol() == Some(crate::tls::ALPN_H2);
+                    info.sni_cert = match (sc.server_name(), &proto.sni) {
+                        (Some(name), Some(sni)) => sni.chosen_index(name),
+                        _ => None,
+                    };
                     let mut tls = Box::new(tls);
                     if proto.ktls {
                         match ktls::offload(tls) {
@@ -561,12 +581,12 @@ async fn secure_session(
                                         prefix: plaintext,
                                         sock,
                                     };
-                                    crate::http::h2::serve(w.clone(), io, peer).await;
+                                    crate::http::h2::serve(w.clone(), io, peer, info).await;
                                     w.connections_closed(1);
                                 } else {
                                     // A plain socket to the session from here on
                                     // (sendfile included), parked like one.
-                                    let mut conn = crate::http::Conn::new(sock, peer);
+                                    let mut conn = crate::http::Conn::new(sock, peer, info);
                                     conn.rbuf = plaintext;
                                     session_loop(w, session::Start::Conn(conn)).await;
                                 }
@@ -586,12 +606,12 @@ async fn secure_session(
                     }
                     if h2 {
                         let _ = tls.get_ref().0.tcp().set_nodelay(true);
-                        crate::http::h2::serve(w.clone(), tls, peer).await;
+                        crate::http::h2::serve(w.clone(), tls, peer, info).await;
                     } else {
                         // HTTP/1.1: the ordinary session, parked like a plain
                         // connection when idle; it counts the close itself.
                         let io = crate::http::conn::ClientIo::Tls(tls);
-                        let conn = crate::http::Conn::over(io, peer);
+                        let conn = crate::http::Conn::over(io, peer, info);
                         session_loop(w, session::Start::Conn(conn)).await;
                         return;
                     }
@@ -609,11 +629,14 @@ async fn secure_session(
         None => match h2c_preface(&stream, timeout).await {
             Some(true) => {
                 let _ = stream.set_nodelay(true);
-                crate::http::h2::serve(w.clone(), stream, peer).await;
+                crate::http::h2::serve(w.clone(), stream, peer, info).await;
             }
             Some(false) => {
                 // HTTP/1.1 on a listener that also takes h2c: the ordinary session.
-                run_session(&w, session::Start::New(Sock::registered(stream), peer));
+                run_session(
+                    &w,
+                    session::Start::New(Sock::registered(stream), peer, info),
+                );
                 return;
             }
             None => {}

@@ -8,6 +8,7 @@
 pub mod caches;
 mod error;
 pub mod route;
+pub mod sites;
 
 pub use error::StateError;
 
@@ -18,12 +19,13 @@ use crate::http::Timeouts;
 use crate::upstream::UpstreamGroup;
 use caches::Caches;
 use edge_http::Limits;
-use route::Router;
+use sites::Sites;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 pub struct Shared {
-    pub router: Router,
+    /// Servers, their locations and the `[[map]]`s.
+    pub sites: Sites,
     /// Every open cache zone by name (shared with the admin listener for purges).
     pub caches: Caches,
     pub upstreams: HashMap<String, Arc<UpstreamGroup>>,
@@ -117,14 +119,22 @@ impl Shared {
             };
             upstreams.insert(u.name.get_ref().clone(), group);
         }
-        let router = Router::build(cfg, &upstreams, &caches)?;
+        let known = crate::config::sites::known(cfg);
+        let sites = Sites::build(
+            cfg,
+            &route::Env {
+                upstreams: &upstreams,
+                caches: &caches,
+                known: &known,
+            },
+        )?;
         let listeners = cfg
             .listen
             .iter()
             .map(|l| {
-                let tls = match &l.tls {
-                    Some(t) => Some(
-                        crate::tls::server_config(
+                let (tls, sni) = match &l.tls {
+                    Some(t) => {
+                        let (sc, sni) = crate::tls::server_config(
                             &t.get_ref().all(),
                             t.get_ref().session_resumption,
                             l.http2,
@@ -132,13 +142,15 @@ impl Shared {
                         )
                         .map_err(|m| {
                             StateError::Tls(format!("listen {}: tls: {m}", l.addr.get_ref()))
-                        })?,
-                    ),
-                    None => None,
+                        })?;
+                        (Some(sc), Some(sni))
+                    }
+                    None => (None, None),
                 };
                 Ok(crate::tls::ListenerProto {
                     addr: crate::config::validate::parse_addr(l.addr.get_ref())?,
                     tls,
+                    sni,
                     http2: l.http2,
                     deferred: l.deferred,
                     ktls: l.tls.as_ref().is_some_and(|t| t.get_ref().ktls),
@@ -155,7 +167,7 @@ impl Shared {
             None => vec![Cidr::parse("127.0.0.1/32")?, Cidr::parse("::1/128")?],
         };
         Ok(Shared {
-            router,
+            sites,
             caches,
             upstreams,
             limits: Limits {

@@ -1,12 +1,15 @@
-//! Location matching, nginx style: an exact match wins; otherwise the longest matching
-//! prefix. Each location carries its handler, resolved at config time so the hot path
-//! does no name lookups.
+//! Location matching, nginx style (see [`Router`]). Each location carries its handler,
+//! templates and rewrites, compiled at config time so the hot path does no name lookups
+//! and reads no serde config.
 
 use super::caches::Caches;
 use super::error::StateError;
-use crate::config::{Config, Location};
+use crate::config::validate::BadValue;
+use crate::config::{Location, RewriteFlag};
 use crate::upstream::UpstreamGroup;
+use crate::vars::{compile_regex, Captures, Known, Template};
 use edge_cache::{Cache, PolicyConfig, StatusMatch};
+use regex::Regex;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,8 +63,10 @@ fn policy_for(loc: &Location) -> PolicyConfig {
 
 pub struct ReturnRoute {
     pub status: u16,
-    pub body: Vec<u8>,
-    pub location: Option<String>,
+    /// A template (`return.body`).
+    pub body: Template,
+    /// A template (`return.location`).
+    pub location: Option<Template>,
     pub content_type: String,
     /// CPU to spend before answering (`burn_us`).
     pub burn: std::time::Duration,
@@ -73,107 +78,209 @@ pub struct Route {
     pub handler: Handler,
     /// Extra headers (`add_header`), pre-serialised as `Name: value\r\n` lines.
     pub add_headers: Vec<u8>,
-    /// The location's config, for handler options added later (caching, compression).
+    /// `cache_key`, compiled; None: the default key (`http://` + Host + path and query).
+    pub cache_key: Option<Template>,
+    /// `rewrite`, in order.
+    pub rewrites: Vec<Rewrite>,
+    /// The location's config, for handler options not compiled yet (caching knobs).
+    /// Nothing new reads it per request: compile into a field above instead.
     pub cfg: Location,
 }
 
+/// One compiled `rewrite`.
+pub struct Rewrite {
+    pub regex: Regex,
+    pub replacement: Template,
+    pub flag: Option<RewriteFlag>,
+}
+
+/// The locations of one server, searched in nginx's order: an exact match; else the
+/// longest prefix, which wins at once when it has `stop_regex` (`^~`); else the first
+/// regex location (config order) that matches; else that longest prefix.
+///
+/// Cost: a hash lookup and a scan of the prefixes (longest first); regexes only when
+/// the server has regex locations and no `^~` prefix took the request. Nothing is
+/// allocated unless a regex location with capture groups matches.
 #[derive(Default)]
 pub struct Router {
     exact: HashMap<String, Arc<Route>>,
-    /// Longest first.
-    prefixes: Vec<(String, Arc<Route>)>,
+    /// Longest first; `true`: `stop_regex`.
+    prefixes: Vec<(String, bool, Arc<Route>)>,
+    regexes: Vec<(Regex, Arc<Route>)>,
+    /// Over `regexes`, when there are many.
+    set: Option<regex::RegexSet>,
+}
+
+/// Regex locations tried one by one before a `RegexSet` pays off.
+const REGEX_SCAN: usize = 8;
+
+/// What a router is built from besides the locations.
+pub struct Env<'a> {
+    pub upstreams: &'a HashMap<String, Arc<UpstreamGroup>>,
+    pub caches: &'a Caches,
+    pub known: &'a Known,
+}
+
+fn template(src: &str, known: &Known) -> Result<Template, StateError> {
+    Template::compile(src, known).map_err(|e| StateError::BadValue(BadValue(e.to_string())))
+}
+
+fn regex(src: &str, ci: bool) -> Result<Regex, StateError> {
+    compile_regex(src, ci).map_err(|m| StateError::BadValue(BadValue(m)))
+}
+
+fn route_for(loc: &Location, env: &Env<'_>) -> Result<(Route, bool), StateError> {
+    let handler = if let Some(p) = &loc.proxy {
+        let upstream = env
+            .upstreams
+            .get(p.get_ref())
+            .ok_or_else(|| StateError::UnknownUpstream(p.get_ref().clone()))?
+            .clone();
+        let caches = loc
+            .cache
+            .get_ref()
+            .iter()
+            .map(|n| {
+                env.caches
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| StateError::CacheNotOpen(n.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Handler::Proxy(ProxyRoute {
+            upstream,
+            caches,
+            policy: policy_for(loc),
+            compress: crate::compress::policy_for(loc),
+        })
+    } else if let Some(root) = &loc.static_root {
+        Handler::Static {
+            root: root.get_ref().clone(),
+            index: loc.index.clone(),
+        }
+    } else if let Some(ret) = &loc.ret {
+        let ret = ret.get_ref();
+        Handler::Return(ReturnRoute {
+            status: ret.status,
+            body: template(&ret.body, env.known)?,
+            location: ret
+                .location
+                .as_deref()
+                .map(|l| template(l, env.known))
+                .transpose()?,
+            content_type: ret
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "text/plain".into()),
+            burn: std::time::Duration::from_micros(ret.burn_us),
+        })
+    } else {
+        Handler::EmptyGif
+    };
+    let mut add_headers = Vec::new();
+    for (k, v) in &loc.add_header {
+        edge_http::write_header(&mut add_headers, k, v.as_bytes());
+    }
+    let pattern = [&loc.exact, &loc.prefix, &loc.regex, &loc.iregex]
+        .into_iter()
+        .flatten()
+        .next()
+        .ok_or(StateError::LocationWithoutMatch)?
+        .get_ref()
+        .clone();
+    let rewrites = loc
+        .rewrite
+        .iter()
+        .map(|r| {
+            let r = r.get_ref();
+            Ok(Rewrite {
+                regex: regex(&r.regex, false)?,
+                replacement: template(&r.replacement, env.known)?,
+                flag: r.flag,
+            })
+        })
+        .collect::<Result<Vec<_>, StateError>>()?;
+    let route = Route {
+        pattern,
+        handler,
+        add_headers,
+        cache_key: loc
+            .cache_key
+            .as_ref()
+            .map(|k| template(k.get_ref(), env.known))
+            .transpose()?,
+        rewrites,
+        cfg: loc.clone(),
+    };
+    Ok((route, loc.exact.is_some()))
 }
 
 impl Router {
-    pub fn build(
-        cfg: &Config,
-        upstreams: &HashMap<String, Arc<UpstreamGroup>>,
-        caches: &Caches,
-    ) -> Result<Router, StateError> {
+    /// The router of one server's locations.
+    pub fn build(locations: &[Location], env: &Env<'_>) -> Result<Router, StateError> {
         let mut r = Router::default();
-        for loc in &cfg.location {
-            let handler = if let Some(p) = &loc.proxy {
-                let upstream = upstreams
-                    .get(p.get_ref())
-                    .ok_or_else(|| StateError::UnknownUpstream(p.get_ref().clone()))?
-                    .clone();
-                let caches = loc
-                    .cache
-                    .get_ref()
-                    .iter()
-                    .map(|n| {
-                        caches
-                            .get(n)
-                            .cloned()
-                            .ok_or_else(|| StateError::CacheNotOpen(n.clone()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Handler::Proxy(ProxyRoute {
-                    upstream,
-                    caches,
-                    policy: policy_for(loc),
-                    compress: crate::compress::policy_for(loc),
-                })
-            } else if let Some(root) = &loc.static_root {
-                Handler::Static {
-                    root: root.get_ref().clone(),
-                    index: loc.index.clone(),
-                }
-            } else if let Some(ret) = &loc.ret {
-                let ret = ret.get_ref();
-                Handler::Return(ReturnRoute {
-                    status: ret.status,
-                    body: ret.body.clone().into_bytes(),
-                    location: ret.location.clone(),
-                    content_type: ret
-                        .content_type
-                        .clone()
-                        .unwrap_or_else(|| "text/plain".into()),
-                    burn: std::time::Duration::from_micros(ret.burn_us),
-                })
-            } else {
-                Handler::EmptyGif
-            };
-            let mut add_headers = Vec::new();
-            for (k, v) in &loc.add_header {
-                edge_http::write_header(&mut add_headers, k, v.as_bytes());
-            }
-            let (pattern, exact) = match (&loc.exact, &loc.prefix) {
-                (Some(e), _) => (e.get_ref().clone(), true),
-                (None, Some(p)) => (p.get_ref().clone(), false),
-                (None, None) => return Err(StateError::LocationWithoutMatch),
-            };
-            let route = Arc::new(Route {
-                pattern: pattern.clone(),
-                handler,
-                add_headers,
-                cfg: loc.clone(),
-            });
+        for loc in locations {
+            let (route, exact) = route_for(loc, env)?;
+            let route = Arc::new(route);
+            let pattern = route.pattern.clone();
             if exact {
                 r.exact.entry(pattern).or_insert(route);
-            } else if !r.prefixes.iter().any(|(p, _)| *p == pattern) {
-                r.prefixes.push((pattern, route));
+            } else if let Some((re, ci, _)) = crate::config::sites::location_regex(loc) {
+                r.regexes.push((regex(re.get_ref(), ci)?, route));
+            } else if !r.prefixes.iter().any(|(p, _, _)| *p == pattern) {
+                r.prefixes.push((pattern, loc.stop_regex, route));
             }
         }
         r.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        if r.regexes.len() > REGEX_SCAN {
+            r.set = regex::RegexSet::new(r.regexes.iter().map(|(re, _)| re.as_str())).ok();
+        }
         Ok(r)
     }
 
-    /// The route for a request path (without query).
+    /// The route for a request path (without query), regex captures ignored.
     pub fn find(&self, path: &str) -> Option<&Arc<Route>> {
+        self.find_with(path, None)
+    }
+
+    /// The route for a request path; a matching regex location's captures go to `caps`
+    /// (as the latest match).
+    pub fn find_with(&self, path: &str, caps: Option<&mut Captures>) -> Option<&Arc<Route>> {
         if let Some(r) = self.exact.get(path) {
             return Some(r);
         }
-        self.prefixes
+        let prefix = self
+            .prefixes
             .iter()
-            .find(|(p, _)| path.starts_with(p.as_str()))
-            .map(|(_, r)| r)
+            .find(|(p, _, _)| path.starts_with(p.as_str()));
+        if let Some((_, true, r)) = prefix {
+            return Some(r);
+        }
+        if !self.regexes.is_empty() {
+            let first = match &self.set {
+                Some(set) => set.matches(path).iter().next(),
+                None => self.regexes.iter().position(|(re, _)| re.is_match(path)),
+            };
+            if let Some(i) = first {
+                let (re, route) = &self.regexes[i];
+                if let Some(caps) = caps {
+                    if re.captures_len() > 1 {
+                        if let Some(c) = re.captures(path) {
+                            caps.set_latest(re, path, &c);
+                        }
+                    }
+                }
+                return Some(route);
+            }
+        }
+        prefix.map(|(_, _, r)| r)
     }
 
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
         self.exact
             .values()
-            .chain(self.prefixes.iter().map(|(_, r)| r))
+            .chain(self.prefixes.iter().map(|(_, _, r)| r))
+            .chain(self.regexes.iter().map(|(_, r)| r))
     }
 }
 
@@ -181,9 +288,15 @@ impl Router {
 mod tests {
     use super::*;
 
-    fn router(text: &str) -> Router {
+    pub(crate) fn router(text: &str) -> Router {
         let cfg = crate::config::parse("t", text).unwrap();
-        Router::build(&cfg, &HashMap::new(), &HashMap::new()).unwrap()
+        let known = crate::config::sites::known(&cfg);
+        let env = Env {
+            upstreams: &HashMap::new(),
+            caches: &HashMap::new(),
+            known: &known,
+        };
+        Router::build(&cfg.location, &env).unwrap()
     }
 
     #[test]
@@ -207,7 +320,7 @@ empty_gif = true
 "#,
         );
         let body = |p: &str| match &r.find(p).unwrap().handler {
-            Handler::Return(ret) => String::from_utf8(ret.body.clone()).unwrap(),
+            Handler::Return(ret) => ret.body.as_literal().unwrap().to_string(),
             Handler::EmptyGif => "gif".into(),
             _ => unreachable!(),
         };

@@ -105,26 +105,49 @@ fn pem_error(e: rustls_pki_types::pem::Error) -> String {
 /// (its first certificate), so a client without SNI still completes the handshake.
 #[derive(Debug)]
 pub struct SniResolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, (u16, Arc<CertifiedKey>)>,
+    wildcard: HashMap<String, (u16, Arc<CertifiedKey>)>,
     default: Arc<CertifiedKey>,
+    /// Per certificate (config order): the names it covers, lower-case (`*.x` as is).
+    names: Vec<Vec<String>>,
 }
 
 impl SniResolver {
     /// The certificate for `name` (lower-case, no trailing dot expected).
     pub fn pick(&self, name: Option<&str>) -> Arc<CertifiedKey> {
-        if let Some(n) = name {
-            let n = n.trim_end_matches('.').to_ascii_lowercase();
-            if let Some(k) = self.exact.get(&n) {
-                return k.clone();
-            }
-            if let Some((_, parent)) = n.split_once('.') {
-                if let Some(k) = self.wildcard.get(parent) {
-                    return k.clone();
-                }
-            }
+        match name.and_then(|n| self.chosen(n)) {
+            Some((_, k)) => k.clone(),
+            None => self.default.clone(),
         }
-        self.default.clone()
+    }
+
+    fn chosen(&self, name: &str) -> Option<&(u16, Arc<CertifiedKey>)> {
+        let n = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(k) = self.exact.get(&n) {
+            return Some(k);
+        }
+        let (_, parent) = n.split_once('.')?;
+        self.wildcard.get(parent)
+    }
+
+    /// The index of the certificate an SNI name chose by one of its names (None when
+    /// it fell back to the default), for [`Self::covers`].
+    pub fn chosen_index(&self, sni: &str) -> Option<u16> {
+        self.chosen(sni).map(|(i, _)| *i)
+    }
+
+    /// Whether certificate `cert` covers `host` (any case, no port, no trailing dot):
+    /// one of its names, or a `*.parent` wildcard for one label (RFC 6125 6.4.3).
+    pub fn covers(&self, cert: u16, host: &str) -> bool {
+        let Some(names) = self.names.get(cert as usize) else {
+            return true;
+        };
+        names.iter().any(|n| match n.strip_prefix("*.") {
+            Some(parent) => host
+                .split_once('.')
+                .is_some_and(|(l, p)| !l.is_empty() && p.eq_ignore_ascii_case(parent)),
+            None => n.eq_ignore_ascii_case(host),
+        })
     }
 }
 
@@ -143,13 +166,21 @@ pub fn resolver(certs: &[CertSpec]) -> Result<SniResolver, String> {
     let mut exact = HashMap::new();
     let mut wildcard = HashMap::new();
     let mut default = None;
-    for (cert, key, names) in certs {
+    let mut all_names = Vec::new();
+    for (idx, (cert, key, names)) in certs.iter().enumerate() {
+        let idx = idx as u16;
         let pair = load_key_pair(cert, key)?;
         let names = if names.is_empty() {
             pair.dns_names.clone()
         } else {
             names.iter().map(|n| n.to_ascii_lowercase()).collect()
         };
+        all_names.push(
+            names
+                .iter()
+                .map(|n| n.trim_end_matches('.').to_string())
+                .collect(),
+        );
         for n in names {
             let n = n.trim_end_matches('.').to_string();
             // The first certificate to claim a name keeps it.
@@ -157,10 +188,10 @@ pub fn resolver(certs: &[CertSpec]) -> Result<SniResolver, String> {
                 Some(parent) => {
                     wildcard
                         .entry(parent.to_string())
-                        .or_insert_with(|| pair.key.clone());
+                        .or_insert_with(|| (idx, pair.key.clone()));
                 }
                 None => {
-                    exact.entry(n).or_insert_with(|| pair.key.clone());
+                    exact.entry(n).or_insert_with(|| (idx, pair.key.clone()));
                 }
             }
         }
@@ -171,6 +202,7 @@ pub fn resolver(certs: &[CertSpec]) -> Result<SniResolver, String> {
         exact,
         wildcard,
         default,
+        names: all_names,
     })
 }
 
@@ -204,19 +236,21 @@ pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
 
 /// The rustls server config of one TLS listener: its certificates, whether sessions
-/// resume (tickets and the TLS 1.2 cache), whether ALPN offers h2.
+/// resume (tickets and the TLS 1.2 cache), whether ALPN offers h2. With it, the
+/// certificate resolver, which also tells which names a connection's certificate
+/// covers (421 for a host it does not).
 pub fn server_config(
     certs: &[CertSpec],
     resumption: bool,
     http2: bool,
     ktls: bool,
-) -> Result<Arc<rustls::ServerConfig>, String> {
-    let resolver = resolver(certs)?;
+) -> Result<(Arc<rustls::ServerConfig>, Arc<SniResolver>), String> {
+    let resolver = Arc::new(resolver(certs)?);
     let mut sc = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver.clone());
     sc.alpn_protocols = if http2 {
         vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()]
     } else {
@@ -238,7 +272,7 @@ pub fn server_config(
             sc.send_tls13_tickets = 0;
         }
     }
-    Ok(Arc::new(sc))
+    Ok((Arc::new(sc), resolver))
 }
 
 /// A listener's protocol setup for the current config generation.
@@ -248,6 +282,8 @@ pub struct ListenerProto {
     pub addr: std::net::SocketAddr,
     /// TLS termination, when the listener has `tls`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Its certificates' names (with `tls`).
+    pub sni: Option<Arc<SniResolver>>,
     /// `http2 = true`.
     pub http2: bool,
     /// `deferred = true`: connections arrive with their first bytes in.

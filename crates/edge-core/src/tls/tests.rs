@@ -72,13 +72,13 @@ fn alpn_follows_http2_and_resumption_can_be_off() {
     let dir = tempfile::tempdir().unwrap();
     let (c, k) = cert(dir.path(), "a", &["a.example"]);
     let certs = [(c, k, vec![])];
-    let with = server_config(&certs, true, true, true).unwrap();
+    let with = server_config(&certs, true, true, true).unwrap().0;
     assert_eq!(
         with.alpn_protocols,
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     );
     assert!(with.ticketer.enabled());
-    let without = server_config(&certs, false, false, false).unwrap();
+    let without = server_config(&certs, false, false, false).unwrap().0;
     assert_eq!(without.alpn_protocols, vec![b"http/1.1".to_vec()]);
     assert!(!without.ticketer.enabled());
     assert_eq!(without.send_tls13_tickets, 0);

@@ -51,8 +51,9 @@ pub struct UpstreamGroup {
     pub fail_timeout: Duration,
     pub max_fails: u32,
     pub balance: Balance,
-    /// `hash_key`: the key template of consistent hashing (None: the cache key).
-    pub hash_key: Option<String>,
+    /// `hash_key`: the key template of consistent hashing (None: the cache key). Only
+    /// built-in variables: a group outlives reloads that renumber `[[map]]`s.
+    pub hash_key: Option<crate::vars::Template>,
     pub health_check: Option<HealthCheck>,
     /// The TLS client config of the group's `https://` servers.
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -120,7 +121,12 @@ impl UpstreamGroup {
             fail_timeout: u.fail_timeout.0,
             max_fails: u.max_fails,
             balance: u.balance,
-            hash_key: u.hash_key.clone(),
+            hash_key: u
+                .hash_key
+                .as_ref()
+                .map(|h| crate::vars::Template::compile(h.get_ref(), &Default::default()))
+                .transpose()
+                .map_err(|e| BadValue(format!("hash_key: {e}")))?,
             health_check: u.health_check.as_ref().map(|h| HealthCheck {
                 path: h.path.clone(),
                 interval: h.interval.0,

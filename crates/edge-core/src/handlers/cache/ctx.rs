@@ -81,8 +81,11 @@ pub fn mark(w: &Services, ex: &mut Exchange, st: CacheStatus) {
 pub struct Ctx<'a> {
     pub w: &'a Rc<Services>,
     pub shared: &'a Arc<Shared>,
-    pub route: &'a Route,
+    pub route: &'a Arc<Route>,
     pub p: &'a ProxyRoute,
+    /// The key hash a `consistent_hash` upstream routes this request's fetches on (the
+    /// upstream's `hash_key`, else the cache key), computed with the request.
+    pub affinity: Option<u64>,
     /// The primary cache key (`http://host/path?query` or the location's template).
     pub key: String,
     /// Its hash, computed once per request.
@@ -93,8 +96,8 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The key hash a `consistent_hash` upstream routes this request's fetches on: the
     /// cache key (or the upstream's `hash_key`).
-    pub fn affinity(&self, req: &RequestHead) -> Option<u64> {
-        super::key::affinity(&self.p.upstream, None, req, Some(&self.key))
+    pub fn affinity(&self) -> Option<u64> {
+        self.affinity
     }
 
     /// Whether `use_stale` lists this condition.
@@ -109,19 +112,21 @@ pub struct OwnedCtx {
     pub w: Rc<Services>,
     pub shared: Arc<Shared>,
     pub route: Arc<Route>,
+    pub affinity: Option<u64>,
     pub key: String,
     pub key_hash: edge_cache::KeyHash,
     pub cache: Arc<Cache>,
 }
 
 impl OwnedCtx {
-    /// From a request's context; `path` finds the request's route again in the same
-    /// config generation (`ctx.shared`), so a reload meanwhile changes nothing.
-    pub fn new(ctx: &Ctx<'_>, path: &str) -> Option<OwnedCtx> {
+    /// From a request's context (its route and config generation, so a reload
+    /// meanwhile changes nothing).
+    pub fn new(ctx: &Ctx<'_>) -> Option<OwnedCtx> {
         Some(OwnedCtx {
             w: ctx.w.clone(),
             shared: ctx.shared.clone(),
-            route: ctx.shared.router.find(path)?.clone(),
+            route: ctx.route.clone(),
+            affinity: ctx.affinity,
             key: ctx.key.clone(),
             key_hash: ctx.key_hash,
             cache: ctx.cache.clone(),
@@ -139,6 +144,7 @@ impl OwnedCtx {
             shared: &self.shared,
             route: &self.route,
             p,
+            affinity: self.affinity,
             key: self.key.clone(),
             key_hash: self.key_hash,
             cache: &self.cache,

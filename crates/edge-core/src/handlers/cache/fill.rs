@@ -54,7 +54,7 @@ pub async fn fetch_origin(
 ) {
     let head = fill_head(ctx, &ex.req, conn.peer.ip(), extra);
     let t0 = SystemTime::now();
-    let affinity = ctx.affinity(&ex.req);
+    let affinity = ctx.affinity();
     let up = fetch_with(
         ctx.w.upstream(),
         Some((conn, ex)),
@@ -168,7 +168,7 @@ async fn lead(
         Some(FillState::Streaming { head, .. }) => head,
         _ => return pump(ctx, Some((conn, ex)), up, Some(store), None).await,
     };
-    let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(ctx, ex.req.path())) else {
+    let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(ctx)) else {
         return pump(ctx, Some((conn, ex)), up, Some(store), None).await;
     };
     let (tx, rx) = mpsc::channel(RELAY_DEPTH);

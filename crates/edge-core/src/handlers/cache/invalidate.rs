@@ -31,7 +31,11 @@ pub async fn pass_unsafe(
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
     mark(w, ex, CacheStatus::Bypass);
-    let affinity = super::key::affinity(&p.upstream, route.cfg.cache_key.as_deref(), &ex.req, None);
+    let client = crate::handlers::context::client_of(conn, shared);
+    let affinity = {
+        let vars = crate::handlers::context::vars(client, ex, shared);
+        super::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)
+    };
     let up =
         match crate::upstream::client::fetch(w.upstream(), conn, ex, &p.upstream, affinity).await {
             Ok(up) => up,
@@ -48,10 +52,11 @@ pub async fn pass_unsafe(
             }
         };
     if (200..400).contains(&up.head.status) {
-        let host = ex.req.host().unwrap_or("").to_owned();
+        let vars = crate::handlers::context::vars(client, ex, shared);
         let keys = invalidated_keys(
-            route.cfg.cache_key.as_deref(),
-            &host,
+            route.cache_key.as_ref(),
+            &vars,
+            ex.req.host().unwrap_or(""),
             ex.req.path_and_query(),
             &up.head.headers,
         );
@@ -91,18 +96,19 @@ pub async fn pass_unsafe(
 /// `Location` and `Content-Location` when they name the same origin (a path, or an
 /// `http://` URI with the request's host).
 pub fn invalidated_keys(
-    template: Option<&str>,
+    template: Option<&crate::vars::Template>,
+    vars: &crate::vars::Ctx<'_>,
     host: &str,
     pq: &str,
     resp: &HeaderMap,
 ) -> Vec<String> {
-    let mut keys = vec![cache_key_for(template, host, pq)];
+    let mut keys = vec![cache_key_for(template, vars, host, pq)];
     for name in ["location", "content-location"] {
         let Some(v) = resp.get_str(name) else {
             continue;
         };
         if let Some(target) = same_origin_target(v.trim(), host, pq) {
-            let k = cache_key_for(template, host, &target);
+            let k = cache_key_for(template, vars, host, &target);
             if !keys.contains(&k) {
                 keys.push(k);
             }
@@ -158,7 +164,22 @@ mod tests {
         for (n, v) in headers {
             h.append((*n).to_owned(), v.as_bytes().to_vec());
         }
-        invalidated_keys(None, "Ex.com", pq, &h)
+        let req = edge_http::parse_request(
+            b"GET / HTTP/1.1\r\nHost: Ex.com\r\n\r\n",
+            &edge_http::Limits::default(),
+        )
+        .unwrap()
+        .unwrap()
+        .0;
+        let routed = crate::vars::Routed::default();
+        let maps = crate::vars::Maps::default();
+        let client = crate::vars::Client {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            tls: false,
+            server_port: 80,
+        };
+        let vars = crate::vars::Ctx::new(&req, client, "", &routed, &maps);
+        invalidated_keys(None, &vars, "Ex.com", pq, &h)
     }
 
     #[test]

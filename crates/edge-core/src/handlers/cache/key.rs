@@ -1,39 +1,41 @@
 //! The cache key (`cache_key` templates) and the `cache_bypass`/`no_cache` conditions.
 
 use crate::config::Condition;
+use crate::vars::{Ctx, Template};
 use edge_http::RequestHead;
 
-/// The primary cache key. Without a template: `http://{host}{path?query}` with the host
-/// lower-cased. A template may use nginx's names `$scheme`, `$host`, `$request_uri`
-/// (path and query), `$uri` (path) and `$args` (query); anything else is literal.
 /// The key hash a `consistent_hash` upstream routes a request on: its `hash_key`
-/// template, else the request's cache key (`cache_key`: already computed by a cached
+/// template, else the request's cache key (`cache_key_now`: already computed by a cached
 /// location; built from the location's `cache_key` template otherwise). None for other
 /// upstreams.
 pub fn affinity(
     group: &crate::upstream::UpstreamGroup,
-    location_key: Option<&str>,
-    req: &RequestHead,
+    location_key: Option<&Template>,
+    vars: &Ctx<'_>,
     cache_key_now: Option<&str>,
 ) -> Option<u64> {
     if group.balance != crate::config::Balance::ConsistentHash {
         return None;
     }
     let h = match (&group.hash_key, cache_key_now) {
-        (Some(t), _) => xxhash_rust::xxh3::xxh3_64(cache_key(Some(t), req).as_bytes()),
+        (Some(t), _) => xxhash_rust::xxh3::xxh3_64(t.to_string(vars).as_bytes()),
         (None, Some(k)) => xxhash_rust::xxh3::xxh3_64(k.as_bytes()),
-        (None, None) => xxhash_rust::xxh3::xxh3_64(cache_key(location_key, req).as_bytes()),
+        (None, None) => xxhash_rust::xxh3::xxh3_64(cache_key(location_key, vars).as_bytes()),
     };
     Some(h)
 }
 
-pub fn cache_key(template: Option<&str>, req: &RequestHead) -> String {
-    cache_key_for(template, req.host().unwrap_or(""), req.path_and_query())
+/// The primary cache key: the location's `cache_key` template rendered, or by default
+/// `http://` + the Host header lower-cased (port kept) + the path and query (the key
+/// every earlier version used, so caches on disk stay valid).
+pub fn cache_key(template: Option<&Template>, vars: &Ctx<'_>) -> String {
+    let host = vars.req.host().unwrap_or("");
+    cache_key_for(template, vars, host, vars.req.path_and_query())
 }
 
 /// [`cache_key`] for a URI given by its host and its path and query (`pq`, origin
 /// form): the key a GET of that URI would be cached under.
-pub fn cache_key_for(template: Option<&str>, host: &str, pq: &str) -> String {
+pub fn cache_key_for(template: Option<&Template>, vars: &Ctx<'_>, host: &str, pq: &str) -> String {
     let Some(t) = template else {
         // The common case: one allocation, the host lower-cased in place.
         let mut k = String::with_capacity(7 + host.len() + pq.len());
@@ -44,39 +46,7 @@ pub fn cache_key_for(template: Option<&str>, host: &str, pq: &str) -> String {
         k.push_str(pq);
         return k;
     };
-    let host = host.to_ascii_lowercase();
-    let (path, query) = match pq.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (pq, None),
-    };
-    let mut out = String::with_capacity(t.len() + 64);
-    let mut rest = t;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let n = after
-            .bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
-            .count();
-        let value = match &after[..n] {
-            "scheme" => Some("http"),
-            "host" => Some(host.as_str()),
-            "request_uri" => Some(pq),
-            "uri" => Some(path),
-            "args" => Some(query.unwrap_or("")),
-            _ => None,
-        };
-        match value {
-            Some(v) => out.push_str(v),
-            None => {
-                out.push('$');
-                out.push_str(&after[..n]);
-            }
-        }
-        rest = &after[n..];
-    }
-    out.push_str(rest);
-    out
+    t.to_string(&vars.with_uri(pq))
 }
 
 /// Whether any `cache_bypass`/`no_cache` condition holds. Like nginx's variables, a
@@ -141,25 +111,37 @@ mod tests {
             .0
     }
 
+    fn key(template: Option<&str>, r: &RequestHead) -> String {
+        let known = crate::vars::Known::default();
+        let t = template.map(|t| Template::compile(t, &known).unwrap());
+        let routed = crate::vars::Routed::default();
+        let maps = crate::vars::Maps::default();
+        let client = crate::vars::Client {
+            peer: "10.0.0.1:1234".parse().unwrap(),
+            tls: false,
+            server_port: 80,
+        };
+        let vars = Ctx::new(r, client, "", &routed, &maps);
+        cache_key(t.as_ref(), &vars)
+    }
+
     #[test]
     fn default_key_is_scheme_host_uri_with_lowercase_host() {
         let r = req("/a/b?x=1", &[("Host", "Example.COM:8080")]);
-        assert_eq!(cache_key(None, &r), "http://example.com:8080/a/b?x=1");
+        assert_eq!(key(None, &r), "http://example.com:8080/a/b?x=1");
         let no_host = req("/p", &[]);
-        assert_eq!(cache_key(None, &no_host), "http:///p");
+        assert_eq!(key(None, &no_host), "http:///p");
     }
 
     #[test]
     fn key_templates_use_nginx_names() {
-        let r = req("/a/b?x=1&y=2", &[("Host", "h")]);
-        assert_eq!(cache_key(Some("$scheme://$host$uri"), &r), "http://h/a/b");
-        assert_eq!(cache_key(Some("$host$request_uri"), &r), "h/a/b?x=1&y=2");
-        assert_eq!(
-            cache_key(Some("$uri|$args|$nope|$"), &r),
-            "/a/b|x=1&y=2|$nope|$"
-        );
+        let r = req("/a/b?x=1&y=2", &[("Host", "H:81")]);
+        assert_eq!(key(Some("$scheme://$host$uri"), &r), "http://h/a/b");
+        assert_eq!(key(Some("$host$request_uri"), &r), "h/a/b?x=1&y=2");
+        assert_eq!(key(Some("$uri|$args|$"), &r), "/a/b|x=1&y=2|$");
+        assert_eq!(key(Some("$arg_y:$remote_addr"), &r), "2:10.0.0.1");
         let bare = req("/a", &[("Host", "h")]);
-        assert_eq!(cache_key(Some("k:$args:"), &bare), "k::");
+        assert_eq!(key(Some("k:$args:$is_args"), &bare), "k::");
     }
 
     #[test]

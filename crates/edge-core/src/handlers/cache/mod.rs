@@ -66,7 +66,7 @@ pub async fn handle(
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Arc<Shared>,
-    route: &Route,
+    route: &Arc<Route>,
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
     let loc = &route.cfg;
@@ -76,12 +76,15 @@ pub async fn handle(
     if !is_safe(&ex.req.method) {
         return Box::pin(invalidate::pass_unsafe(w, conn, ex, shared, route, p)).await;
     }
+    let client = crate::handlers::context::client_of(conn, shared);
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method
         || conditions_match(&loc.cache_bypass, &ex.req)
         || policy::request_bypass(&ex.req.headers, &p.policy)
     {
         mark(w, ex, CacheStatus::Bypass);
+        let vars = crate::handlers::context::vars(client, ex, shared);
+        let affinity = key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None);
         return Box::pin(crate::upstream::relay::proxy_pass(
             w.upstream(),
             conn,
@@ -90,18 +93,26 @@ pub async fn handle(
             &route.add_headers,
             &p.upstream,
             w.compression(p.compress.as_ref()),
-            key::affinity(&p.upstream, loc.cache_key.as_deref(), &ex.req, None),
+            affinity,
         ))
         .await;
     }
-    let key = cache_key(loc.cache_key.as_deref(), &ex.req);
+    let key = {
+        let vars = crate::handlers::context::vars(client, ex, shared);
+        cache_key(route.cache_key.as_ref(), &vars)
+    };
     let primary = key_hash(&key);
     let cache = pick(&p.caches, primary);
+    let affinity = {
+        let vars = crate::handlers::context::vars(client, ex, shared);
+        key::affinity(&p.upstream, None, &vars, Some(&key))
+    };
     let ctx = Ctx {
         w,
         shared,
         route,
         p,
+        affinity,
         key,
         key_hash: primary,
         cache,

@@ -35,7 +35,14 @@ pub async fn handle_method(
         )
         .await;
     }
-    let key = cache_key(route.cfg.cache_key.as_deref(), &ex.req);
+    let key = {
+        let vars = crate::handlers::context::vars(
+            crate::handlers::context::client_of(conn, shared),
+            ex,
+            shared,
+        );
+        cache_key(route.cache_key.as_ref(), &vars)
+    };
     let target = edge_cache::purge::PurgeTarget::Key(key.clone());
     // The unlinks run on the file I/O backend's pool.
     let caches = p.caches.clone();

@@ -269,7 +269,7 @@ fn spawn_background(
     peer: std::net::IpAddr,
     handle: Option<FillHandle>,
 ) {
-    let Some(owned) = OwnedCtx::new(ctx, req.path()) else {
+    let Some(owned) = OwnedCtx::new(ctx) else {
         return; // dropping the handle lets the next request refresh in the foreground
     };
     let job = Background {
@@ -313,7 +313,7 @@ impl Background {
             .unwrap_or_default();
         let head = fill_head(&ctx, &self.req, self.peer, &extra);
         let t0 = SystemTime::now();
-        let affinity = ctx.affinity(&self.req);
+        let affinity = ctx.affinity();
         let up = fetch_with(
             ctx.w.upstream(),
             None,

@@ -275,7 +275,7 @@ async fn produce_or_follow(
                 Some(edge_cache::FillState::Streaming { head, .. }) => head,
                 _ => return Err(ExchangeError::Aborted("compressed copy: no head".into())),
             };
-            let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(ctx, ex.req.path())) else {
+            let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(ctx)) else {
                 return Err(ExchangeError::Aborted("compressed copy: no route".into()));
             };
             let from_origin = matches!(src, Source::Fill { .. });

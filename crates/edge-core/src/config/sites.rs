@@ -1,0 +1,265 @@
+//! Checks of `[[server]]`, locations' match keys and rewrites, `[[map]]` and every
+//! template (`cache_key`, `hash_key`, `return`, rewrite replacements, map values):
+//! regexes compile, wildcards are well formed, and every variable exists, so that `-t`
+//! reports `file:line: key: unknown variable "$request_url"`.
+
+use super::verr::{err, VErr};
+use super::{Config, Location};
+use crate::vars::{compile_regex, Known, NamePattern, Template};
+use std::ops::Range;
+
+/// Most `[[map]]`s (their index is a u16 in compiled templates).
+pub const MAX_MAPS: usize = 4096;
+
+/// Compiles a template for a check; the message of its error.
+pub fn template(src: &str, known: &Known) -> Result<Template, String> {
+    Template::compile(src, known).map_err(|e| e.to_string())
+}
+
+/// The variables `cfg` defines besides the built-ins (its maps and the named captures
+/// of its regexes). On a validated config it never fails; the state layer calls it to
+/// compile the same templates.
+pub fn known(cfg: &Config) -> Known {
+    collect_known(cfg).unwrap_or_default()
+}
+
+fn collect_known(cfg: &Config) -> Result<Known, VErr> {
+    let mut k = Known::default();
+    for s in &cfg.server {
+        for n in s.names.get_ref() {
+            for p in NamePattern::parse(n, true).map_err(|m| verr(&s.names, "server.names", m))? {
+                if let NamePattern::Regex(r) = p {
+                    k.add_captures(&r);
+                }
+            }
+        }
+    }
+    for loc in cfg
+        .location
+        .iter()
+        .chain(cfg.server.iter().flat_map(|s| &s.location))
+    {
+        if let Some((r, ci, key)) = location_regex(loc) {
+            let re = compile_regex(r.get_ref(), ci).map_err(|m| verr(r, key, m))?;
+            k.add_captures(&re);
+        }
+        for rw in &loc.rewrite {
+            let re = compile_regex(&rw.get_ref().regex, false)
+                .map_err(|m| verr(rw, "location.rewrite.regex", m))?;
+            k.add_captures(&re);
+        }
+    }
+    if cfg.map.len() > MAX_MAPS {
+        return err(None, "map", format!("at most {MAX_MAPS} maps"));
+    }
+    for (i, m) in cfg.map.iter().enumerate() {
+        let v = m.variable.get_ref();
+        let name = v.strip_prefix('$').unwrap_or("");
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return err(
+                Some(m.variable.span()),
+                "map.variable",
+                format!("{v:?} is not a variable name such as \"$is_bot\""),
+            );
+        }
+        if k.defines(name) {
+            return err(
+                Some(m.variable.span()),
+                "map.variable",
+                format!("\"${name}\" is already a variable"),
+            );
+        }
+        k.add_map(name, i as u16);
+        for e in m.entries.get_ref() {
+            for p in NamePattern::parse(&e.pattern, false)
+                .map_err(|msg| verr(&m.entries, "map.entries.match", msg))?
+            {
+                if let NamePattern::Regex(r) = p {
+                    k.add_captures(&r);
+                }
+            }
+        }
+    }
+    Ok(k)
+}
+
+fn verr<T>(s: &toml::Spanned<T>, key: &str, message: String) -> VErr {
+    VErr {
+        span: Some(s.span()).filter(|s| s.end > 0),
+        key: key.into(),
+        message,
+    }
+}
+
+/// A location's regex, whether it ignores case, and its key.
+pub fn location_regex(loc: &Location) -> Option<(&toml::Spanned<String>, bool, &'static str)> {
+    match (&loc.regex, &loc.iregex) {
+        (Some(r), _) => Some((r, false, "location.regex")),
+        (None, Some(r)) => Some((r, true, "location.iregex")),
+        (None, None) => None,
+    }
+}
+
+/// Servers, maps and upstream `hash_key`s; returns the names templates may use.
+pub(super) fn validate(cfg: &Config) -> Result<Known, VErr> {
+    let known = collect_known(cfg)?;
+    for m in &cfg.map {
+        let t = |s: &toml::Spanned<String>, key: &str| {
+            template(s.get_ref(), &known).map_err(|msg| verr(s, key, msg))
+        };
+        t(&m.source, "map.source")?;
+        if let Some(d) = &m.default {
+            t(d, "map.default")?;
+        }
+        for e in m.entries.get_ref() {
+            template(&e.value, &known).map_err(|msg| verr(&m.entries, "map.entries.value", msg))?;
+        }
+    }
+    for u in &cfg.upstream {
+        if let Some(h) = &u.hash_key {
+            // Built-in variables only: the group outlives reloads that renumber maps.
+            template(h.get_ref(), &Known::default()).map_err(|m| {
+                verr(
+                    h,
+                    "upstream.hash_key",
+                    format!("{m} (built-in variables only)"),
+                )
+            })?;
+        }
+    }
+    let listen_addrs: Vec<&String> = cfg.listen.iter().map(|l| l.addr.get_ref()).collect();
+    let mut defaults = 0;
+    for s in &cfg.server {
+        if s.names.get_ref().is_empty() && !s.default {
+            return err(
+                Some(s.names.span()),
+                "server.names",
+                "a server needs names = [...] or default = true",
+            );
+        }
+        if let Some(n) =
+            s.names.get_ref().iter().find(|n| {
+                !n.starts_with('~') && n.bytes().any(|b| b <= b' ' || b == b'/' || b == 0x7f)
+            })
+        {
+            return err(
+                Some(s.names.span()),
+                "server.names",
+                format!("{n:?} is not a host name"),
+            );
+        }
+        if s.default {
+            defaults += 1;
+        }
+        if let Some(l) = &s.listen {
+            if l.get_ref().is_empty() {
+                return err(
+                    Some(l.span()),
+                    "server.listen",
+                    "list at least one [[listen]] addr, or leave it out",
+                );
+            }
+            if let Some(a) = l.get_ref().iter().find(|a| !listen_addrs.contains(a)) {
+                return err(
+                    Some(l.span()),
+                    "server.listen",
+                    format!("{a:?} is not the addr of a [[listen]]"),
+                );
+            }
+        }
+    }
+    if defaults > 1 {
+        // nginx allows one default per address; keep it simple: one in all.
+        let s = cfg
+            .server
+            .iter()
+            .filter(|s| s.default)
+            .nth(1)
+            .expect("counted");
+        return err(
+            Some(s.names.span()),
+            "server.default",
+            "more than one server has default = true",
+        );
+    }
+    Ok(known)
+}
+
+/// Most rewrites in one location.
+pub const MAX_REWRITES: usize = 64;
+
+/// A location's match keys, rewrites and templates; returns the span its errors point
+/// at.
+pub(super) fn validate_location(loc: &Location, known: &Known) -> Result<Range<usize>, VErr> {
+    let matches: Vec<(&toml::Spanned<String>, &str)> = [
+        (loc.exact.as_ref(), "location.exact"),
+        (loc.prefix.as_ref(), "location.prefix"),
+        (loc.regex.as_ref(), "location.regex"),
+        (loc.iregex.as_ref(), "location.iregex"),
+    ]
+    .into_iter()
+    .filter_map(|(m, k)| m.map(|m| (m, k)))
+    .collect();
+    let (m, key) = match matches.as_slice() {
+        [one] => *one,
+        [] => {
+            let s = loc.proxy.as_ref().map(|p| p.span());
+            return err(
+                s,
+                "location",
+                "a location needs one of exact, prefix, regex or iregex",
+            );
+        }
+        [(_, _), (second, _), ..] => {
+            return err(
+                Some(second.span()),
+                "location",
+                "set one of exact, prefix, regex or iregex, not several",
+            )
+        }
+    };
+    let span = m.span();
+    if (key == "location.exact" || key == "location.prefix") && !m.get_ref().starts_with('/') {
+        return err(Some(span), key, "must start with '/'");
+    }
+    if loc.stop_regex && loc.prefix.is_none() {
+        return err(
+            Some(span),
+            "location.stop_regex",
+            "applies to prefix locations only",
+        );
+    }
+    if let Some((r, ci, key)) = location_regex(loc) {
+        compile_regex(r.get_ref(), ci).map_err(|msg| verr(r, key, msg))?;
+    }
+    if loc.rewrite.len() > MAX_REWRITES {
+        return err(
+            Some(span),
+            "location.rewrite",
+            format!("at most {MAX_REWRITES} rewrites"),
+        );
+    }
+    for rw in &loc.rewrite {
+        let r = rw.get_ref();
+        compile_regex(&r.regex, false).map_err(|m| verr(rw, "location.rewrite.regex", m))?;
+        template(&r.replacement, known).map_err(|m| verr(rw, "location.rewrite.replacement", m))?;
+        if r.replacement.is_empty() {
+            return err(
+                Some(rw.span()),
+                "location.rewrite.replacement",
+                "must not be empty",
+            );
+        }
+    }
+    if let Some(k) = &loc.cache_key {
+        template(k.get_ref(), known).map_err(|m| verr(k, "location.cache_key", m))?;
+    }
+    if let Some(r) = &loc.ret {
+        let ret = r.get_ref();
+        template(&ret.body, known).map_err(|m| verr(r, "location.return.body", m))?;
+        if let Some(l) = &ret.location {
+            template(l, known).map_err(|m| verr(r, "location.return.location", m))?;
+        }
+    }
+    Ok(span)
+}

@@ -1,0 +1,280 @@
+//! The site table: `[[server]]`s chosen by host on each listener (nginx `server_name`
+//! order: exact, longest `*.lead`, longest `trail.*`, then regexes in config order),
+//! each with its [`Router`] of locations; the rewrite pass (`rewrite`, with `last`
+//! searching the locations again, at most [`MAX_URI_CHANGES`] times); and the
+//! `[[map]]`s templates read.
+//!
+//! Top-level `[[location]]`s form the implicit default server (index 0, no names, on
+//! every listener), so a config without `[[server]]` routes as it always did.
+//!
+//! Cost: a listener with a single server (the common case) looks at no host at all;
+//! otherwise the host is lower-cased into a stack buffer and looked up in a hash map
+//! (then wildcards and regexes only when the exact lookup misses). Routing allocates
+//! only when a regex with capture groups matches or a rewrite applies.
+
+use super::error::StateError;
+use super::route::{Env, Route, Router};
+use crate::config::validate::BadValue;
+use crate::config::{Config, RewriteFlag};
+use crate::vars::{Captures, Client, Ctx, Map, Maps, NamePattern, NameTable, Routed};
+use edge_http::RequestHead;
+use std::sync::Arc;
+
+/// URI changes (`last`, or rewrites without a flag) before the request fails with 500
+/// (nginx's `NGX_HTTP_MAX_URI_CHANGES`: a rewrite cycle).
+pub const MAX_URI_CHANGES: usize = 10;
+
+/// Longest URI a rewrite may produce.
+pub const MAX_REWRITTEN_URI: usize = 16 * 1024;
+
+/// Longest host name looked up (DNS allows 253); longer ones get the default server.
+const MAX_HOST: usize = 255;
+
+pub struct Server {
+    /// The first name (`$server_name`); empty for the implicit server.
+    pub name: String,
+    pub router: Router,
+}
+
+/// The servers answering on one `[[listen]]`.
+#[derive(Default)]
+struct OnListener {
+    names: NameTable<u16>,
+    /// Index of the server for an unknown host (None: no server on this listener).
+    default: Option<u16>,
+}
+
+pub struct Sites {
+    pub servers: Vec<Server>,
+    /// By `[[listen]]` index.
+    listeners: Vec<OnListener>,
+    pub maps: Maps,
+}
+
+/// Where routing sent a request.
+pub enum Routing<'a> {
+    /// Serve it with this route; `Some(uri)`: a rewrite changed the path and query.
+    Route(&'a Arc<Route>, Option<String>),
+    /// A rewrite redirects (301 or 302) to this location.
+    Redirect(u16, String),
+    /// No location matches.
+    NotFound,
+    /// A rewrite cycle (more than [`MAX_URI_CHANGES`] changes).
+    Cycle,
+}
+
+impl Sites {
+    pub fn build(cfg: &Config, env: &Env<'_>) -> Result<Sites, StateError> {
+        let bad = |m: String| StateError::BadValue(BadValue(m));
+        let mut maps = Maps::default();
+        for m in &cfg.map {
+            let mut table = NameTable::default();
+            let mut values = Vec::new();
+            for (i, e) in m.entries.get_ref().iter().enumerate() {
+                for p in NamePattern::parse(&e.pattern, false).map_err(bad)? {
+                    table.insert(p, i as u16);
+                }
+                values.push(template(&e.value, env)?);
+            }
+            table.finish();
+            maps.list.push(Map {
+                source: template(m.source.get_ref(), env)?,
+                table,
+                values,
+                default: match &m.default {
+                    Some(d) => template(d.get_ref(), env)?,
+                    None => crate::vars::Template::default(),
+                },
+            });
+        }
+        let mut servers = Vec::new();
+        let mut listeners: Vec<OnListener> =
+            cfg.listen.iter().map(|_| OnListener::default()).collect();
+        let implicit = !cfg.location.is_empty() || cfg.server.is_empty();
+        if implicit {
+            servers.push(Server {
+                name: String::new(),
+                router: Router::build(&cfg.location, env)?,
+            });
+            for l in &mut listeners {
+                l.default = Some(0);
+            }
+        }
+        for s in &cfg.server {
+            let i = servers.len() as u16;
+            let names = s.names.get_ref();
+            servers.push(Server {
+                name: names
+                    .iter()
+                    .find(|n| !n.starts_with('~'))
+                    .map(|n| n.to_ascii_lowercase())
+                    .unwrap_or_default(),
+                router: Router::build(&s.location, env)?,
+            });
+            for (li, l) in cfg.listen.iter().enumerate() {
+                let here = match &s.listen {
+                    Some(addrs) => addrs.get_ref().contains(l.addr.get_ref()),
+                    None => true,
+                };
+                if !here {
+                    continue;
+                }
+                let on = &mut listeners[li];
+                for n in names {
+                    for p in NamePattern::parse(n, true).map_err(bad)? {
+                        on.names.insert(p, i);
+                    }
+                }
+                // `default = true` takes over; else the first server here.
+                if s.default || on.default.is_none() {
+                    on.default = Some(i);
+                }
+            }
+        }
+        for l in &mut listeners {
+            l.names.finish();
+        }
+        Ok(Sites {
+            servers,
+            listeners,
+            maps,
+        })
+    }
+
+    /// The server for a request's host on listener `listen`; a regex name's captures go
+    /// to `caps`. None when no server answers on the listener.
+    pub fn select(&self, listen: usize, host: Option<&str>, caps: &mut Captures) -> Option<u16> {
+        let on = self.listeners.get(listen)?;
+        if on.names.is_empty() {
+            return on.default;
+        }
+        let Some(host) = host.map(crate::vars::normalize_host) else {
+            return on.default;
+        };
+        if host.len() > MAX_HOST {
+            return on.default;
+        }
+        let mut buf = [0u8; MAX_HOST];
+        let lower = &mut buf[..host.len()];
+        lower.copy_from_slice(host.as_bytes());
+        lower.make_ascii_lowercase();
+        let lower = std::str::from_utf8(lower).unwrap_or("");
+        on.names
+            .find(lower, Some((caps, true)))
+            .copied()
+            .or(on.default)
+    }
+
+    /// Finds the route of a request on `server`, running the locations' rewrites.
+    /// `routed.caps` collects the captures; templates see `client` and this table's maps.
+    pub fn route<'s>(
+        &'s self,
+        server: u16,
+        req: &RequestHead,
+        client: Client,
+        routed: &mut Routed,
+    ) -> Routing<'s> {
+        let Some(srv) = self.servers.get(server as usize) else {
+            return Routing::NotFound;
+        };
+        let mut current: Option<String> = None;
+        let mut changes = 0;
+        'search: loop {
+            let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
+            let path = pq.split_once('?').map_or(pq, |(p, _)| p);
+            let Some(route) = srv.router.find_with(path, Some(&mut routed.caps)) else {
+                return Routing::NotFound;
+            };
+            if route.rewrites.is_empty() {
+                return Routing::Route(route, current);
+            }
+            let mut changed = false;
+            for rw in &route.rewrites {
+                let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
+                let (path, args) = match pq.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (pq, None),
+                };
+                let Some(c) = rw.regex.captures(path) else {
+                    continue;
+                };
+                if rw.regex.captures_len() > 1 {
+                    routed.caps.set_latest(&rw.regex, path, &c);
+                }
+                let ctx = Ctx::new(req, client, &srv.name, routed, &self.maps).with_uri(pq);
+                let mut repl = Vec::new();
+                rw.replacement.render(&ctx, &mut repl);
+                let target = rewritten(&repl, args);
+                if target.len() > MAX_REWRITTEN_URI {
+                    return Routing::Cycle;
+                }
+                let absolute =
+                    starts_with_ci(&target, "http://") || starts_with_ci(&target, "https://");
+                match rw.flag {
+                    Some(RewriteFlag::Permanent) => return Routing::Redirect(301, target),
+                    Some(RewriteFlag::Redirect) => return Routing::Redirect(302, target),
+                    _ if absolute => return Routing::Redirect(302, target),
+                    _ => {}
+                }
+                let target = if target.starts_with('/') {
+                    target
+                } else {
+                    format!("/{target}")
+                };
+                current = Some(target);
+                changed = true;
+                match rw.flag {
+                    Some(RewriteFlag::Break) => return Routing::Route(route, current),
+                    Some(RewriteFlag::Last) => break,
+                    _ => {}
+                }
+            }
+            if !changed {
+                return Routing::Route(route, current);
+            }
+            changes += 1;
+            if changes > MAX_URI_CHANGES {
+                return Routing::Cycle;
+            }
+            continue 'search;
+        }
+    }
+}
+
+fn template(src: &str, env: &Env<'_>) -> Result<crate::vars::Template, StateError> {
+    crate::vars::Template::compile(src, env.known)
+        .map_err(|e| StateError::BadValue(BadValue(e.to_string())))
+}
+
+fn starts_with_ci(s: &str, prefix: &str) -> bool {
+    s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+/// A rewrite's result with nginx's query rules: a replacement with `?` sets the query,
+/// and the request's query (`args`) follows it after `&`, unless the replacement ends
+/// with `?`. Bytes that may not appear in a request target (controls, space, non-ASCII)
+/// are percent-encoded, so a variable's value cannot break the upstream request line.
+fn rewritten(repl: &[u8], args: Option<&str>) -> String {
+    let (repl, drop_args) = match repl.strip_suffix(b"?") {
+        Some(r) => (r, true),
+        None => (repl, false),
+    };
+    let mut out = String::with_capacity(repl.len() + args.map_or(0, |a| a.len() + 1));
+    for &b in repl {
+        if b <= b' ' || b >= 0x7f || b == b'"' || b == b'<' || b == b'>' || b == b'\\' {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
+            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    if let Some(a) = args.filter(|a| !a.is_empty() && !drop_args) {
+        out.push(if out.contains('?') { '&' } else { '?' });
+        out.push_str(a);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

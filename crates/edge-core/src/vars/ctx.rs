@@ -1,0 +1,185 @@
+//! What a template is rendered against: [`Ctx`], built by a handler from the exchange
+//! and the connection, and [`Captures`], the regex captures routing left behind.
+
+use edge_http::RequestHead;
+use std::net::SocketAddr;
+
+/// Facts of the client connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Client {
+    pub peer: SocketAddr,
+    /// The listener terminates TLS (`$scheme` is `https`).
+    pub tls: bool,
+    /// The listener's port (`$server_port`).
+    pub server_port: u16,
+}
+
+/// Log-time facts, for `$status`, `$upstream_cache_status` and `$time_iso8601` (an
+/// access log fills them once the response is out).
+#[derive(Debug, Clone, Copy)]
+pub struct LogFacts<'a> {
+    pub status: u16,
+    pub cache_status: Option<&'static str>,
+    /// The time, already formatted (`2024-05-01T12:00:00+00:00`).
+    pub time_iso8601: &'a str,
+}
+
+/// Where `[[map]]` variables get their values ([`super::Maps`]); a trait so that this
+/// module needs no map type (maps hold templates, which render with a [`Ctx`]).
+pub trait MapValues {
+    /// Appends map `i`'s value for this request.
+    fn write(&self, i: usize, ctx: &Ctx<'_>, out: &mut Vec<u8>);
+}
+
+/// Everything a template may read for one request.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub req: &'a RequestHead,
+    pub client: Client,
+    /// The server's first name (`$server_name`, and `$host` without a Host).
+    pub server_name: &'a str,
+    /// `$request_uri`: the original path and query.
+    pub request_uri: &'a str,
+    /// `$uri`: the current path.
+    pub uri: &'a str,
+    /// `$args`: the current query.
+    pub args: Option<&'a str>,
+    pub caps: &'a Captures,
+    pub maps: &'a dyn MapValues,
+    pub log: Option<&'a LogFacts<'a>>,
+    /// How many `[[map]]` evaluations are nested (a map whose value names a map): bounded
+    /// so a cycle renders empty instead of looping.
+    pub(super) depth: u8,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of `req` as it is now: `$uri` and `$args` from its target, and
+    /// `$request_uri` from `routed` (the URI before a rewrite) or the target.
+    pub fn new(
+        req: &'a RequestHead,
+        client: Client,
+        server_name: &'a str,
+        routed: &'a Routed,
+        maps: &'a dyn MapValues,
+    ) -> Ctx<'a> {
+        Ctx {
+            req,
+            client,
+            server_name,
+            request_uri: routed
+                .original_uri
+                .as_deref()
+                .unwrap_or_else(|| req.path_and_query()),
+            uri: req.path(),
+            args: req.query(),
+            caps: &routed.caps,
+            maps,
+            log: None,
+            depth: 0,
+        }
+    }
+
+    /// The same context with another current URI (path and query), e.g. a URI named in
+    /// a response's `Location`.
+    pub fn with_uri(mut self, pq: &'a str) -> Ctx<'a> {
+        let (p, q) = match pq.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (pq, None),
+        };
+        self.uri = p;
+        self.args = q;
+        self
+    }
+}
+
+/// What routing learned about a request, kept on the exchange for the handlers: the
+/// server that took it, the regex captures, and the target it came with when a rewrite
+/// changed it. The default (no captures, no rewrite) allocates nothing.
+#[derive(Debug, Default)]
+pub struct Routed {
+    /// Index of the server in the site table.
+    pub server: u16,
+    pub caps: Captures,
+    /// The request's path and query before the first rewrite (`$request_uri`).
+    pub original_uri: Option<String>,
+}
+
+/// One regex match: a copy of the subject and the group spans.
+#[derive(Debug, Clone)]
+struct Cap {
+    subject: Box<str>,
+    spans: Vec<Option<(usize, usize)>>,
+    re: regex::Regex,
+}
+
+impl Cap {
+    fn group(&self, i: usize) -> Option<&str> {
+        let (s, e) = (*self.spans.get(i)?)?;
+        self.subject.get(s..e)
+    }
+}
+
+/// The captures of the server-name regex and of the latest location or rewrite regex.
+/// `$1`..`$9` read the latest match (else the server's), `$name` the latest match that
+/// has the group, as nginx does.
+#[derive(Debug, Clone, Default)]
+pub struct Captures {
+    server: Option<Cap>,
+    latest: Option<Cap>,
+}
+
+impl Captures {
+    fn cap(re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) -> Cap {
+        Cap {
+            subject: subject.into(),
+            spans: c.iter().map(|m| m.map(|m| (m.start(), m.end()))).collect(),
+            re: re.clone(),
+        }
+    }
+
+    /// Keeps the captures of the server-name regex.
+    pub fn set_server(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
+        self.server = Some(Self::cap(re, subject, c));
+    }
+
+    /// Keeps the captures of a location or rewrite regex (replacing the previous one).
+    pub fn set_latest(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
+        self.latest = Some(Self::cap(re, subject, c));
+    }
+
+    pub fn numbered(&self, n: usize) -> Option<&str> {
+        self.latest.as_ref().or(self.server.as_ref())?.group(n)
+    }
+
+    pub fn named(&self, name: &str) -> Option<&str> {
+        [&self.latest, &self.server]
+            .into_iter()
+            .flatten()
+            .find_map(|c| {
+                let i = c.re.capture_names().position(|n| n == Some(name))?;
+                c.group(i)
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.server.is_none() && self.latest.is_none()
+    }
+}
+
+/// A request host as routing compares it: without the port (`[v6]:port` keeps its
+/// brackets) and without a trailing dot. Case is left alone (compare ignoring it).
+pub fn normalize_host(h: &str) -> &str {
+    let h = h.trim();
+    let h = if h.starts_with('[') {
+        match h.find(']') {
+            Some(i) => &h[..=i],
+            None => h,
+        }
+    } else {
+        match h.rfind(':') {
+            Some(i) => &h[..i],
+            None => h,
+        }
+    };
+    h.strip_suffix('.').unwrap_or(h)
+}

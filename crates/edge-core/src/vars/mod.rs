@@ -1,0 +1,45 @@
+//! Variables and templates, compiled once (nginx's `ngx_http_script` model): a string
+//! such as `"$scheme://$host$request_uri"` becomes a [`Template`] of literal parts and
+//! [`Var`] references when the config is loaded, and is rendered per request against a
+//! [`Ctx`] (the request, the connection's facts, regex captures, the `[[map]]`s).
+//!
+//! How it fits: this module sits below `config` (which compiles every template at `-t`,
+//! so an unknown variable is a `file:line` error), `state` (which keeps the compiled
+//! templates in routes) and the handlers (which render them). It knows nothing of
+//! sockets: the handlers fill a [`Ctx`] from the connection and the exchange.
+//!
+//! # API for the layers built on it
+//! - [`Known`]: the variable names a config defines besides the built-ins (`[[map]]`
+//!   variables, named captures of its regexes). `config::validate::known(cfg)` builds it.
+//! - [`Template::compile`]`(src, &known)`: parse once; an unknown variable is
+//!   [`TemplateError::Unknown`] (`unknown variable "$request_url"`).
+//! - [`Template::render`]`(&ctx, &mut Vec<u8>)` / [`Template::render_string`]: evaluate.
+//!   A template without variables renders as a copy of its literal (no lookup).
+//! - [`Var`]: one variable, resolved by [`Var::resolve`]; [`Var::write`] appends its value.
+//!   Log-time variables (`$status`, `$request`, `$time_iso8601`,
+//!   `$upstream_cache_status`) read [`Ctx::log`] ([`LogFacts`]), empty when absent.
+//! - [`NameTable`]: exact / `*.lead` / `trail.*` / `~regex` matching in nginx's order,
+//!   shared by server names and `[[map]]` entries.
+//! - [`Captures`]: the captures of the server-name regex and of the latest location or
+//!   rewrite regex (`$1`..`$9` from the latest, `$name` from either).
+//!
+//! # Cost
+//! Nothing is looked up by name at request time. Built-in variables read the request
+//! head in place; `$host` lower-cases while it writes. Only `[[map]]` variables (which
+//! render their source into a buffer) and regex matches with capture groups (which copy
+//! the subject) allocate.
+
+mod ctx;
+mod map;
+mod names;
+mod template;
+mod var;
+
+pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed};
+pub use map::{Map, Maps};
+pub use names::{compile_regex, NamePattern, NameTable};
+pub use template::{Template, TemplateError};
+pub use var::{Known, Var};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,240 @@
+//! One variable: what `$name` refers to, resolved when the config is compiled, and how
+//! its value is written for a request.
+
+use super::ctx::{normalize_host, Ctx};
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+/// A variable reference, resolved once from its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Var {
+    /// `$host`: the request's host (absolute-form target, else `Host` / HTTP/2
+    /// `:authority`), lower-case, without port or trailing dot; else `$server_name`.
+    Host,
+    /// `$scheme`: `https` on a TLS listener, else `http`.
+    Scheme,
+    RequestMethod,
+    /// `$request_uri`: the original target's path and query (before any rewrite).
+    RequestUri,
+    /// `$uri`: the current path (after rewrites), without the query.
+    Uri,
+    /// `$args`: the current query (without `?`).
+    Args,
+    /// `$is_args`: `?` when `$args` is not empty.
+    IsArgs,
+    /// `$server_name`: the first name of the server that took the request.
+    ServerName,
+    /// `$server_port`: the port of the listener the connection arrived on.
+    ServerPort,
+    RemoteAddr,
+    /// `$binary_remote_addr`: 4 or 16 raw bytes.
+    BinaryRemoteAddr,
+    /// `$arg_NAME`: the first query argument NAME (name case-insensitive, value raw).
+    Arg(Box<str>),
+    /// `$http_NAME`: request header NAME (`_` for `-`, any case); repeated fields joined
+    /// with `, ` (`; ` for Cookie).
+    Http(Box<str>),
+    /// `$cookie_NAME`.
+    Cookie(Box<str>),
+    /// `$0`..`$9`: a numbered capture of the latest regex match.
+    Capture(u8),
+    /// `$name`: a named capture (`(?<name>...)`) of a server-name, location or rewrite
+    /// regex.
+    Named(Box<str>),
+    /// A `[[map]]` variable, by its index in [`super::Maps`].
+    Map(u16),
+    // Log-time variables: empty unless the context carries `LogFacts`.
+    /// `$status`: the response status.
+    Status,
+    /// `$request`: the request line (`GET /a?b HTTP/1.1`).
+    Request,
+    TimeIso8601,
+    UpstreamCacheStatus,
+}
+
+/// The variable names a config defines besides the built-ins: its `[[map]]` variables
+/// and the named captures of its regexes (nginx makes every named capture a variable).
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    maps: HashMap<String, u16>,
+    captures: HashSet<String>,
+}
+
+impl Known {
+    /// Declares a `[[map]]` variable (name without `$`), index `i` in the maps.
+    pub fn add_map(&mut self, name: &str, i: u16) {
+        self.maps.insert(name.to_string(), i);
+    }
+
+    /// Whether `name` is already a variable (built-in, map or capture).
+    pub fn defines(&self, name: &str) -> bool {
+        Var::resolve(name, self).is_some()
+    }
+
+    /// Declares the named capture groups of a regex.
+    pub fn add_captures(&mut self, re: &regex::Regex) {
+        for n in re.capture_names().flatten() {
+            self.captures.insert(n.to_string());
+        }
+    }
+}
+
+impl Var {
+    /// The variable called `name` (without `$`), or None when the config defines none.
+    pub fn resolve(name: &str, known: &Known) -> Option<Var> {
+        let v = match name {
+            "host" => Var::Host,
+            "scheme" => Var::Scheme,
+            "request_method" => Var::RequestMethod,
+            "request_uri" => Var::RequestUri,
+            "uri" | "document_uri" => Var::Uri,
+            "args" | "query_string" => Var::Args,
+            "is_args" => Var::IsArgs,
+            "server_name" => Var::ServerName,
+            "server_port" => Var::ServerPort,
+            "remote_addr" => Var::RemoteAddr,
+            "binary_remote_addr" => Var::BinaryRemoteAddr,
+            "status" => Var::Status,
+            "request" => Var::Request,
+            "time_iso8601" => Var::TimeIso8601,
+            "upstream_cache_status" => Var::UpstreamCacheStatus,
+            _ => {
+                if let Some(i) = known.maps.get(name) {
+                    return Some(Var::Map(*i));
+                }
+                if known.captures.contains(name) {
+                    return Some(Var::Named(name.into()));
+                }
+                if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() {
+                    return Some(Var::Capture(name.as_bytes()[0] - b'0'));
+                }
+                let by_name = |prefix: &str| name.strip_prefix(prefix).filter(|n| !n.is_empty());
+                if let Some(n) = by_name("arg_") {
+                    return Some(Var::Arg(n.into()));
+                }
+                if let Some(n) = by_name("http_") {
+                    return Some(Var::Http(n.replace('_', "-").to_ascii_lowercase().into()));
+                }
+                if let Some(n) = by_name("cookie_") {
+                    return Some(Var::Cookie(n.into()));
+                }
+                return None;
+            }
+        };
+        Some(v)
+    }
+
+    /// Appends the variable's value for this request (nothing when it has none).
+    pub fn write(&self, ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+        match self {
+            Var::Host => match ctx.req.host().map(normalize_host).filter(|h| !h.is_empty()) {
+                Some(h) => out.extend(h.bytes().map(|b| b.to_ascii_lowercase())),
+                None => out.extend_from_slice(ctx.server_name.as_bytes()),
+            },
+            Var::Scheme => out.extend_from_slice(if ctx.client.tls { b"https" } else { b"http" }),
+            Var::RequestMethod => out.extend_from_slice(ctx.req.method.as_str().as_bytes()),
+            Var::RequestUri => out.extend_from_slice(ctx.request_uri.as_bytes()),
+            Var::Uri => out.extend_from_slice(ctx.uri.as_bytes()),
+            Var::Args => out.extend_from_slice(ctx.args.unwrap_or("").as_bytes()),
+            Var::IsArgs => {
+                if ctx.args.is_some_and(|a| !a.is_empty()) {
+                    out.push(b'?');
+                }
+            }
+            Var::ServerName => out.extend_from_slice(ctx.server_name.as_bytes()),
+            Var::ServerPort => edge_http::write_decimal(out, u64::from(ctx.client.server_port)),
+            Var::RemoteAddr => {
+                use std::io::Write;
+                let _ = write!(out, "{}", client_ip(ctx));
+            }
+            Var::BinaryRemoteAddr => match client_ip(ctx) {
+                IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
+                IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+            },
+            Var::Arg(name) => {
+                if let Some(v) = arg(ctx.args.unwrap_or(""), name) {
+                    out.extend_from_slice(v.as_bytes());
+                }
+            }
+            Var::Http(name) => {
+                let sep: &[u8] = if &**name == "cookie" { b"; " } else { b", " };
+                for (i, v) in ctx.req.headers.get_all(name).enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(sep);
+                    }
+                    out.extend_from_slice(v);
+                }
+            }
+            Var::Cookie(name) => {
+                if let Some(v) = cookie(&ctx.req.headers, name) {
+                    out.extend_from_slice(v);
+                }
+            }
+            Var::Capture(n) => {
+                if let Some(v) = ctx.caps.numbered(*n as usize) {
+                    out.extend_from_slice(v.as_bytes());
+                }
+            }
+            Var::Named(name) => {
+                if let Some(v) = ctx.caps.named(name) {
+                    out.extend_from_slice(v.as_bytes());
+                }
+            }
+            Var::Map(i) => ctx.maps.write(*i as usize, ctx, out),
+            Var::Status => {
+                if let Some(l) = ctx.log {
+                    edge_http::write_decimal(out, u64::from(l.status));
+                }
+            }
+            Var::Request => {
+                out.extend_from_slice(ctx.req.method.as_str().as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(ctx.req.target.as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(ctx.req.version.as_str().as_bytes());
+            }
+            Var::TimeIso8601 => {
+                if let Some(l) = ctx.log {
+                    out.extend_from_slice(l.time_iso8601.as_bytes());
+                }
+            }
+            Var::UpstreamCacheStatus => {
+                if let Some(s) = ctx.log.and_then(|l| l.cache_status) {
+                    out.extend_from_slice(s.as_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// The client's address, an IPv4-mapped IPv6 one as IPv4 (a dual-stack listener).
+fn client_ip(ctx: &Ctx<'_>) -> IpAddr {
+    match ctx.client.peer.ip() {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+/// The raw value of the first query argument called `name` (any case), as nginx's
+/// `$arg_NAME`; an argument without `=` has the empty value.
+pub(super) fn arg<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        k.eq_ignore_ascii_case(name).then_some(v)
+    })
+}
+
+/// The value of cookie `name` (any case) over every `Cookie` field.
+fn cookie<'h>(headers: &'h edge_http::HeaderMap, name: &str) -> Option<&'h [u8]> {
+    headers.get_all("cookie").find_map(|line| {
+        line.split(|&b| b == b';').find_map(|pair| {
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            let k = pair[..eq].trim_ascii();
+            k.eq_ignore_ascii_case(name.as_bytes())
+                .then(|| pair[eq + 1..].trim_ascii())
+        })
+    })
+}

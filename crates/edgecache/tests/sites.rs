@@ -1,0 +1,281 @@
+//! Sites against the real binary: `[[server]]` chosen by Host (exact, wildcard, regex
+//! with captures; case, port and trailing dot ignored), locations in nginx's order
+//! (exact, `^~`, regex, longest prefix), rewrites (last, break, redirect, permanent, a
+//! cycle answered 500), `return` rendering variables, `[[map]]`, `-t` refusing an
+//! unknown variable with its line, and 421 on a TLS listener when the Host is one the
+//! SNI-chosen certificate does not cover. Every answer is a `return` that echoes what
+//! was matched, so the bytes tell which server and location took the request.
+
+mod common;
+
+use common::{check_config, edgecache};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+
+/// Sends `GET target` with `Host: host` (HTTP/1.1, close) and returns the status, the
+/// `Location` header and the body.
+fn get(addr: SocketAddr, target: &str, host: &str) -> (u16, String, String) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        c,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: GoogleBot/2.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a whole head");
+    let status = head[9..12].parse().unwrap();
+    let location = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(n, _)| n.eq_ignore_ascii_case("location"))
+        })
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    (status, location, body.to_string())
+}
+
+const CONFIG: &str = r#"
+[[listen]]
+addr = "{listen}"
+
+[[map]]
+source = "$http_user_agent"
+variable = "$is_bot"
+default = "0"
+entries = [{ match = "~*bot", value = "1:$host" }]
+
+[[location]]
+prefix = "/"
+return = { status = 200, body = "implicit host=$host" }
+
+[[server]]
+names = ["example.com", "*.example.org"]
+[[server.location]]
+prefix = "/"
+return = { status = 200, body = "example server=$server_name uri=$uri args=$args" }
+[[server.location]]
+exact = "/x.png"
+return = { status = 200, body = "exact" }
+[[server.location]]
+prefix = "/static/"
+stop_regex = true
+return = { status = 200, body = "static" }
+[[server.location]]
+regex = '^/img/(?<name>[^/]+)\.(png|jpg)$'
+return = { status = 200, body = "loc=regex1 name=$name ext=$2 bot=$is_bot" }
+[[server.location]]
+iregex = '\.PNG$'
+return = { status = 200, body = "loc=regex2" }
+[[server.location]]
+prefix = "/old/"
+rewrite = [
+  { regex = '^/old/last/(.*)$', replacement = "/img/$1", flag = "last" },
+  { regex = '^/old/break/(.*)$', replacement = "/b/$1?via=break", flag = "break" },
+  { regex = '^/old/perm/(.*)$', replacement = "/new/$1", flag = "permanent" },
+  { regex = '^/old/temp$', replacement = "https://$host/t", flag = "redirect" },
+  { regex = '^/old/loop(.*)$', replacement = "/old/loop$1x", flag = "last" },
+]
+return = { status = 200, body = "old uri=$uri args=$args request_uri=$request_uri" }
+[[server.location]]
+prefix = "/go"
+return = { status = 301, location = "https://$host$request_uri" }
+
+[[server]]
+names = ['~^(?<sub>[a-z]+)\.example\.net$']
+[[server.location]]
+prefix = "/"
+return = { status = 200, body = "net sub=$sub 1=$1 uri=$uri" }
+"#;
+
+#[test]
+fn servers_locations_rewrites_and_variables() {
+    let (_p, addr, _) = edgecache(CONFIG);
+    let body = |target: &str, host: &str| {
+        let (st, _, b) = get(addr, target, host);
+        assert_eq!(st, 200, "{target} {host}: {b}");
+        b
+    };
+    // Servers by host.
+    assert_eq!(body("/", "other.test"), "implicit host=other.test");
+    assert_eq!(
+        body("/a?q=1", "EXAMPLE.com.:8080"),
+        "example server=example.com uri=/a args=q=1"
+    );
+    assert_eq!(
+        body("/a", "www.example.org"),
+        "example server=example.com uri=/a args="
+    );
+    assert_eq!(
+        body("/p/q", "Shop.example.net"),
+        "net sub=shop 1=shop uri=/p/q"
+    );
+    // Locations in nginx order.
+    assert_eq!(body("/x.png", "example.com"), "exact");
+    assert_eq!(body("/static/a.png", "example.com"), "static");
+    assert_eq!(
+        body("/img/cat.jpg", "example.com"),
+        "loc=regex1 name=cat ext=jpg bot=1:example.com"
+    );
+    assert_eq!(body("/y/Z.PNG", "example.com"), "loc=regex2");
+    // Rewrites. (A `.png` under /old/ would go to the iregex location: regexes win
+    // over a prefix without `^~`, before its rewrites run.)
+    assert_eq!(body("/old/last/dog.png", "example.com"), "loc=regex2");
+    assert_eq!(
+        body("/old/last/dog.jpg", "example.com"),
+        "loc=regex1 name=dog ext=jpg bot=1:example.com"
+    );
+    assert_eq!(
+        body("/old/break/z?k=v", "example.com"),
+        "old uri=/b/z args=via=break&k=v request_uri=/old/break/z?k=v"
+    );
+    assert_eq!(
+        get(addr, "/old/perm/a?k=v", "example.com"),
+        (
+            301,
+            "/new/a?k=v".into(),
+            get(addr, "/old/perm/a?k=v", "example.com").2
+        )
+    );
+    let (st, loc, _) = get(addr, "/old/temp", "Example.com:81");
+    assert_eq!((st, loc.as_str()), (302, "https://example.com/t"));
+    let (st, _, _) = get(addr, "/old/loop", "example.com");
+    assert_eq!(st, 500, "a rewrite cycle");
+    // `return` with variables in `location`.
+    let (st, loc, _) = get(addr, "/go/x?y=1", "example.com");
+    assert_eq!((st, loc.as_str()), (301, "https://example.com/go/x?y=1"));
+}
+
+#[test]
+fn unknown_variables_are_refused_by_dash_t() {
+    let (code, stderr, path) = check_config(
+        "[[listen]]\naddr = \"127.0.0.1:8080\"\n[[upstream]]\nname = \"o\"\nservers = [\"127.0.0.1:9\"]\n\
+         [[location]]\nprefix = \"/\"\nproxy = \"o\"\ncache_key = \"$scheme://$host$request_url\"\n",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{path}:9: location.cache_key: unknown variable \"$request_url\""
+        )),
+        "{stderr}"
+    );
+}
+
+/// A CA and leaves signed by it, written to a temporary directory.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&ca_key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        Pki { dir, ca, ca_key }
+    }
+
+    fn leaf(&self, tag: &str, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        let c = self.dir.path().join(format!("{tag}.pem"));
+        let k = self.dir.path().join(format!("{tag}.key"));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c.display().to_string(), k.display().to_string())
+    }
+
+    fn client(&self) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Arc::new(cfg)
+    }
+}
+
+/// GET over TLS with SNI `sni` and `Host: host`: status and body.
+fn tls_get(
+    addr: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+    sni: &str,
+    host: &str,
+) -> (u16, String) {
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(cfg.clone(), name).unwrap();
+    let mut sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+    write!(
+        tls,
+        "GET /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    // The server ends with close_notify; an abrupt end still leaves the bytes read.
+    let _ = tls.read_to_end(&mut raw);
+    let (st, _, body) = parse(&raw);
+    (st, body)
+}
+
+#[test]
+fn tls_host_outside_the_sni_certificate_is_misdirected() {
+    let pki = Pki::new();
+    let (ca, ka) = pki.leaf("a", &["a.example"]);
+    let (cb, kb) = pki.leaf("b", &["b.example", "*.b.example"]);
+    let config = format!(
+        r#"
+[[listen]]
+addr = "{{listen}}"
+tls = {{ certs = [{{ cert = "{ca}", key = "{ka}" }}, {{ cert = "{cb}", key = "{kb}" }}] }}
+
+[[server]]
+names = ["a.example"]
+[[server.location]]
+prefix = "/"
+return = {{ status = 200, body = "a $scheme $host" }}
+
+[[server]]
+names = ["b.example", "*.b.example"]
+[[server.location]]
+prefix = "/"
+return = {{ status = 200, body = "b $scheme $host" }}
+"#
+    );
+    let (_p, addr, _) = edgecache(&config);
+    let client = pki.client();
+    assert_eq!(
+        tls_get(addr, &client, "a.example", "a.example"),
+        (200, "a https a.example".into())
+    );
+    assert_eq!(
+        tls_get(addr, &client, "b.example", "x.b.example:443"),
+        (200, "b https x.b.example".into())
+    );
+    // The connection's certificate (a.example) does not cover b.example.
+    let (st, _) = tls_get(addr, &client, "a.example", "b.example");
+    assert_eq!(st, 421);
+    let (st, _) = tls_get(addr, &client, "x.b.example", "a.example");
+    assert_eq!(st, 421);
+}
