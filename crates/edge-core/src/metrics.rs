@@ -22,6 +22,9 @@ pub struct WorkerStats {
     /// Idle keep-alive connections closed to make room for new ones at
     /// `worker_connections`.
     pub reclaimed: AtomicU64,
+    /// Connections of `proxy_protocol` listeners closed without a valid PROXY header
+    /// (none, malformed, too long, or not in time).
+    pub proxy_protocol_errors: AtomicU64,
     /// Requests refused with 508: they had already passed through this node (`Via`).
     pub loops: AtomicU64,
     pub status: [AtomicU64; 5], // 1xx..5xx

@@ -69,7 +69,7 @@ impl HeaderMap {
         }
     }
 
-    fn find<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
+    fn find<'a>(&'a self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a Entry> + 'a {
         let name = name.as_bytes();
         self.entries.iter().filter(move |e| {
             e.name_len == name.len() && e.name(&self.buf).eq_ignore_ascii_case(name)
@@ -97,7 +97,7 @@ impl HeaderMap {
     }
 
     /// Every value of `name`, in wire order.
-    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a [u8]> + 'a {
         self.find(name).map(move |e| e.value(&self.buf))
     }
 

@@ -812,3 +812,46 @@ proxy = "o"
     assert_eq!(edge_testkit::get(e3, "/hello", &[]).status, 200);
     let _ = pe3;
 }
+
+/// A `proxy_protocol` listener with TLS: the PROXY header comes before the
+/// ClientHello (v1 and v2, HTTP/1.1 and h2 by ALPN); a TLS client that sends no
+/// header gets no handshake.
+#[test]
+fn proxy_protocol_comes_before_the_tls_handshake() {
+    let pki = Pki::new();
+    let (_p, addr, admin, _o, _cache) = tls_server(&pki, true, "proxy_protocol = true");
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+    v2.extend_from_slice(&[203, 0, 113, 7, 127, 0, 0, 1, 0x9c, 0x40, 0x01, 0xbb]);
+    let headers: [&[u8]; 2] = [b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n", &v2];
+    rt().block_on(async {
+        for header in headers {
+            for alpn in [&b"http/1.1"[..], b"h2"] {
+                let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                tcp.write_all(header).await.unwrap();
+                let cfg = client_config(&pki.ca_path(), &[alpn]);
+                let name = ServerName::try_from("a.example").unwrap();
+                let tls = tokio_rustls::TlsConnector::from(cfg)
+                    .connect(name, tcp)
+                    .await
+                    .unwrap();
+                let r = if alpn == b"h2" {
+                    h2_get(tls, "a.example", &["/obj/1k/77"]).await.remove(0)
+                } else {
+                    h1_get(tls, "a.example", "/obj/1k/77").await
+                };
+                assert_eq!(r.status, 200);
+                assert_eq!(r.body.len(), 1024);
+            }
+        }
+        let cfg = client_config(&pki.ca_path(), &[b"http/1.1"]);
+        assert!(
+            connect(addr, "a.example", &cfg).await.is_err(),
+            "a handshake without a PROXY header first"
+        );
+    });
+    let errors = metric_in(
+        &get_text(admin, "/metrics"),
+        "edgecache_proxy_protocol_errors_total",
+    );
+    assert!(errors.is_some_and(|n| n >= 1), "{errors:?}");
+}

@@ -322,6 +322,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
             "active": m.active(),
             "refused": m.sum(|w| &w.refused),
             "reclaimed": m.sum(|w| &w.reclaimed),
+            "proxy_protocol_errors": m.sum(|w| &w.proxy_protocol_errors),
             "requests": m.sum(|w| &w.requests),
             "bytes_out": m.sum(|w| &w.bytes_out),
             "upstream_requests": m.sum(|w| &w.upstream_requests),
@@ -646,6 +647,18 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         "edgecache_connections_refused_total",
         "",
         m.sum(|w| &w.refused),
+    );
+    prom_header(
+        &mut o,
+        "edgecache_proxy_protocol_errors_total",
+        "counter",
+        "Connections of proxy_protocol listeners closed without a valid PROXY header.",
+    );
+    prom(
+        &mut o,
+        "edgecache_proxy_protocol_errors_total",
+        "",
+        m.sum(|w| &w.proxy_protocol_errors),
     );
     prom_header(
         &mut o,

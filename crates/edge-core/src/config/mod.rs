@@ -242,6 +242,31 @@ pub struct Listen {
     /// h2c with prior knowledge (a connection that opens with the HTTP/2 preface).
     #[serde(default)]
     pub http2: bool,
+    /// The PROXY protocol (v1 or v2, `docs/client-address.md`): every connection opens
+    /// with a header from the load balancer in front, read before TLS or HTTP; its source
+    /// address is the connection's client address. A connection without a valid header
+    /// is closed. nginx's `listen ... proxy_protocol`.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+/// `real_ip`: the client address a trusted proxy passes on (nginx's realip module:
+/// `set_real_ip_from`, `real_ip_header`, `real_ip_recursive`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RealIpCfg {
+    /// Trusted proxies: addresses or CIDR prefixes.
+    pub from: Vec<String>,
+    /// The request field that carries the address (`X-Forwarded-For`, `X-Real-IP`, ...),
+    /// or `proxy_protocol`: the PROXY header's source, taken only from a peer in `from`.
+    #[serde(default = "default_real_ip_header")]
+    pub header: String,
+    /// Walk the field's list from the right past trusted addresses (otherwise: its last).
+    #[serde(default)]
+    pub recursive: bool,
+}
+fn default_real_ip_header() -> String {
+    "X-Real-IP".into()
 }
 
 /// `[[listen]] tls`: one certificate (`cert` and `key`), or several chosen by SNI
@@ -1083,6 +1108,9 @@ pub struct Config {
     pub map: Vec<MapCfg>,
     #[serde(default)]
     pub admin: Option<Admin>,
+    /// The request's client address from a trusted proxy (`docs/client-address.md`).
+    #[serde(default)]
+    pub real_ip: Option<Spanned<RealIpCfg>>,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

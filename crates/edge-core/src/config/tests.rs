@@ -293,4 +293,55 @@ fn unknown_variables_name_file_line_and_key() {
         "{base}[[server]]\nnames = [\"a\"]\nlisten = [\"127.0.0.1:1\"]\n"
     ));
     assert_eq!(e.key, "server.listen", "{e}");
+/// `real_ip` and `listen.proxy_protocol`: defaults, and every bad value named with the
+/// line of `real_ip`.
+#[test]
+fn real_ip_and_proxy_protocol() {
+    let cfg = parse("t.toml", MIN).unwrap();
+    assert!(!cfg.listen[0].proxy_protocol);
+    assert!(cfg.real_ip.is_none());
+    let text = format!("real_ip = {{ from = [\"10.0.0.0/8\", \"::1\"] }}\n{MIN}");
+    let cfg = parse("t.toml", &text).unwrap();
+    let r = cfg.real_ip.unwrap().into_inner();
+    assert_eq!((r.header.as_str(), r.recursive), ("X-Real-IP", false));
+    let pp = format!("real_ip = {{ from = [\"10.0.0.0/8\"], header = \"proxy_protocol\" }}\n{MIN}proxy_protocol = true\n");
+    let cfg = parse("t.toml", &pp).unwrap();
+    assert!(cfg.listen[0].proxy_protocol);
+    for (real_ip, key, says) in [
+        (
+            r#"{ from = ["10.0.0.0/33"] }"#,
+            "real_ip.from",
+            "prefix length",
+        ),
+        (
+            r#"{ from = ["10.0.0.x"] }"#,
+            "real_ip.from",
+            "invalid address",
+        ),
+        (r#"{ from = [] }"#, "real_ip.from", "at least one"),
+        (
+            r#"{ from = ["::1"], header = "X Forwarded" }"#,
+            "real_ip.header",
+            "not a field name",
+        ),
+        (
+            r#"{ from = ["::1"], header = "" }"#,
+            "real_ip.header",
+            "not a field name",
+        ),
+        (
+            r#"{ from = ["::1"], header = "proxy_protocol" }"#,
+            "real_ip.header",
+            "proxy_protocol = true",
+        ),
+    ] {
+        let e = err(&format!("workers = 1\n\nreal_ip = {real_ip}\n{MIN}"));
+        assert_eq!((e.line, e.key.as_str()), (3, key), "{real_ip}: {e}");
+        assert!(e.message.contains(says), "{real_ip}: {e}");
+        assert!(e.to_string().starts_with("t.toml:3: "), "{e}");
+    }
+    let e = err(&format!(
+        "real_ip = {{ from = [\"::1\"], trusted = true }}\n{MIN}"
+    ));
+    assert!(e.message.contains("unknown field"), "{e}");
 }

@@ -583,6 +583,9 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         }
     }
 
+    if let Some(r) = &cfg.real_ip {
+        validate_real_ip(cfg, r.get_ref(), r.span())?;
+    }
     if let Some(a) = &cfg.admin {
         match parse_addr(a.listen.get_ref()) {
             Ok(addr) if !addr.ip().is_loopback() => {
@@ -602,6 +605,48 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         }
     }
     Ok(())
+}
+
+/// `real_ip`: trusted prefixes that parse, a field name (or `proxy_protocol` with a
+/// listener that reads PROXY headers).
+fn validate_real_ip(
+    cfg: &Config,
+    r: &crate::config::RealIpCfg,
+    span: Range<usize>,
+) -> Result<(), VErr> {
+    if r.from.is_empty() {
+        return err(
+            Some(span),
+            "real_ip.from",
+            "needs at least one trusted address or prefix",
+        );
+    }
+    for c in &r.from {
+        if let Err(m) = Cidr::parse(c) {
+            return err(Some(span), "real_ip.from", m);
+        }
+    }
+    if r.header == "proxy_protocol" {
+        if !cfg.listen.iter().any(|l| l.proxy_protocol) {
+            return err(
+                Some(span),
+                "real_ip.header",
+                "\"proxy_protocol\" needs a [[listen]] with proxy_protocol = true",
+            );
+        }
+    } else if r.header.is_empty() || !r.header.bytes().all(is_tchar) {
+        return err(
+            Some(span),
+            "real_ip.header",
+            format!("{:?} is not a field name", r.header),
+        );
+    }
+    Ok(())
+}
+
+/// RFC 9110 5.6.2 `tchar`, the characters of a field name.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// A location's compression keys: known codings, each once; only on proxied locations;

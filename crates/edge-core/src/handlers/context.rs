@@ -6,9 +6,11 @@ use crate::state::Shared;
 use crate::vars::{Client, Ctx};
 
 /// The connection's facts templates read (`$remote_addr`, `$scheme`, `$server_port`).
-pub fn client_of(conn: &Conn, shared: &Shared) -> Client {
+/// `$remote_addr` is the request's client ([`Exchange::client_addr`]): the TCP peer, or
+/// a PROXY header's source, or what `real_ip` found.
+pub fn client_of(conn: &Conn, ex: &Exchange, shared: &Shared) -> Client {
     Client {
-        peer: conn.peer,
+        peer: ex.client_addr(),
         tls: conn.info.tls,
         server_port: shared
             .listeners

@@ -55,7 +55,7 @@ pub async fn dispatch(
             return finish_without_body(conn, ex, &shared.timeouts, 421).await;
         }
     }
-    let client = client_of(conn, shared);
+    let client = client_of(conn, ex, shared);
     let route = match sites.route(server, &ex.req, client, &mut ex.routed) {
         Routing::Route(route, None) => route,
         Routing::Route(route, Some(uri)) => {

@@ -15,7 +15,7 @@ pub async fn handle(
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
     let affinity = {
-        let vars = super::context::vars(super::context::client_of(conn, shared), ex, shared);
+        let vars = super::context::vars(super::context::client_of(conn, ex, shared), ex, shared);
         super::cache::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)
     };
     crate::upstream::relay::proxy_pass(

@@ -43,7 +43,7 @@ pub async fn handle_return(
         burn(r.burn);
     }
     let mut extra = route.add_headers.clone();
-    let client = super::context::client_of(conn, shared);
+    let client = super::context::client_of(conn, ex, shared);
     let vars = super::context::vars(client, ex, shared);
     // A body without variables is sent as it is (no copy).
     let mut rendered = Vec::new();

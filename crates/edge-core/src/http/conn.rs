@@ -21,8 +21,13 @@ pub const READ_BUF: usize = 4 * 1024;
 pub struct Conn {
     pub io: ClientIo,
     pub rbuf: BytesMut,
+    /// The TCP peer, as accepted (the load balancer, when one is in front).
     pub peer: SocketAddr,
     pub info: ConnInfo,
+    /// The connection's client: the PROXY header's source on a `proxy_protocol`
+    /// listener, else `peer` (see [`super::client_addr`]; a request's own client, after
+    /// `real_ip`, is [`super::Exchange::client_addr`]).
+    pub client: SocketAddr,
 }
 
 /// What the connection arrived on: the `[[listen]]` (its index in the config generation
@@ -133,6 +138,7 @@ impl Conn {
             // idle connection holds no read buffer).
             rbuf: BytesMut::new(),
             peer,
+            client: peer,
         }
     }
 

@@ -28,6 +28,8 @@ pub struct Exchange {
     /// Flips to true when the server starts draining: responses written after that
     /// close the connection even if the request arrived before.
     draining: std::rc::Rc<super::idle::IdleTimers>,
+    /// See [`Exchange::client_addr`].
+    client: std::net::SocketAddr,
 }
 
 /// Why an exchange ended without a clean response.
@@ -75,6 +77,7 @@ impl Exchange {
         keep_alive: bool,
         max_body: Option<u64>,
         draining: std::rc::Rc<super::idle::IdleTimers>,
+        client: std::net::SocketAddr,
     ) -> Exchange {
         let body = match req.body {
             BodyKind::Empty | BodyKind::Length(0) => None,
@@ -92,7 +95,17 @@ impl Exchange {
             continue_sent: false,
             routed: crate::vars::Routed::default(),
             draining,
+            client,
         }
+    }
+
+    /// The request's client address, `$remote_addr`: the connection's client
+    /// ([`Conn::client`]: the TCP peer, or a PROXY header's source), or the address a
+    /// trusted proxy named in the `real_ip` field (port 0). What the access log shows,
+    /// what goes upstream in `X-Forwarded-For` and what the PURGE allow-list checks
+    /// (`docs/client-address.md`).
+    pub fn client_addr(&self) -> std::net::SocketAddr {
+        self.client
     }
 
     /// The request, once the exchange is over (its allocations are reused).

@@ -66,7 +66,10 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 pub const RESET_FLOOD: u64 = 200;
 
 /// Serves one HTTP/2 connection (after TLS and ALPN, or h2c with prior knowledge).
-pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr, info: ConnInfo)
+///
+/// `client` is the connection's client address ([`Conn::client`]): its `peer`, or a
+/// PROXY header's source.
+pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr, client: SocketAddr, info: ConnInfo)
 where
     S: Service + 'static,
     T: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -103,6 +106,9 @@ where
         Err(_) => return,
     };
     let state = Rc::new(ConnState::default());
+    if client != peer {
+        state.client.set(Some(client));
+    }
     // However the connection ends, its runners end with their stream.
     let _runners = RetireOnDrop(&state);
     let mut goaway_sent = false;
@@ -585,6 +591,9 @@ async fn stream_task<S: Service>(
         state.clone(),
     );
     let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer, info);
+    if let Some(client) = state.client.get() {
+        conn.client = client;
+    }
     conn.rbuf = rbuf;
     super::session::serve_stream(w, conn).await;
 }

@@ -107,6 +107,8 @@ pub struct ConnState {
     pub(super) closed: Cell<bool>,
     /// The connection's task, waiting for its last open stream to end.
     all_done: RefCell<Option<Waker>>,
+    /// The connection's client address ([`super::Conn::client`]), when not its peer.
+    pub client: Cell<Option<std::net::SocketAddr>>,
 }
 
 impl ConnState {

@@ -7,6 +7,7 @@
 //! Nothing here names a worker, a route or a handler: the layer above implements
 //! [`session::Service`] and passes what a call needs as arguments.
 
+pub mod client_addr;
 pub mod conn;
 pub mod exchange;
 pub mod h2;

@@ -25,6 +25,8 @@ pub struct SessionParams<'a> {
     pub limits: &'a Limits,
     pub timeouts: &'a Timeouts,
     pub keepalive_requests: u64,
+    /// `real_ip`, when set: a request's client address may come from a trusted proxy.
+    pub real_ip: Option<&'a super::client_addr::RealIp>,
 }
 
 /// What the session loop needs from the layer above it: the config snapshot to apply to
@@ -49,8 +51,9 @@ pub trait Service {
         conn: &mut Conn,
         ex: &mut Exchange,
     ) -> Result<(), ExchangeError>;
-    /// Called once per answered request, after the response.
-    fn log(&self, peer: &SocketAddr, ex: &Exchange);
+    /// Called once per answered request, after the response, with the request's
+    /// client address ([`Exchange::client_addr`]).
+    fn log(&self, client: &SocketAddr, ex: &Exchange);
 
     /// A request head of an earlier request, for the parser to reuse its allocations.
     fn spare_head(&self) -> Option<edge_http::RequestHead> {
@@ -157,6 +160,8 @@ pub struct Parked {
     pub io: ClientIo,
     pub peer: SocketAddr,
     pub info: super::conn::ConnInfo,
+    /// [`Conn::client`].
+    pub client: SocketAddr,
     pub served: u64,
     pub nodelay: bool,
     /// What is left of its idle timeout.
@@ -191,7 +196,11 @@ impl Start {
         match self {
             Start::New(stream, peer, info) => (Conn::new(stream, peer, info), 0, false),
             Start::Conn(conn) => (conn, 0, false),
-            Start::Resume(p) => (Conn::over(p.io, p.peer, p.info), p.served, p.nodelay),
+            Start::Resume(p) => {
+                let mut conn = Conn::over(p.io, p.peer, p.info);
+                conn.client = p.client;
+                (conn, p.served, p.nodelay)
+            }
         }
     }
 }
@@ -224,6 +233,7 @@ pub async fn serve_conn<S: Service>(
                     rbuf,
                     peer,
                     info,
+                    client,
                 } = conn;
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
@@ -232,6 +242,7 @@ pub async fn serve_conn<S: Service>(
                     io,
                     peer,
                     info,
+                    client,
                     served,
                     nodelay,
                     idle_left,
@@ -272,8 +283,17 @@ pub async fn serve_conn<S: Service>(
                     conn.io.set_nodelay();
                     nodelay = true;
                 }
-                let mut ex =
-                    Exchange::new(req, keep_alive, params.limits.max_body, w.idle().clone());
+                let client = match params.real_ip {
+                    Some(r) => r.resolve(conn.client, &req),
+                    None => conn.client,
+                };
+                let mut ex = Exchange::new(
+                    req,
+                    keep_alive,
+                    params.limits.max_body,
+                    w.idle().clone(),
+                    client,
+                );
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
                     // TLS may hold the response's last record (a no-op on TCP).
@@ -287,7 +307,7 @@ pub async fn serve_conn<S: Service>(
                     stats.count_status(ex.status);
                 }
                 stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
-                w.log(&conn.peer, &ex);
+                w.log(&ex.client_addr(), &ex);
                 let ex_keep = ex.keep_alive && ex.body.is_none();
                 w.recycle_head(ex.into_request());
                 match result {

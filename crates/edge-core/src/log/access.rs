@@ -65,6 +65,7 @@ impl AccessLogFile {
 
 /// What one access-log line says about a request.
 pub struct Entry<'a> {
+    /// The request's client address (`Exchange::client_addr`), the first field.
     pub peer: &'a SocketAddr,
     pub req: &'a RequestHead,
     pub status: u16,

@@ -10,6 +10,7 @@ pub mod accept;
 pub mod inherit;
 pub mod ktls;
 pub mod listener;
+pub mod proxy_protocol;
 pub mod sock;
 pub mod sys;
 

@@ -75,6 +75,7 @@ impl Service for Worker {
             limits: &cfg.limits,
             timeouts: &cfg.timeouts,
             keepalive_requests: cfg.keepalive_requests,
+            real_ip: cfg.real_ip.as_ref(),
         }
     }
 
@@ -126,13 +127,13 @@ impl Service for Worker {
         true
     }
 
-    fn log(&self, peer: &SocketAddr, ex: &Exchange) {
+    fn log(&self, client: &SocketAddr, ex: &Exchange) {
         let mut log = self.access_log.borrow_mut();
         if !log.enabled() {
             return; // no clock read, no entry built
         }
         log.log(&Entry {
-            peer,
+            peer: client,
             req: &ex.req,
             status: ex.status,
             body_bytes_sent: ex.body_bytes_sent,
@@ -489,14 +490,35 @@ fn start_session(
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
-    let (proto, deferred) = {
+    let (proto, deferred, proxy_protocol) = {
         let cfg = w.config();
         match cfg.listeners.get(listen) {
-            Some(p) if p.tls.is_some() || p.http2 => (Some(p.clone()), p.deferred),
-            Some(p) => (None, p.deferred),
-            None => (None, false),
+            Some(p) if p.tls.is_some() || p.http2 => {
+                (Some(p.clone()), p.deferred, p.proxy_protocol)
+            }
+            Some(p) => (None, p.deferred, p.proxy_protocol),
+            None => (None, false, false),
         }
     };
+    if proxy_protocol {
+        // Its header first, in a task of its own (the fast path below is untouched).
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => {
+                let info = ConnInfo {
+                    listen: listen as u16,
+                    tls: proto.as_ref().is_some_and(|p| p.tls.is_some()),
+                    sni_cert: None,
+                };
+                let session = proxied_session(w.clone(), stream, peer, proto, info);
+                tokio::task::spawn_local(Box::pin(session));
+            }
+            Err(e) => {
+                tracing::error!("worker {}: cannot register connection: {e}", w.id);
+                w.connections_closed(1);
+            }
+        }
+        return;
+    }
     match proto {
         // Plain HTTP/1.1. From a deferred listener the request is in already: it is
         // served without registering the socket with the reactor until it has to wait
@@ -528,6 +550,7 @@ fn start_session(
                     w.clone(),
                     stream,
                     peer,
+                    peer,
                     p,
                     info,
                 )));
@@ -540,14 +563,63 @@ fn start_session(
     }
 }
 
+/// A connection of a `proxy_protocol` listener: its PROXY header, read under
+/// `client_header_timeout` and bounded by `client_max_header_size`, then TLS, HTTP/2 or
+/// HTTP/1.1 as on any listener, with the header's source as the connection's client
+/// address ([`crate::http::client_addr`]). A connection without a valid header is closed
+/// without a response, counted (`proxy_protocol_errors`) and logged at debug.
+async fn proxied_session(
+    w: Rc<Worker>,
+    mut stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    proto: Option<crate::tls::ListenerProto>,
+    info: ConnInfo,
+) {
+    let (timeout, max) = {
+        let cfg = w.config();
+        (cfg.timeouts.client_header, cfg.limits.max_header_bytes)
+    };
+    let read = crate::net::proxy_protocol::read_header(&mut stream, max);
+    let err = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(h)) => {
+            let client = match h.addrs {
+                Some(a) => {
+                    let cfg = w.config();
+                    crate::http::client_addr::RealIp::proxied(cfg.real_ip.as_ref(), peer, a.src)
+                }
+                // UNKNOWN, LOCAL (a health check), AF_UNIX: the connection's own.
+                None => peer,
+            };
+            match proto {
+                Some(p) => secure_session(w, stream, peer, client, p, info).await,
+                None => {
+                    let mut conn = crate::http::Conn::new(Sock::registered(stream), peer, info);
+                    conn.client = client;
+                    session_loop(w, session::Start::Conn(conn)).await;
+                }
+            }
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "PROXY protocol header timed out".to_string(),
+    };
+    w.svc.stats().proxy_protocol_errors.fetch_add(1, Relaxed);
+    tracing::debug!("client {peer}: {err}, closing");
+    drop(stream);
+    w.connections_closed(1);
+}
+
 /// A connection of a TLS or HTTP/2 listener: the handshake, then HTTP/2 (ALPN `h2`, or
 /// the h2c preface on a plain listener) or HTTP/1.1. HTTP/1.1 connections are parked
 /// when idle like plain ones (TLS ones when the session holds nothing unread); HTTP/2
 /// connections keep their task.
+///
+/// `client` is the connection's client address (`peer`, or a PROXY header's source).
 async fn secure_session(
     w: Rc<Worker>,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    client: SocketAddr,
     proto: crate::tls::ListenerProto,
     mut info: ConnInfo,
 ) {
@@ -581,12 +653,13 @@ async fn secure_session(
                                         prefix: plaintext,
                                         sock,
                                     };
-                                    crate::http::h2::serve(w.clone(), io, peer, info).await;
+                                    crate::http::h2::serve(w.clone(), io, peer, client, info).await;
                                     w.connections_closed(1);
                                 } else {
                                     // A plain socket to the session from here on
                                     // (sendfile included), parked like one.
                                     let mut conn = crate::http::Conn::new(sock, peer, info);
+                                    conn.client = client;
                                     conn.rbuf = plaintext;
                                     session_loop(w, session::Start::Conn(conn)).await;
                                 }
@@ -606,12 +679,13 @@ async fn secure_session(
                     }
                     if h2 {
                         let _ = tls.get_ref().0.tcp().set_nodelay(true);
-                        crate::http::h2::serve(w.clone(), tls, peer, info).await;
+                        crate::http::h2::serve(w.clone(), tls, peer, client, info).await;
                     } else {
                         // HTTP/1.1: the ordinary session, parked like a plain
                         // connection when idle; it counts the close itself.
                         let io = crate::http::conn::ClientIo::Tls(tls);
-                        let conn = crate::http::Conn::over(io, peer, info);
+                        let mut conn = crate::http::Conn::over(io, peer, info);
+                        conn.client = client;
                         session_loop(w, session::Start::Conn(conn)).await;
                         return;
                     }
@@ -629,14 +703,13 @@ async fn secure_session(
         None => match h2c_preface(&stream, timeout).await {
             Some(true) => {
                 let _ = stream.set_nodelay(true);
-                crate::http::h2::serve(w.clone(), stream, peer, info).await;
+                crate::http::h2::serve(w.clone(), stream, peer, client, info).await;
             }
             Some(false) => {
                 // HTTP/1.1 on a listener that also takes h2c: the ordinary session.
-                run_session(
-                    &w,
-                    session::Start::New(Sock::registered(stream), peer, info),
-                );
+                let mut conn = crate::http::Conn::new(Sock::registered(stream), peer, info);
+                conn.client = client;
+                run_session(&w, session::Start::Conn(conn));
                 return;
             }
             None => {}

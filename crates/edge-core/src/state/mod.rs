@@ -14,6 +14,7 @@ pub use error::StateError;
 
 use crate::config::validate::Cidr;
 use crate::config::Config;
+use crate::http::client_addr::{RealIp, RealIpSource};
 use crate::http::send::SendPolicy;
 use crate::http::Timeouts;
 use crate::upstream::UpstreamGroup;
@@ -42,6 +43,8 @@ pub struct Shared {
     /// Per `[[listen]]`, in config order: TLS (certificates read by this build) and
     /// HTTP/2.
     pub listeners: Vec<crate::tls::ListenerProto>,
+    /// `real_ip` (`docs/client-address.md`).
+    pub real_ip: Option<RealIp>,
 }
 
 /// What each worker keeps of the cache for itself (`edge_cache::local`): the RAM tier
@@ -154,6 +157,7 @@ impl Shared {
                     http2: l.http2,
                     deferred: l.deferred,
                     ktls: l.tls.as_ref().is_some_and(|t| t.get_ref().ktls),
+                    proxy_protocol: l.proxy_protocol,
                 })
             })
             .collect::<Result<Vec<_>, StateError>>()?;
@@ -165,6 +169,25 @@ impl Shared {
                 .map(|c| Cidr::parse(c))
                 .collect::<Result<_, _>>()?,
             None => vec![Cidr::parse("127.0.0.1/32")?, Cidr::parse("::1/128")?],
+        };
+        let real_ip = match &cfg.real_ip {
+            Some(r) => {
+                let r = r.get_ref();
+                Some(RealIp {
+                    from: r
+                        .from
+                        .iter()
+                        .map(|c| Cidr::parse(c))
+                        .collect::<Result<_, _>>()?,
+                    source: if r.header == "proxy_protocol" {
+                        RealIpSource::ProxyProtocol
+                    } else {
+                        RealIpSource::Header(r.header.clone())
+                    },
+                    recursive: r.recursive,
+                })
+            }
+            None => None,
         };
         Ok(Shared {
             sites,
@@ -191,6 +214,7 @@ impl Shared {
             generation,
             local: LocalSettings::from_config(cfg),
             listeners,
+            real_ip,
         })
     }
 

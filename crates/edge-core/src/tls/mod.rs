@@ -290,6 +290,8 @@ pub struct ListenerProto {
     pub deferred: bool,
     /// `tls.ktls = true`: the session goes to the kernel after the handshake.
     pub ktls: bool,
+    /// `proxy_protocol = true`: connections open with a PROXY header.
+    pub proxy_protocol: bool,
 }
 
 /// Why a handshake failed, for `edgecache_tls_handshake_errors_total{kind}`.

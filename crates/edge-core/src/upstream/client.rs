@@ -123,7 +123,7 @@ pub async fn fetch(
     group: &Arc<UpstreamGroup>,
     affinity: Option<u64>,
 ) -> Result<UpstreamResponse, UpstreamError> {
-    let head = build_request_head(ex, conn, group);
+    let head = build_request_head(ex, group);
     let method = ex.req.method.clone();
     fetch_with(w, Some((conn, ex)), group, &head, &method, affinity).await
 }
@@ -273,9 +273,15 @@ async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, Ups
 }
 
 /// The request head sent upstream: hop-by-hop headers removed (and those the client's
-/// Connection header names), Host passed through, X-Forwarded-For appended.
-pub fn build_request_head(ex: &Exchange, conn: &Conn, group: &UpstreamGroup) -> Vec<u8> {
-    request_head(&ex.req, conn.peer.ip(), group, &HeadOptions::default())
+/// Connection header names), Host passed through, X-Forwarded-For appended with the
+/// request's client address ([`Exchange::client_addr`]).
+pub fn build_request_head(ex: &Exchange, group: &UpstreamGroup) -> Vec<u8> {
+    request_head(
+        &ex.req,
+        ex.client_addr().ip(),
+        group,
+        &HeadOptions::default(),
+    )
 }
 
 /// How [`request_head`] departs from forwarding the client's request as is.

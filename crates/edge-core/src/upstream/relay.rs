@@ -74,7 +74,7 @@ pub async fn upstream_error(
                     e,
                     ex.req.method.as_str(),
                     ex.req.target,
-                    conn.peer
+                    ex.client_addr()
                 );
             }
             if ex.body.is_some() {

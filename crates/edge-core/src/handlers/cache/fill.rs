@@ -52,7 +52,7 @@ pub async fn fetch_origin(
     SystemTime,
     SystemTime,
 ) {
-    let head = fill_head(ctx, &ex.req, conn.peer.ip(), extra);
+    let head = fill_head(ctx, &ex.req, ex.client_addr().ip(), extra);
     let t0 = SystemTime::now();
     let affinity = ctx.affinity();
     let up = fetch_with(
@@ -104,7 +104,7 @@ pub async fn upstream_failed(
             e,
             ex.req.method.as_str(),
             ex.req.target,
-            conn.peer
+            ex.client_addr()
         );
     }
     if ex.body.is_some() && matches!(e, UpstreamError::ClientBody(_)) {

@@ -31,7 +31,7 @@ pub async fn pass_unsafe(
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
     mark(w, ex, CacheStatus::Bypass);
-    let client = crate::handlers::context::client_of(conn, shared);
+    let client = crate::handlers::context::client_of(conn, ex, shared);
     let affinity = {
         let vars = crate::handlers::context::vars(client, ex, shared);
         super::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)

@@ -76,7 +76,7 @@ pub async fn handle(
     if !is_safe(&ex.req.method) {
         return Box::pin(invalidate::pass_unsafe(w, conn, ex, shared, route, p)).await;
     }
-    let client = crate::handlers::context::client_of(conn, shared);
+    let client = crate::handlers::context::client_of(conn, ex, shared);
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method
         || conditions_match(&loc.cache_bypass, &ex.req)

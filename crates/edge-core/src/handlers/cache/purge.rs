@@ -22,7 +22,7 @@ pub async fn handle_method(
     route: &Route,
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
-    if !shared.is_admin(conn.peer.ip()) {
+    if !shared.is_admin(ex.client_addr().ip()) {
         let page = crate::http::respond::error_page(403);
         return respond(
             conn,
@@ -37,7 +37,7 @@ pub async fn handle_method(
     }
     let key = {
         let vars = crate::handlers::context::vars(
-            crate::handlers::context::client_of(conn, shared),
+            crate::handlers::context::client_of(conn, ex, shared),
             ex,
             shared,
         );
@@ -51,7 +51,7 @@ pub async fn handle_method(
         .blocking(move || edge_cache::purge::purge_all(&caches, &target, false))
         .await
         .unwrap_or(0);
-    tracing::info!("PURGE {key} from {}: {n} objects", conn.peer.ip());
+    tracing::info!("PURGE {key} from {}: {n} objects", ex.client_addr().ip());
     let body = edge_cache::purge::purged_json(n);
     let status = if n > 0 { 200 } else { 404 };
     respond(

@@ -172,14 +172,14 @@ pub async fn revalidate(
     let now = SystemTime::now();
     if let Some(h) = handle {
         if background_allowed(ctx, &entry.meta, now) {
-            spawn_background(ctx, &ex.req, conn.peer.ip(), Some(h));
+            spawn_background(ctx, &ex.req, ex.client_addr().ip(), Some(h));
             return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
         }
         return foreground(ctx, conn, ex, Some(h), entry, store).await;
     }
     if background_allowed(ctx, &entry.meta, now) && store == MayStore::Yes {
         // No lock (cache_lock = false): still refresh only in the background.
-        spawn_background(ctx, &ex.req, conn.peer.ip(), None);
+        spawn_background(ctx, &ex.req, ex.client_addr().ip(), None);
         return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
     }
     foreground(ctx, conn, ex, None, entry, store).await
