@@ -7,6 +7,7 @@
 //! `shutdown_timeout` has passed. SIGHUP re-reads the file and swaps the compiled config
 //! atomically; a bad file is logged and the old config stays. SIGUSR1 reopens logs.
 
+mod idle_queue;
 mod parking;
 pub mod upgrade;
 pub mod worker;
