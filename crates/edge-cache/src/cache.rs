@@ -390,14 +390,14 @@ impl Cache {
     /// freshness (RFC 9111 ages are wall-clock based). Opens the object's file with
     /// blocking calls on the calling thread; a server's event loop uses
     /// [`Cache::lookup_with`] and its own [`FileOpener`] instead.
-    pub fn lookup(&self, primary_key: &str, req: &HeaderMap, now: SystemTime) -> Lookup {
+    pub fn lookup(self: &Arc<Self>, primary_key: &str, req: &HeaderMap, now: SystemTime) -> Lookup {
         ready(self.lookup_with(&BlockingOpener, primary_key, req, now))
     }
 
     /// [`Cache::lookup`] through a worker's [`Local`] (front, RAM tier, open files),
     /// with blocking opens: benchmarks, tests and tools.
     pub fn lookup_in(
-        &self,
+        self: &Arc<Self>,
         local: &RefCell<Local>,
         primary_key: &str,
         req: &HeaderMap,
@@ -410,7 +410,7 @@ impl Cache {
     /// that a cold dentry or inode can be waited for off the event loop. The index part
     /// is memory only.
     pub async fn lookup_with<O: FileOpener>(
-        &self,
+        self: &Arc<Self>,
         opener: &O,
         primary_key: &str,
         req: &HeaderMap,
@@ -425,7 +425,7 @@ impl Cache {
     /// RAM tier when it holds that version, and otherwise its file from the worker's
     /// open-file cache when that holds the same inode, before anything is opened.
     pub async fn lookup_local<O: FileOpener>(
-        &self,
+        self: &Arc<Self>,
         local: Option<&RefCell<Local>>,
         opener: &O,
         primary_key: &str,
@@ -440,7 +440,7 @@ impl Cache {
     /// [`Cache::lookup_local`] with the primary key's hash already computed (`ph`
     /// = [`key_hash`]`(primary_key)`): a server hashes the key once per request.
     pub async fn lookup_hashed<O: FileOpener>(
-        &self,
+        self: &Arc<Self>,
         local: Option<&RefCell<Local>>,
         opener: &O,
         primary_key: &str,
@@ -482,8 +482,9 @@ impl Cache {
             }
         }
         if !self.loader.done.load(Ordering::Acquire) {
-            // Only while the loader runs (minutes after a start): blocking reads.
-            if let Some(hit) = self.disk_fallback(vh, &vkey) {
+            // Only while the loader runs (minutes after a start): the file looked for
+            // by hash, through `opener` like any other.
+            if let Some(hit) = Box::pin(self.disk_fallback(opener, vh, &vkey)).await {
                 self.fallback_hits.fetch_add(1, Ordering::Relaxed);
                 return classify(hit, now);
             }
@@ -582,21 +583,9 @@ impl Cache {
         if storage::ino_key(opened.ino) != entry.ino {
             return Err(OpenFail::Replaced);
         }
-        let corrupt = |why: String| OpenFail::Corrupt(entry.ino, why);
-        let first = opened.len.min(storage::BODY_ALIGN) as usize;
-        let mut buf = Box::pin(opener.read_exact_at(&opened.file, 0, first))
+        let (hdr, head) = read_header_with(opener, &opened, hash)
             .await
-            .map_err(|e| corrupt(format!("header read: {e}")))?;
-        let need = storage::header_len(&buf).map_err(|e| corrupt(e.to_string()))?;
-        if need > buf.len() {
-            let have = buf.len();
-            let rest = Box::pin(opener.read_exact_at(&opened.file, have as u64, need - have))
-                .await
-                .map_err(|e| corrupt(format!("header read: {e}")))?;
-            buf.extend_from_slice(&rest);
-        }
-        let hdr =
-            storage::decode_header(&buf, hash, opened.len).map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|why| OpenFail::Corrupt(entry.ino, why))?;
         if hdr.meta.key != key {
             return Err(OpenFail::OtherKey);
         }
@@ -605,10 +594,6 @@ impl Cache {
             // Persisting the flag in the header is best effort; the index's is the truth.
             meta.soft_purged = true;
         }
-        // A packed small object: the block just read holds (part of) its body too.
-        let start = (hdr.body_offset as usize).min(buf.len());
-        let end = (hdr.body_offset.saturating_add(meta.body_len) as usize).min(buf.len());
-        let head = (end > start).then(|| bytes::Bytes::from(buf).slice(start..end));
         let found = Found {
             hash,
             meta: Arc::new(meta),
@@ -822,33 +807,48 @@ impl Cache {
         Ok(HitEntry::new(found, HitBody::File(Arc::new(file)), off))
     }
 
-    /// Before the loader is done: look for the object's file directly.
-    fn disk_fallback(&self, hash: KeyHash, key: &str) -> Option<HitEntry> {
+    /// Before the loader is done: the object's file, looked for directly by hash. Its
+    /// open, `fstat` and header reads go through `opener` (a cold disk is waited for off
+    /// the event loop); then it is indexed under the loader gate, unless a purge issued
+    /// while loading covers it. The gate is taken at once when it is free, else on
+    /// `opener`'s pool ([`FileOpener::offload`]): the loader, or a purge with its
+    /// unlinks, may hold it for a while. A file the purge covers is unlinked there too.
+    async fn disk_fallback<O: FileOpener>(
+        self: &Arc<Self>,
+        opener: &O,
+        hash: KeyHash,
+        key: &str,
+    ) -> Option<HitEntry> {
         let path = self.layout.path_for(hash);
-        let file = File::open(&path).ok()?;
-        let hdr = storage::read_header(&file, hash).ok()?;
+        let opened = Box::pin(opener.open_stat(&path)).await.ok()?;
+        let (hdr, head) = read_header_with(opener, &opened, hash).await.ok()?;
         if hdr.meta.key != key {
             return None;
         }
-        let ino = storage::ino_key(file.metadata().ok()?.ino());
-        let len = hdr.body_offset + hdr.meta.body_len;
-        {
-            let _gate = lock(&self.loader_gate);
-            let verdict = self.pending.verdict(&hdr.meta);
-            if verdict == RuleVerdict::Delete {
-                let _stripe = self.stripe(hash);
-                let _ = storage::remove_if_ino(&path, ino);
-                return None;
+        let ino = storage::ino_key(opened.ino);
+        let disk_size = storage::disk_size_of(opened.len);
+        let verdict = match self.loader_gate.try_lock() {
+            Ok(gate) => self.index_fallback(&gate, hash, &hdr.meta, disk_size, ino),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                self.index_fallback(&p.into_inner(), hash, &hdr.meta, disk_size, ino)
             }
-            self.index.insert_if_absent(
-                NewEntry {
-                    hash,
-                    meta: &hdr.meta,
-                    disk_size: storage::disk_size_of(len),
-                    ino,
-                },
-                verdict == RuleVerdict::MarkStale,
-            );
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let (cache, meta) = (self.clone(), hdr.meta.clone());
+                let job = move || {
+                    let gate = lock(&cache.loader_gate);
+                    cache.index_fallback(&gate, hash, &meta, disk_size, ino)
+                };
+                opener.offload(job).await.ok()?
+            }
+        };
+        if verdict == RuleVerdict::Delete {
+            let cache = self.clone();
+            let job = move || {
+                let _stripe = cache.stripe(hash);
+                let _ = storage::remove_if_ino(&cache.layout.path_for(hash), ino);
+            };
+            let _ = opener.offload(job).await;
+            return None;
         }
         let entry = self.index.get(hash)?;
         if entry.ino != ino {
@@ -862,13 +862,39 @@ impl Cache {
             body_offset: hdr.body_offset,
             ino,
             gen: entry.gen,
-            head: None,
+            head,
         };
         Some(HitEntry::new(
             found,
-            HitBody::File(Arc::new(file)),
+            HitBody::File(Arc::new(opened.file)),
             hdr.body_offset,
         ))
+    }
+
+    /// The disk fallback's "check the purges issued while loading + insert", atomic
+    /// against a purge's "record + purge the index" by the loader gate (`_gate`, held).
+    /// Memory only: a file to delete is left to the caller.
+    fn index_fallback(
+        &self,
+        _gate: &std::sync::MutexGuard<'_, ()>,
+        hash: KeyHash,
+        meta: &ObjectMeta,
+        disk_size: u64,
+        ino: u64,
+    ) -> RuleVerdict {
+        let verdict = self.pending.verdict(meta);
+        if verdict != RuleVerdict::Delete {
+            self.index.insert_if_absent(
+                NewEntry {
+                    hash,
+                    meta,
+                    disk_size,
+                    ino,
+                },
+                verdict == RuleVerdict::MarkStale,
+            );
+        }
+        verdict
     }
 
     /// The header of `hash`'s file, read now with blocking calls (purges and refreshes,
@@ -1225,9 +1251,47 @@ pub trait FileOpener {
     async fn open_stat(&self, path: &std::path::Path) -> io::Result<OpenedFile>;
     /// Exactly `len` bytes of `file` at `offset` (`UnexpectedEof` if it ends first).
     async fn read_exact_at(&self, file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Runs `f`, which may block (file system calls, or a wait on a lock the cache's
+    /// loader or a purge holds), where it cannot block the event loop: a server's
+    /// thread pool. Only lookups made while the loader runs need it (the disk
+    /// fallback). An error: `f` could not run (or panicked).
+    async fn offload<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T>;
 }
 
-/// Blocking `open` + `fstat` on the calling thread.
+/// Reads and decodes the header of `opened` (the file of `hash`) through `opener`: two
+/// reads at most, one when the header fits in the first block. Also returns the body
+/// bytes that block held (a packed small object's whole body, often). Errors say why
+/// the file is unusable.
+async fn read_header_with<O: FileOpener>(
+    opener: &O,
+    opened: &OpenedFile,
+    hash: KeyHash,
+) -> Result<(storage::StoredHeader, Option<bytes::Bytes>), String> {
+    let first = opened.len.min(storage::BODY_ALIGN) as usize;
+    let mut buf = Box::pin(opener.read_exact_at(&opened.file, 0, first))
+        .await
+        .map_err(|e| format!("header read: {e}"))?;
+    let need = storage::header_len(&buf).map_err(|e| e.to_string())?;
+    if need > buf.len() {
+        let have = buf.len();
+        let rest = Box::pin(opener.read_exact_at(&opened.file, have as u64, need - have))
+            .await
+            .map_err(|e| format!("header read: {e}"))?;
+        buf.extend_from_slice(&rest);
+    }
+    let hdr = storage::decode_header(&buf, hash, opened.len).map_err(|e| e.to_string())?;
+    // A packed small object: the block just read holds (part of) its body too.
+    let start = (hdr.body_offset as usize).min(buf.len());
+    let end = (hdr.body_offset.saturating_add(hdr.meta.body_len) as usize).min(buf.len());
+    let head = (end > start).then(|| bytes::Bytes::from(buf).slice(start..end));
+    Ok((hdr, head))
+}
+
+/// Blocking `open` + `fstat` on the calling thread (and [`FileOpener::offload`]
+/// runs there too).
 pub struct BlockingOpener;
 
 impl BlockingOpener {
@@ -1253,6 +1317,13 @@ impl FileOpener for BlockingOpener {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         Ok(buf)
+    }
+
+    async fn offload<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        Ok(f())
     }
 }
 

@@ -163,6 +163,24 @@ fn expired_object_is_revalidated_with_304() {
     assert_eq!(status(&s.get("/obj/4k/7", &[])), "HIT");
 }
 
+/// A 304 that makes the object uncacheable (`no-store`): served this once, then purged
+/// (its unlink on the aio pool, like every purge).
+#[test]
+fn revalidation_to_no_store_purges_the_object() {
+    let s = setup("", "cache_key = \"$scheme://$host$uri\"");
+    let a = s.get("/obj/4k/31?max_age=1", &[]);
+    assert_eq!(status(&a), "MISS");
+    let file_count = || files(&s.dir.path().join("cache")).len();
+    assert_eq!(file_count(), 1);
+    std::thread::sleep(Duration::from_millis(1600));
+    let b = s.get("/obj/4k/31?no_store=1", &[]);
+    assert_eq!((b.status, status(&b)), (200, "REVALIDATED"));
+    assert_eq!(b.body, a.body);
+    assert_eq!(file_count(), 0, "the object's file is gone");
+    assert!(s.status_json().contains("\"entries\": 0"));
+    assert_eq!(status(&s.get("/obj/4k/31?max_age=60", &[])), "MISS");
+}
+
 #[test]
 fn hundred_concurrent_misses_make_one_origin_request_and_stream() {
     let s = setup("", "");
@@ -234,6 +252,56 @@ fn restart_serves_hits_from_disk() {
         s.origin_count(),
         before,
         "no origin request after the restart"
+    );
+}
+
+/// Issue 29: after a crash (no index snapshot) and with a loader that has not reached
+/// the objects yet, hits are found by the disk fallback, whose file calls and loader
+/// gate go through the aio pool (`aio.mode = "threads"`), not the worker's loop.
+#[test]
+fn restart_before_the_loader_finishes_serves_hits_through_the_pool() {
+    let mut s = setup("", "");
+    let paths = ["/obj/10k/21", "/obj/1k/22", "/obj/100k/23"];
+    let first: Vec<_> = paths.iter().map(|p| s.get(p, &[])).collect();
+    assert!(first.iter().all(|r| status(r) == "MISS"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while json_number(&s.status_json().replace(' ', ""), "entries") != Some(3) {
+        assert!(Instant::now() < deadline, "three objects stored");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.cache.signal("KILL"); // no index snapshot: only the loader or the fallback finds them
+    s.cache.wait_exit(Duration::from_secs(10));
+    let slow = "loader_files = 1\nloader_sleep = \"1h\"";
+    let cfg = format!("{}\n[aio]\nmode = \"threads\"\n", s.config(slow, ""));
+    let (p, addr, admin) = edgecache(&cfg);
+    (s.cache, s.addr, s.admin) = (p, addr, admin);
+    let before = s.origin_count();
+    for (path, a) in paths.iter().zip(&first) {
+        let b = s.get(path, &[]);
+        assert_eq!((b.status, status(&b)), (200, "HIT"), "{path}");
+        assert_eq!(b.body, a.body, "{path}");
+    }
+    assert_eq!(
+        s.origin_count(),
+        before,
+        "no origin request after the restart"
+    );
+    let st = s.status_json().replace(' ', "");
+    assert!(
+        st.contains("\"done\":false"),
+        "the loader is still asleep: {st}"
+    );
+    let fallback = json_number(&st, "disk_fallback_hits").unwrap();
+    assert!(
+        fallback >= 2,
+        "at most one object loaded, the rest fell back: {st}"
+    );
+    let m = get_text(s.admin, "/metrics");
+    assert!(
+        m.contains(&format!(
+            "edgecache_cache_disk_fallback_hits_total{{cache=\"c1\"}} {fallback}"
+        )),
+        "{m}"
     );
 }
 

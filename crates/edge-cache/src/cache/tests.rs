@@ -68,14 +68,14 @@ fn body_of(hit: &HitEntry) -> Vec<u8> {
     read_body(hit.file().expect("file"), hit.body_offset, hit.body_len).unwrap()
 }
 
-fn get(c: &Cache, key: &str) -> Option<Vec<u8>> {
+fn get(c: &Arc<Cache>, key: &str) -> Option<Vec<u8>> {
     match c.lookup(key, &HeaderMap::new(), SystemTime::now()) {
         Lookup::Fresh(h) => Some(body_of(&h)),
         _ => None,
     }
 }
 
-fn is_stale(c: &Cache, key: &str) -> bool {
+fn is_stale(c: &Arc<Cache>, key: &str) -> bool {
     matches!(
         c.lookup(key, &HeaderMap::new(), SystemTime::now()),
         Lookup::Stale(_)
@@ -231,6 +231,148 @@ fn hits_before_the_loader_reaches_a_file() {
     assert_eq!(c.purge_prefix("http://h/4", false), 11);
     assert!(get(&c, "http://h/40").is_none());
     c.shutdown(); // interrupts the loader's sleep
+}
+
+/// A [`FileOpener`] that does every call on a thread of its own, named `test-pool`
+/// (a server's backend uses its aio pool), and records where each call ran.
+#[derive(Default)]
+struct PoolOpener {
+    threads: Arc<Mutex<Vec<(&'static str, String)>>>,
+}
+
+impl PoolOpener {
+    async fn on_pool<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let threads = self.threads.clone();
+        std::thread::Builder::new()
+            .name("test-pool".into())
+            .spawn(move || {
+                let me = std::thread::current().name().unwrap_or("").to_owned();
+                lock(&threads).push((what, me));
+                let _ = tx.send(f());
+            })?;
+        rx.await.map_err(|_| io::Error::other("pool job lost"))
+    }
+
+    fn calls(&self) -> Vec<(&'static str, String)> {
+        lock(&self.threads).clone()
+    }
+}
+
+impl FileOpener for PoolOpener {
+    async fn open_stat(&self, path: &Path) -> io::Result<OpenedFile> {
+        let path = path.to_path_buf();
+        self.on_pool("open", move || BlockingOpener::open_stat_now(&path))
+            .await?
+    }
+
+    async fn read_exact_at(&self, file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let file = file.try_clone()?;
+        self.on_pool("read", move || {
+            ready(BlockingOpener.read_exact_at(&file, offset, len))
+        })
+        .await?
+    }
+
+    async fn offload<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        self.on_pool("offload", f).await
+    }
+}
+
+/// Issue 29: before the loader is done, a lookup that misses the index looks for the
+/// file by hash. That used to open, read and `fstat` it, and wait for the loader gate,
+/// on the calling thread (a worker's event loop). Now the file calls go through the
+/// opener, and a gate held elsewhere (here by this very thread, which a blocking lookup
+/// would deadlock on) is waited for on the opener's pool: the lookup stays pending,
+/// and ends once the gate is free.
+#[test]
+fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    for i in 0..4 {
+        put(&c, &format!("http://h/{i}"), format!("body {i}").as_bytes());
+    }
+    c.shutdown();
+    drop(c);
+    let slow = CacheConfig {
+        loader_files: 1,
+        loader_sleep: Duration::from_secs(3600),
+        ..cfg(d.path())
+    };
+    let c = Cache::open(slow).unwrap();
+    let key = (0..4)
+        .map(|i| format!("http://h/{i}"))
+        .find(|k| !c.index.contains(key_hash(k)))
+        .expect("the loader stops after one file");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let opener = PoolOpener::default();
+    let none = HeaderMap::new();
+    let gate = lock(&c.loader_gate);
+    let mut fut = Box::pin(c.lookup_with(&opener, &key, &none, SystemTime::now()));
+    let waited =
+        rt.block_on(async { tokio::time::timeout(Duration::from_millis(300), &mut fut).await });
+    assert!(waited.is_err(), "the lookup waits while the gate is held");
+    assert_eq!(c.stats().disk_fallback_hits, 0);
+    drop(gate);
+    let hit = match rt.block_on(fut) {
+        Lookup::Fresh(h) => h,
+        other => panic!("a fallback hit, got {other:?}"),
+    };
+    let want = format!("body {}", &key["http://h/".len()..]);
+    assert_eq!(body_of(&hit), want.as_bytes());
+    assert_eq!(c.stats().disk_fallback_hits, 1);
+    assert!(c.index.contains(key_hash(&key)), "indexed by the fallback");
+    let calls = opener.calls();
+    let kinds: Vec<&str> = calls.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, ["open", "read", "offload"], "{calls:?}");
+    assert!(calls.iter().all(|(_, t)| t == "test-pool"), "{calls:?}");
+
+    // Indexed now: found without the fallback (and without the pool for the gate).
+    let before = opener.calls().len();
+    assert!(matches!(
+        rt.block_on(c.lookup_with(&opener, &key, &HeaderMap::new(), SystemTime::now())),
+        Lookup::Fresh(_)
+    ));
+    assert!(!opener.calls()[before..]
+        .iter()
+        .any(|(k, _)| *k == "offload"));
+    assert_eq!(c.stats().disk_fallback_hits, 1);
+
+    // A free gate is taken on the spot; a purge issued while loading still wins, its
+    // unlink done on the pool.
+    let other = (0..4)
+        .map(|i| format!("http://h/{i}"))
+        .find(|k| *k != key && !c.index.contains(key_hash(k)))
+        .unwrap();
+    c.pending.push(crate::purge::PurgeRule {
+        target: crate::purge::PurgeTarget::Key(other.clone()),
+        soft: false,
+        at: SystemTime::now(),
+    });
+    let before = opener.calls().len();
+    let r = rt.block_on(c.lookup_with(&opener, &other, &HeaderMap::new(), SystemTime::now()));
+    assert!(matches!(r, Lookup::Miss), "{r:?}");
+    let kinds: Vec<&str> = opener.calls()[before..].iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        kinds,
+        ["open", "read", "offload"],
+        "the unlink is offloaded"
+    );
+    assert!(
+        !layout_path(d.path(), &other).exists(),
+        "purged file removed"
+    );
+    c.shutdown();
 }
 
 #[test]

@@ -264,6 +264,7 @@ fn caches_json(shared: &Shared) -> Vec<serde_json::Value> {
                     "removed": s.loader.removed,
                     "snapshot": s.loader.snapshot,
                     "unseen": s.loader.unseen,
+                    "disk_fallback_hits": s.disk_fallback_hits,
                 },
             })
         })
@@ -405,7 +406,7 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
         &'static str,
         fn(&edge_cache::CacheStats) -> u64,
     );
-    let families: [Family; 8] = [
+    let families: [Family; 9] = [
         (
             "edgecache_cache_entries",
             "gauge",
@@ -441,6 +442,12 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
             "gauge",
             "Objects restored from the index snapshot of the last clean shutdown.",
             |s| s.loader.snapshot,
+        ),
+        (
+            "edgecache_cache_disk_fallback_hits_total",
+            "counter",
+            "Hits found on disk by hash before the start-up loader had indexed them.",
+            |s| s.disk_fallback_hits,
         ),
         (
             "edgecache_cache_write_errors_total",

@@ -264,6 +264,14 @@ impl edge_cache::FileOpener for FileBackend {
             .await;
         r.map(|()| buf)
     }
+
+    /// On the pool (inline under `off`, like every file call there).
+    async fn offload<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        self.blocking(f).await
+    }
 }
 
 /// A handle just opened (nobody else holds it) as a plain `File`.

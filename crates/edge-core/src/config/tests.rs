@@ -293,6 +293,8 @@ fn unknown_variables_name_file_line_and_key() {
         "{base}[[server]]\nnames = [\"a\"]\nlisten = [\"127.0.0.1:1\"]\n"
     ));
     assert_eq!(e.key, "server.listen", "{e}");
+}
+
 /// `real_ip` and `listen.proxy_protocol`: defaults, and every bad value named with the
 /// line of `real_ip`.
 #[test]

@@ -12,6 +12,7 @@
 //! SIGUSR1 reopens logs; SIGUSR2 hands the sockets to a new binary (`upgrade`), after
 //! which this process stops gracefully and tells systemd only the new MAINPID.
 
+mod idle_queue;
 pub mod nofile;
 mod parking;
 pub mod reload;

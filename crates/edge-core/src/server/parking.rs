@@ -6,18 +6,20 @@
 //! with the runtime's readiness registration pointed at a small waker that names the
 //! slot. When bytes arrive the waker queues the slot, the worker's parker task takes it
 //! out and starts a new session task with [`crate::http::session::Start::Resume`]. Parked
-//! connections past their idle deadline are closed by the worker's once-a-second tick;
-//! all of them are closed when the worker drains. An idle connection then costs its
+//! connections past their idle deadline are closed by the worker's once-a-second tick,
+//! the longest parked first when the worker needs room, and all of them when it
+//! drains; [`super::idle_queue`] keeps both orders, each operation O(1). An idle connection then costs its
 //! slot, its socket's registration and the waker: a few hundred bytes (nginx keeps a
 //! connection structure and an event).
 
+use super::idle_queue::{IdleQueue, Key};
 use crate::http::session::Parked;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-/// Slots woken by readiness, and the parker task's waker. Wakers run on the worker's
+/// Entries woken by readiness, and the parker task's waker. Wakers run on the worker's
 /// own thread (the runtime is single-threaded), so the mutex is never contended; it is
 /// there because a `Waker` must be `Send + Sync`.
 #[derive(Default)]
@@ -27,7 +29,7 @@ struct ReadyList {
 
 #[derive(Default)]
 struct ReadyInner {
-    slots: Vec<(u32, u32)>,
+    keys: Vec<Key>,
     parker: Option<Waker>,
 }
 
@@ -35,10 +37,9 @@ fn lock(m: &Mutex<ReadyInner>) -> std::sync::MutexGuard<'_, ReadyInner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The waker a parked socket's registration holds: slot and generation.
+/// The waker a parked socket's registration holds: its entry's key.
 struct SlotWaker {
-    slot: u32,
-    gen: u32,
+    key: Key,
     list: Arc<ReadyList>,
 }
 
@@ -49,7 +50,7 @@ impl Wake for SlotWaker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         let mut inner = lock(&self.list.inner);
-        inner.slots.push((self.slot, self.gen));
+        inner.keys.push(self.key);
         if let Some(w) = inner.parker.take() {
             drop(inner);
             w.wake();
@@ -57,65 +58,42 @@ impl Wake for SlotWaker {
     }
 }
 
-struct Entry {
-    conn: Parked,
-    deadline: Instant,
-    gen: u32,
-}
-
-/// A worker's parked connections.
+/// A worker's parked connections, oldest first, each with its idle deadline (see
+/// [`IdleQueue`]: parking, resuming, making room and expiring are O(1) each).
 #[derive(Default)]
 pub struct Parking {
-    slots: RefCell<Vec<Option<Entry>>>,
-    gens: RefCell<Vec<u32>>,
-    free: RefCell<Vec<u32>>,
+    queue: RefCell<IdleQueue<Parked>>,
     ready: Arc<ReadyList>,
 }
 
 impl Parking {
     /// Connections parked now.
     pub fn len(&self) -> usize {
-        self.slots.borrow().len() - self.free.borrow().len()
+        self.queue.borrow().len()
     }
 
-    /// Park `conn`. Returns it back when it is readable already (the caller resumes it
-    /// at once).
-    pub fn park(&self, mut conn: Parked) -> Option<Parked> {
-        let slot = match self.free.borrow_mut().pop() {
-            Some(i) => i,
-            None => {
-                self.slots.borrow_mut().push(None);
-                self.gens.borrow_mut().push(0);
-                (self.slots.borrow().len() - 1) as u32
-            }
-        };
-        let gen = {
-            let mut gens = self.gens.borrow_mut();
-            gens[slot as usize] = gens[slot as usize].wrapping_add(1);
-            gens[slot as usize]
-        };
+    /// Park `conn` as the newest. Returns it back when it is readable already (the
+    /// caller resumes it at once).
+    pub fn park(&self, conn: Parked) -> Option<Parked> {
+        let deadline = Instant::now() + conn.idle_left;
+        let mut queue = self.queue.borrow_mut();
+        let key = queue.insert(conn, deadline);
         let waker = Waker::from(Arc::new(SlotWaker {
-            slot,
-            gen,
+            key,
             list: self.ready.clone(),
         }));
         // Registers `waker` for the socket's next readiness (or says it is ready now).
         // Parked connections are TCP or TLS, both with a socket (an HTTP/2 stream is
-        // never parked, and would count as readable: served at once).
+        // never parked, and would count as readable: served at once). The waker only
+        // queues its key: it never touches `queue`.
+        let conn = queue.get_mut(key).expect("just inserted");
         let ready = conn
             .io
             .poll_read_ready(&mut Context::from_waker(&waker))
             .is_ready();
         if ready {
-            self.free.borrow_mut().push(slot);
-            return Some(conn);
+            return queue.remove(key);
         }
-        let deadline = Instant::now() + conn.idle_left;
-        self.slots.borrow_mut()[slot as usize] = Some(Entry {
-            conn,
-            deadline,
-            gen,
-        });
         None
     }
 
@@ -124,18 +102,16 @@ impl Parking {
         std::future::poll_fn(|cx| {
             let woken = {
                 let mut inner = lock(&self.ready.inner);
-                if inner.slots.is_empty() {
+                if inner.keys.is_empty() {
                     inner.parker = Some(cx.waker().clone());
                     return Poll::Pending;
                 }
-                std::mem::take(&mut inner.slots)
+                std::mem::take(&mut inner.keys)
             };
-            let mut out = Vec::with_capacity(woken.len());
-            for (slot, gen) in woken {
-                if let Some(conn) = self.take(slot, Some(gen)) {
-                    out.push(conn);
-                }
-            }
+            let out: Vec<Parked> = {
+                let mut queue = self.queue.borrow_mut();
+                woken.into_iter().filter_map(|k| queue.remove(k)).collect()
+            };
             if out.is_empty() {
                 // Stale wake-ups only (slots closed or reused since): wait again.
                 lock(&self.ready.inner).parker = Some(cx.waker().clone());
@@ -146,59 +122,27 @@ impl Parking {
         .await
     }
 
-    fn take(&self, slot: u32, gen: Option<u32>) -> Option<Parked> {
-        let mut slots = self.slots.borrow_mut();
-        let e = slots.get_mut(slot as usize)?;
-        if gen.is_some_and(|g| e.as_ref().is_none_or(|e| e.gen != g)) {
-            return None;
-        }
-        let e = e.take()?;
-        self.free.borrow_mut().push(slot);
-        Some(e.conn)
-    }
-
-    /// Close the parked connections whose idle timeout has passed; returns how many.
+    /// Close the parked connections whose idle timeout has passed (within the queue's
+    /// resolution); returns how many. Costs what expires, not what is parked.
     pub fn expire(&self, now: Instant) -> usize {
-        let due: Vec<u32> = self
-            .slots
-            .borrow()
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.as_ref().is_some_and(|e| e.deadline <= now))
-            .map(|(i, _)| i as u32)
-            .collect();
-        due.into_iter()
-            .filter(|&i| self.take(i, None).is_some())
-            .count()
+        let mut closed = Vec::new();
+        self.queue.borrow_mut().expire(now, |c| closed.push(c));
+        closed.len() // dropped (closed) here, outside the borrow
     }
 
-    /// Close up to `n` parked connections, those idle the longest first (their idle
-    /// deadline is the nearest), to make room for new ones at `worker_connections`, as
-    /// nginx reuses its keep-alive connections; returns how many.
+    /// Close up to `n` parked connections, those parked the longest ago first, to make
+    /// room for new ones at `worker_connections`, as nginx reuses its keep-alive
+    /// connections; returns how many.
     pub fn close_oldest(&self, n: usize) -> usize {
-        let mut due: Vec<(Instant, u32)> = self
-            .slots
-            .borrow()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.as_ref().map(|e| (e.deadline, i as u32)))
-            .collect();
-        let n = n.min(due.len());
-        if n == 0 {
-            return 0;
-        }
-        due.select_nth_unstable(n - 1);
-        due[..n]
-            .iter()
-            .filter(|&&(_, i)| self.take(i, None).is_some())
-            .count()
+        let closed: Vec<Parked> = {
+            let mut queue = self.queue.borrow_mut();
+            std::iter::from_fn(|| queue.pop_oldest()).take(n).collect()
+        };
+        closed.len()
     }
 
     /// Close every parked connection (the worker drains); returns how many.
     pub fn close_all(&self) -> usize {
-        let n = self.slots.borrow().len();
-        (0..n as u32)
-            .filter(|&i| self.take(i, None).is_some())
-            .count()
+        self.close_oldest(usize::MAX)
     }
 }

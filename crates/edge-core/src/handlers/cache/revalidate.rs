@@ -113,7 +113,7 @@ fn validator_lines(meta: &ObjectMeta, cache_revalidate: Option<bool>) -> Vec<u8>
 /// Refreshes a stored object from a 304's headers: its header is rewritten on disk
 /// (on the file I/O backend's pool: in place, or the whole file when the new header does
 /// not fit before the body) and `entry` carries the new metadata. A response that may
-/// no longer be stored is purged (and still served this once). None only if the
+/// no longer be stored is purged, on the pool too (and still served this once). None only if the
 /// rewrite job itself failed to run (it panicked): the entry went with it.
 async fn apply_304(
     ctx: &Ctx<'_>,
@@ -152,7 +152,16 @@ async fn apply_304(
                 ctx.key,
                 why.as_str()
             );
-            ctx.cache.purge_key(&ctx.key, false);
+            // The unlinks run on the file I/O backend's pool, like every other purge.
+            let (cache, key) = (ctx.cache.clone(), ctx.key.clone());
+            if let Err(err) = ctx
+                .w
+                .file_io
+                .blocking(move || cache.purge_key(&key, false))
+                .await
+            {
+                tracing::error!("purge of {} after a 304: {err}", ctx.key);
+            }
             Some(entry)
         }
     }
