@@ -49,8 +49,9 @@ pub trait Service {
         conn: &mut Conn,
         ex: &mut Exchange,
     ) -> Result<(), ExchangeError>;
-    /// Called once per answered request, after the response.
-    fn log(&self, peer: &SocketAddr, ex: &Exchange);
+    /// Called once per answered request, after the response, with the config it was
+    /// answered under.
+    fn log(&self, cfg: &Self::Config, conn: &Conn, ex: &Exchange);
 
     /// A request head of an earlier request, for the parser to reuse its allocations.
     fn spare_head(&self) -> Option<edge_http::RequestHead> {
@@ -274,6 +275,7 @@ pub async fn serve_conn<S: Service>(
                 }
                 let mut ex =
                     Exchange::new(req, keep_alive, params.limits.max_body, w.idle().clone());
+                ex.head_length = n as u64;
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
                     // TLS may hold the response's last record (a no-op on TCP).
@@ -287,7 +289,7 @@ pub async fn serve_conn<S: Service>(
                     stats.count_status(ex.status);
                 }
                 stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
-                w.log(&conn.peer, &ex);
+                w.log(&cfg, &conn, &ex);
                 let ex_keep = ex.keep_alive && ex.body.is_none();
                 w.recycle_head(ex.into_request());
                 match result {
