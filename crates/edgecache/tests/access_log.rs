@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cached_config, edgecache, origin};
+use common::{cached_config, check_config, edgecache, origin};
 use edge_testkit::{fallback, free_addr, Proc};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -352,4 +352,34 @@ return = {{ status = 200, body = "t" }}
         let old = std::fs::read_to_string(d.join(format!("{f}.1"))).unwrap();
         assert!(!old.contains("/3 "), "{f}.1: {old}");
     }
+}
+
+#[test]
+fn dash_t_refuses_unknown_formats_and_variables_with_their_line() {
+    let base = "[[listen]]\naddr = \"127.0.0.1:1\"\n[[location]]\nprefix = \"/\"\nreturn = { status = 200 }\n";
+    let (code, err, path) = check_config(&format!(
+        "{base}[[server]]\nnames = [\"a\"]\naccess_log = {{ path = \"a.log\", format = \"nope\" }}\n"
+    ));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:8: server.access_log: unknown log format \"nope\""
+        )),
+        "{err}"
+    );
+    let (code, err, path) = check_config(&format!(
+        "{base}[log_format.x]\nformat = \"$status $request_tme\"\n"
+    ));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:7: log_format.format: \"x\": unknown variable \"$request_tme\""
+        )),
+        "{err}"
+    );
+    // And a good one passes.
+    let (code, err, _) = check_config(&format!(
+        "access_log = {{ path = \"a.log\", format = \"x\" }}\n{base}[log_format.x]\nformat = \"$status $request_time\"\nescape = \"json\"\n"
+    ));
+    assert_eq!(code, Some(0), "{err}");
 }
