@@ -7,6 +7,7 @@
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
 mod load;
+pub mod logs;
 pub mod memory;
 pub mod sites;
 pub mod units;
@@ -14,6 +15,7 @@ pub mod validate;
 mod verr;
 
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
+pub use logs::{LogEscape, LogFormatCfg};
 pub use memory::MemSize;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -138,12 +140,16 @@ impl AcceptKind {
     }
 }
 
-/// `access_log = "off"`, `access_log = "path"` or `access_log = { path, buffer, flush }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `access_log = "off"`, `access_log = "path"` or
+/// `access_log = { path, format, buffer, flush }` (top level, in a `[[server]]` or in a
+/// location; the nearest one applies, as nginx's `access_log`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AccessLog {
     Off,
     File {
         path: PathBuf,
+        /// A `[log_format.NAME]`, `combined` or `edgecache`; None: `edgecache`.
+        format: Option<String>,
         buffer: u64,
         flush: std::time::Duration,
     },
@@ -155,6 +161,8 @@ impl<'de> Deserialize<'de> for AccessLog {
         #[serde(deny_unknown_fields)]
         struct Table {
             path: PathBuf,
+            #[serde(default)]
+            format: Option<String>,
             #[serde(default = "default_log_buffer")]
             buffer: Size,
             #[serde(default = "default_log_flush")]
@@ -168,17 +176,19 @@ impl<'de> Deserialize<'de> for AccessLog {
         }
         match Raw::deserialize(d).map_err(|_| {
             serde::de::Error::custom(
-                "expected \"off\", a path, or { path = \"...\", buffer = \"64k\", flush = \"1s\" }",
+                "expected \"off\", a path, or { path = \"...\", format = \"combined\", buffer = \"64k\", flush = \"1s\" }",
             )
         })? {
             Raw::S(s) if s == "off" => Ok(AccessLog::Off),
             Raw::S(s) => Ok(AccessLog::File {
                 path: PathBuf::from(s),
+                format: None,
                 buffer: default_log_buffer().0,
                 flush: default_log_flush().0,
             }),
             Raw::T(t) => Ok(AccessLog::File {
                 path: t.path,
+                format: t.format,
                 buffer: t.buffer.0,
                 flush: t.flush.0,
             }),
@@ -816,6 +826,9 @@ pub struct ServerCfg {
     /// The `[[listen]]` addrs it answers on; None: all.
     #[serde(default)]
     pub listen: Option<Spanned<Vec<String>>>,
+    /// This server's access log; None: the top-level one.
+    #[serde(default)]
+    pub access_log: Option<Spanned<AccessLog>>,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1000,6 +1013,9 @@ pub struct Location {
     /// Extra response headers (nginx `add_header`).
     #[serde(default)]
     pub add_header: BTreeMap<String, String>,
+    /// This location's access log; None: its server's.
+    #[serde(default)]
+    pub access_log: Option<Spanned<AccessLog>>,
 }
 fn default_cache_list() -> Spanned<Vec<String>> {
     Spanned::new(0..0, Vec::new())
@@ -1072,6 +1088,9 @@ pub struct Config {
     pub client_max_headers: usize,
     #[serde(default = "default_access_log")]
     pub access_log: AccessLog,
+    /// `[log_format.NAME]`: access-log formats (nginx `log_format`).
+    #[serde(default)]
+    pub log_format: BTreeMap<String, LogFormatCfg>,
     #[serde(default)]
     pub error_log: ErrorLog,
     /// Extension: start the built-in demo origin (edgeorigin) in-process on this address.

@@ -347,3 +347,58 @@ fn real_ip_and_proxy_protocol() {
     ));
     assert!(e.message.contains("unknown field"), "{e}");
 }
+
+#[test]
+fn access_logs_and_formats() {
+    let ok = format!(
+        "access_log = {{ path = \"a.log\", format = \"j\" }}\n\
+         [log_format.j]\nformat = '{{\"s\":$status}}'\nescape = \"json\"\n\
+         {MIN}\
+         [[server]]\nnames = [\"a\"]\naccess_log = {{ path = \"s.log\", format = \"combined\" }}\n\
+         [[server.location]]\nprefix = \"/\"\nreturn = {{ status = 200 }}\naccess_log = \"off\"\n"
+    );
+    let cfg = parse("t.toml", &ok).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.log_format["j"].escape, LogEscape::Json);
+    assert!(matches!(
+        cfg.server[0].access_log.as_ref().map(|a| a.get_ref()),
+        Some(AccessLog::File { format: Some(f), .. }) if f == "combined"
+    ));
+    assert_eq!(
+        cfg.server[0].location[0]
+            .access_log
+            .as_ref()
+            .map(|a| a.get_ref()),
+        Some(&AccessLog::Off)
+    );
+
+    // An unknown format, where it is named.
+    let e = err(&format!(
+        "{MIN}[[server]]\nnames = [\"a\"]\naccess_log = {{ path = \"s.log\", format = \"nope\" }}\n"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (5, "server.access_log"), "{e}");
+    assert!(e.message.contains("unknown log format \"nope\""), "{e}");
+    let e = err(&format!(
+        "access_log = {{ path = \"a\", format = \"x\" }}\n{MIN}"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (1, "access_log"), "{e}");
+    // An unknown variable in a format: its line.
+    let e = err(&format!(
+        "{MIN}[log_format.j]\nformat = \"$status $stauts\"\n"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (4, "log_format.format"), "{e}");
+    assert!(e.message.contains("unknown variable \"$stauts\""), "{e}");
+    // A built-in name cannot be redefined; escape is checked.
+    let e = err(&format!(
+        "{MIN}[log_format.combined]\nformat = \"$status\"\n"
+    ));
+    assert!(e.message.contains("built-in"), "{e}");
+    let e = err(&format!(
+        "{MIN}[log_format.j]\nformat = \"$status\"\nescape = \"xml\"\n"
+    ));
+    assert_eq!(e.line, 5, "{e}");
+    // Unknown keys in the table are errors.
+    let e = err(&format!(
+        "{MIN}[log_format.j]\nformat = \"$status\"\nbuffer = 1\n"
+    ));
+    assert_eq!(e.line, 5, "{e}");
+}

@@ -437,6 +437,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     }
 
     let known = super::sites::validate(cfg)?;
+    super::logs::validate(cfg, &known)?;
     let all_locations = cfg
         .location
         .iter()

@@ -41,6 +41,7 @@ pub async fn dispatch(
         return finish_without_body(conn, ex, &shared.timeouts, 404).await;
     };
     ex.routed.server = server;
+    ex.routed.log = sites.servers.get(server as usize).map(|s| s.log.slot);
     if let Some(cert) = conn.info.sni_cert {
         // RFC 9110 7.4: this connection is not authoritative for a host its certificate
         // does not cover (a client reusing a connection, or a forged Host).
@@ -57,8 +58,12 @@ pub async fn dispatch(
     }
     let client = client_of(conn, ex, shared);
     let route = match sites.route(server, &ex.req, client, &mut ex.routed) {
-        Routing::Route(route, None) => route,
+        Routing::Route(route, None) => {
+            ex.routed.log = Some(route.log.slot);
+            route
+        }
         Routing::Route(route, Some(uri)) => {
+            ex.routed.log = Some(route.log.slot);
             let old = ex.req.path_and_query();
             // An absolute-form target keeps its scheme and authority (they are the host).
             let keep = ex.req.target.len() - old.len();

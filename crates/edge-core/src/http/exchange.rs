@@ -15,6 +15,15 @@ pub struct Exchange {
     pub keep_alive: bool,
     pub status: u16,
     pub body_bytes_sent: u64,
+    /// Response head bytes written (`$bytes_sent` is this and `body_bytes_sent`).
+    pub header_bytes: u64,
+    /// Where the head being written starts in its buffer.
+    head_start: usize,
+    /// Request head bytes (`$request_length`, with the body read).
+    pub head_length: u64,
+    /// When the first upstream request of this exchange started
+    /// (`$upstream_response_time` runs from it to the end of the response).
+    pub upstream_started: Option<Instant>,
     pub cache_status: Option<&'static str>,
     /// What the cache did beyond the status, for `Cache-Status` (RFC 9211).
     pub cache: CacheReport,
@@ -88,6 +97,10 @@ impl Exchange {
             keep_alive,
             status: 0,
             body_bytes_sent: 0,
+            header_bytes: 0,
+            head_start: 0,
+            head_length: 0,
+            upstream_started: None,
             cache_status: None,
             cache: CacheReport::default(),
             started: Instant::now(),
@@ -126,6 +139,7 @@ impl Exchange {
     /// Status line, Date and Server. The caller adds its headers, then [`Self::end_head`].
     pub fn begin_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
+        self.head_start = out.len();
         edge_http::write_status_line(out, status);
         edge_http::write_header(out, "Date", &edge_http::http_date_now());
         edge_http::write_header(out, "Server", SERVER);
@@ -135,6 +149,7 @@ impl Exchange {
     /// that follows (a cached response keeps the origin's `Date`; `Age` tells its age).
     pub fn begin_stored_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
+        self.head_start = out.len();
         edge_http::write_status_line(out, status);
         edge_http::write_header(out, "Server", SERVER);
     }
@@ -193,6 +208,7 @@ impl Exchange {
             edge_http::write_header(out, "Connection", b"keep-alive");
         }
         out.extend_from_slice(b"\r\n");
+        self.header_bytes = out.len().saturating_sub(self.head_start) as u64;
     }
 
     /// Sends `100 Continue` once, if the client asked for it and the body is wanted.

@@ -51,9 +51,9 @@ pub trait Service {
         conn: &mut Conn,
         ex: &mut Exchange,
     ) -> Result<(), ExchangeError>;
-    /// Called once per answered request, after the response, with the request's
-    /// client address ([`Exchange::client_addr`]).
-    fn log(&self, client: &SocketAddr, ex: &Exchange);
+    /// Called once per answered request, after the response, with the config it was
+    /// answered under.
+    fn log(&self, cfg: &Self::Config, conn: &Conn, ex: &Exchange);
 
     /// A request head of an earlier request, for the parser to reuse its allocations.
     fn spare_head(&self) -> Option<edge_http::RequestHead> {
@@ -294,6 +294,7 @@ pub async fn serve_conn<S: Service>(
                     w.idle().clone(),
                     client,
                 );
+                ex.head_length = n as u64;
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
                     // TLS may hold the response's last record (a no-op on TCP).
@@ -307,7 +308,7 @@ pub async fn serve_conn<S: Service>(
                     stats.count_status(ex.status);
                 }
                 stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
-                w.log(&ex.client_addr(), &ex);
+                w.log(&cfg, &conn, &ex);
                 let ex_keep = ex.keep_alive && ex.body.is_none();
                 w.recycle_head(ex.into_request());
                 match result {

@@ -1,6 +1,7 @@
-//! Logs: the access log (nginx `combined` plus request time and cache status, buffered
-//! per worker) and the error log (tracing, to stderr or a file). SIGUSR1 reopens both
-//! files, so logrotate can move them away first.
+//! Logs: the access logs (formats compiled once, files shared by path, buffered per
+//! worker) and the error log (tracing, to stderr or a file). SIGUSR1 reopens every
+//! file, so logrotate can move them away first.
 pub mod access;
 pub mod error;
+pub mod format;
 pub mod time;

@@ -38,6 +38,22 @@ pub fn time_local(t: SystemTime) -> String {
     )
 }
 
+/// `2026-11-21T03:12:17+00:00`.
+pub fn time_iso8601(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +64,7 @@ mod tests {
         // 2026-11-21T03:12:17Z
         let t = UNIX_EPOCH + std::time::Duration::from_secs(1_795_230_737);
         assert_eq!(time_local(t), "21/Nov/2026:03:12:17 +0000");
+        assert_eq!(time_iso8601(t), "2026-11-21T03:12:17+00:00");
         // leap day
         let t = UNIX_EPOCH + std::time::Duration::from_secs(951_782_400);
         assert_eq!(time_local(t), "29/Feb/2000:00:00:00 +0000");

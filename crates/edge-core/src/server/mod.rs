@@ -20,8 +20,7 @@ pub mod upgrade;
 pub mod worker;
 
 use crate::config::validate::BadValue;
-use crate::config::{self, AccessLog, Config, Workers};
-use crate::log::access::{AccessLogBuf, AccessLogFile};
+use crate::config::{self, Config, Workers};
 use crate::metrics::Metrics;
 use crate::net::{strategy_for, ListenSpec};
 use crate::state::{caches, Shared, StateError};
@@ -210,18 +209,6 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new(workers));
     let aio = crate::aio::AioSetup::from_config(&cfg.aio);
     let compress = crate::compress::PoolSetup::from_config(&cfg.compress_pool);
-    let (access_file, log_buffer, log_flush) = match &cfg.access_log {
-        AccessLog::Off => (None, 0, Duration::from_secs(1)),
-        AccessLog::File {
-            path,
-            buffer,
-            flush,
-        } => (
-            Some(AccessLogFile::open(path).map_err(err("access_log"))?),
-            *buffer as usize,
-            *flush,
-        ),
-    };
     if let Some(listener) = admin_listener {
         crate::admin::start(
             listener,
@@ -253,7 +240,6 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             acceptor,
             shared: shared.clone(),
             metrics: metrics.clone(),
-            access_log: AccessLogBuf::new(access_file.clone(), log_buffer, log_flush),
             shutdown: stop_rx.clone(),
             abort: abort_rx.clone(),
             max_connections: worker_connections,
@@ -310,7 +296,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 }
                 _ = usr1.recv() => {
                     log.reopen();
-                    if let Some(f) = &access_file { f.reopen(); }
+                    crate::log::access::reopen_all();
                     tracing::info!("logs reopened");
                 }
                 _ = usr2.recv() => {

@@ -14,7 +14,7 @@
 //! Restart-only keys are those read once at start: the listening sockets and the worker
 //! threads (`listen` addresses, `backlog`, `deferred`, `workers`, `worker_connections`,
 //! `worker_cpu_affinity`, `accept`, `multi_accept`, `reuseport_steering`), the process's
-//! logs, pid file, name and helpers (`error_log`, `access_log`, `pid`, `node_name`,
+//! logs, pid file, name and helpers (`error_log`, `pid`, `node_name`,
 //! `demo_origin`, `admin.listen`, `[compress_pool]`, `aio.mode`, `[aio.thread_pool]`),
 //! and a kept cache zone's place on disk (`path`, `levels`: its files are laid out by
 //! them). Everything else applies: added and removed cache zones, and a zone's limits
@@ -96,7 +96,6 @@ impl Planner<'_> {
         keep!(pid, "pid");
         keep!(node_name, "node_name");
         keep!(error_log, "error_log");
-        keep!(access_log, "access_log");
         keep!(compress_pool, "compress_pool");
         keep!(aio.mode, "aio.mode");
         keep!(aio.thread_pool, "aio.thread_pool");

@@ -11,7 +11,7 @@ use crate::handlers::services::Services;
 use crate::http::idle::IdleTimers;
 use crate::http::session::{self, Service, SessionParams};
 use crate::http::{Conn, ConnInfo, Exchange, ExchangeError};
-use crate::log::access::{AccessLogBuf, Entry};
+use crate::log::access::LogBuffers;
 use crate::metrics::{Metrics, WorkerStats};
 use crate::net::{Sock, WorkerAcceptor};
 use crate::state::Shared;
@@ -30,7 +30,8 @@ pub struct Worker {
     pub shared: Arc<ArcSwap<Shared>>,
     /// What the handlers may use (counters, upstream pool, file I/O backend).
     pub svc: Rc<Services>,
-    pub access_log: Rc<RefCell<AccessLogBuf>>,
+    /// Access-log lines not yet written, per file.
+    pub access_log: Rc<RefCell<LogBuffers>>,
     pub shutdown: watch::Receiver<bool>,
     /// The worker-local view of `shutdown`, and the idle connections' timers.
     pub idle: Rc<IdleTimers>,
@@ -127,19 +128,32 @@ impl Service for Worker {
         true
     }
 
-    fn log(&self, client: &SocketAddr, ex: &Exchange) {
-        let mut log = self.access_log.borrow_mut();
-        if !log.enabled() {
-            return; // no clock read, no entry built
-        }
-        log.log(&Entry {
-            peer: client,
-            req: &ex.req,
+    fn log(&self, cfg: &Rc<Arc<Shared>>, conn: &Conn, ex: &Exchange) {
+        let slot = ex.routed.log.unwrap_or(cfg.logs.top.slot);
+        let Some(log) = cfg.logs.get(slot) else {
+            return; // off: no clock read, no line built
+        };
+        let ctx = crate::handlers::context::vars(
+            crate::handlers::context::client_of(conn, ex, cfg),
+            ex,
+            cfg,
+        );
+        let body_read = ex.body.is_none();
+        let facts = crate::vars::LogFacts {
             status: ex.status,
-            body_bytes_sent: ex.body_bytes_sent,
-            request_time: ex.started.elapsed(),
             cache_status: ex.cache_status,
-        });
+            body_bytes_sent: ex.body_bytes_sent,
+            bytes_sent: ex.header_bytes + ex.body_bytes_sent,
+            request_length: ex.head_length
+                + match ex.req.body {
+                    edge_http::BodyKind::Length(n) if body_read => n,
+                    _ => 0,
+                },
+            request_time: ex.started.elapsed(),
+            upstream_response_time: ex.upstream_started.map(|t| t.elapsed()),
+            ..Default::default()
+        };
+        self.access_log.borrow_mut().log(log, &ctx, facts);
     }
 }
 
@@ -150,7 +164,6 @@ pub struct WorkerSpec {
     pub acceptor: WorkerAcceptor,
     pub shared: Arc<ArcSwap<Shared>>,
     pub metrics: Arc<Metrics>,
-    pub access_log: AccessLogBuf,
     pub shutdown: watch::Receiver<bool>,
     /// Set when the stop's time is up: the worker stops waiting for its connections and
     /// ends (its runtime drops them, closing their sockets).
@@ -205,7 +218,7 @@ async fn run(spec: WorkerSpec) {
             scratch: RefCell::new(Vec::new()),
             compress: crate::compress::Compressor::new(spec.compress.clone()),
         }),
-        access_log: Rc::new(RefCell::new(spec.access_log)),
+        access_log: Rc::new(RefCell::new(LogBuffers::default())),
         snapshot: RefCell::new(Rc::new(spec.shared.load_full())),
         shutdown: spec.shutdown,
         idle: Rc::new(IdleTimers::default()),
@@ -263,7 +276,7 @@ async fn run(spec: WorkerSpec) {
             _ = abort.wait_for(|a| *a) => break,
         }
     }
-    worker.access_log.borrow_mut().flush();
+    worker.access_log.borrow_mut().flush(true);
 }
 
 /// Relays the process-wide shutdown signal to the worker's own [`Drain`].

@@ -16,6 +16,8 @@ pub enum StateError {
     /// A TLS certificate or key of a listener (or CA file of an upstream) cannot be
     /// used: read again at each reload, it may have changed since `-t`.
     Tls(String),
+    /// An access log cannot be compiled or its file opened.
+    AccessLog(String),
     /// A cache zone's directory cannot be opened or created.
     CacheOpen {
         name: String,
@@ -32,6 +34,7 @@ impl std::fmt::Display for StateError {
             StateError::CacheNotOpen(n) => write!(f, "cache {n:?} is not open"),
             StateError::LocationWithoutMatch => f.write_str("location without prefix or exact"),
             StateError::Tls(m) => f.write_str(m),
+            StateError::AccessLog(m) => write!(f, "access_log: {m}"),
             StateError::CacheOpen { name, path, source } => {
                 write!(f, "cache \"{name}\" at {}: {source}", path.display())
             }

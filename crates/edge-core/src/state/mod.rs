@@ -7,6 +7,7 @@
 
 pub mod caches;
 mod error;
+pub mod logs;
 pub mod route;
 pub mod sites;
 
@@ -27,6 +28,8 @@ use std::sync::Arc;
 pub struct Shared {
     /// Servers, their locations and the `[[map]]`s.
     pub sites: Sites,
+    /// The access logs, compiled (servers and routes refer to them by slot).
+    pub logs: logs::LogTable,
     /// Every open cache zone by name (shared with the admin listener for purges).
     pub caches: Caches,
     pub upstreams: HashMap<String, Arc<UpstreamGroup>>,
@@ -123,12 +126,14 @@ impl Shared {
             upstreams.insert(u.name.get_ref().clone(), group);
         }
         let known = crate::config::sites::known(cfg);
+        let logs = logs::LogTable::build(cfg, &known)?;
         let sites = Sites::build(
             cfg,
             &route::Env {
                 upstreams: &upstreams,
                 caches: &caches,
                 known: &known,
+                logs: &logs,
             },
         )?;
         let listeners = cfg
@@ -191,6 +196,7 @@ impl Shared {
         };
         Ok(Shared {
             sites,
+            logs,
             caches,
             upstreams,
             limits: Limits {

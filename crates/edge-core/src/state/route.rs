@@ -82,6 +82,8 @@ pub struct Route {
     pub cache_key: Option<Template>,
     /// `rewrite`, in order.
     pub rewrites: Vec<Rewrite>,
+    /// The access log of requests served here (the location's, else its server's).
+    pub log: super::logs::LogRef,
     /// The location's config, for handler options not compiled yet (caching knobs).
     /// Nothing new reads it per request: compile into a field above instead.
     pub cfg: Location,
@@ -119,6 +121,7 @@ pub struct Env<'a> {
     pub upstreams: &'a HashMap<String, Arc<UpstreamGroup>>,
     pub caches: &'a Caches,
     pub known: &'a Known,
+    pub logs: &'a super::logs::LogTable,
 }
 
 fn template(src: &str, known: &Known) -> Result<Template, StateError> {
@@ -129,7 +132,11 @@ fn regex(src: &str, ci: bool) -> Result<Regex, StateError> {
     compile_regex(src, ci).map_err(|m| StateError::BadValue(BadValue(m)))
 }
 
-fn route_for(loc: &Location, env: &Env<'_>) -> Result<(Route, bool), StateError> {
+fn route_for(
+    loc: &Location,
+    env: &Env<'_>,
+    server_log: &super::logs::LogRef,
+) -> Result<(Route, bool), StateError> {
     let handler = if let Some(p) = &loc.proxy {
         let upstream = env
             .upstreams
@@ -210,17 +217,25 @@ fn route_for(loc: &Location, env: &Env<'_>) -> Result<(Route, bool), StateError>
             .map(|k| template(k.get_ref(), env.known))
             .transpose()?,
         rewrites,
+        log: env
+            .logs
+            .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
         cfg: loc.clone(),
     };
     Ok((route, loc.exact.is_some()))
 }
 
 impl Router {
-    /// The router of one server's locations.
-    pub fn build(locations: &[Location], env: &Env<'_>) -> Result<Router, StateError> {
+    /// The router of one server's locations; `server_log` applies to those that name
+    /// no `access_log`.
+    pub fn build(
+        locations: &[Location],
+        env: &Env<'_>,
+        server_log: &super::logs::LogRef,
+    ) -> Result<Router, StateError> {
         let mut r = Router::default();
         for loc in locations {
-            let (route, exact) = route_for(loc, env)?;
+            let (route, exact) = route_for(loc, env, server_log)?;
             let route = Arc::new(route);
             let pattern = route.pattern.clone();
             if exact {
@@ -293,10 +308,11 @@ mod tests {
         let known = crate::config::sites::known(&cfg);
         let env = Env {
             upstreams: &HashMap::new(),
+            logs: &crate::state::logs::LogTable::default(),
             caches: &HashMap::new(),
             known: &known,
         };
-        Router::build(&cfg.location, &env).unwrap()
+        Router::build(&cfg.location, &env, &Default::default()).unwrap()
     }
 
     #[test]

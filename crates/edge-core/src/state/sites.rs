@@ -34,6 +34,9 @@ pub struct Server {
     /// The first name (`$server_name`); empty for the implicit server.
     pub name: String,
     pub router: Router,
+    /// The access log of its requests that no location took (its `access_log`, else the
+    /// top level's).
+    pub log: super::logs::LogRef,
 }
 
 /// The servers answering on one `[[listen]]`.
@@ -92,9 +95,11 @@ impl Sites {
             cfg.listen.iter().map(|_| OnListener::default()).collect();
         let implicit = !cfg.location.is_empty() || cfg.server.is_empty();
         if implicit {
+            let log = env.logs.top.clone();
             servers.push(Server {
                 name: String::new(),
-                router: Router::build(&cfg.location, env)?,
+                router: Router::build(&cfg.location, env, &log)?,
+                log,
             });
             for l in &mut listeners {
                 l.default = Some(0);
@@ -103,13 +108,17 @@ impl Sites {
         for s in &cfg.server {
             let i = servers.len() as u16;
             let names = s.names.get_ref();
+            let log = env
+                .logs
+                .resolve(s.access_log.as_ref().map(|a| a.get_ref()), &env.logs.top);
             servers.push(Server {
                 name: names
                     .iter()
                     .find(|n| !n.starts_with('~'))
                     .map(|n| n.to_ascii_lowercase())
                     .unwrap_or_default(),
-                router: Router::build(&s.location, env)?,
+                router: Router::build(&s.location, env, &log)?,
+                log,
             });
             for (li, l) in cfg.listen.iter().enumerate() {
                 let here = match &s.listen {

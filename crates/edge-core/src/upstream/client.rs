@@ -142,6 +142,11 @@ pub async fn fetch_with(
     affinity: Option<u64>,
 ) -> Result<UpstreamResponse, UpstreamError> {
     let gid = group_id(group);
+    if let Some((_, ex)) = client.as_mut() {
+        // `$upstream_response_time` runs from here to the end of the response.
+        ex.upstream_started
+            .get_or_insert_with(std::time::Instant::now);
+    }
     let mut attempts = 0;
     let max_attempts = group.servers.len() + 1;
     // A request that cannot be replayed (a streamed body, or a method that is not

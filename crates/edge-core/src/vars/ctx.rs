@@ -14,14 +14,27 @@ pub struct Client {
     pub server_port: u16,
 }
 
-/// Log-time facts, for `$status`, `$upstream_cache_status` and `$time_iso8601` (an
-/// access log fills them once the response is out).
-#[derive(Debug, Clone, Copy)]
+/// Log-time facts, for `$status`, `$upstream_cache_status`, `$time_iso8601`,
+/// `$time_local`, `$body_bytes_sent`, `$bytes_sent`, `$request_length`,
+/// `$request_time` and `$upstream_response_time` (an access log fills them once the
+/// response is out).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct LogFacts<'a> {
     pub status: u16,
     pub cache_status: Option<&'static str>,
     /// The time, already formatted (`2024-05-01T12:00:00+00:00`).
     pub time_iso8601: &'a str,
+    /// The time, already formatted (`01/May/2024:12:00:00 +0000`).
+    pub time_local: &'a str,
+    pub body_bytes_sent: u64,
+    /// Head and body bytes sent to the client.
+    pub bytes_sent: u64,
+    /// Request head bytes, and body bytes read.
+    pub request_length: u64,
+    /// From the first byte of the request head to the end of the response.
+    pub request_time: std::time::Duration,
+    /// Time spent on the upstream exchange; None when the request went to none.
+    pub upstream_response_time: Option<std::time::Duration>,
 }
 
 /// Where `[[map]]` variables get their values ([`super::Maps`]); a trait so that this
@@ -102,6 +115,9 @@ pub struct Routed {
     pub caps: Captures,
     /// The request's path and query before the first rewrite (`$request_uri`).
     pub original_uri: Option<String>,
+    /// The slot of the access log that applies (`state::logs`): the server's once one
+    /// took the request, then the location's; None: the top level's.
+    pub log: Option<u16>,
 }
 
 /// One regex match: a copy of the subject and the group spans.

@@ -16,8 +16,11 @@
 //! - [`Template::render`]`(&ctx, &mut Vec<u8>)` / [`Template::render_string`]: evaluate.
 //!   A template without variables renders as a copy of its literal (no lookup).
 //! - [`Var`]: one variable, resolved by [`Var::resolve`]; [`Var::write`] appends its value.
-//!   Log-time variables (`$status`, `$request`, `$time_iso8601`,
-//!   `$upstream_cache_status`) read [`Ctx::log`] ([`LogFacts`]), empty when absent.
+//!   Log-time variables (`$status`, `$time_iso8601`, `$time_local`,
+//!   `$upstream_cache_status`, `$body_bytes_sent`, `$bytes_sent`, `$request_length`,
+//!   `$request_time`, `$upstream_response_time`) read [`Ctx::log`] ([`LogFacts`]), empty
+//!   when absent. [`Var::is_found`] tells an empty value from none (an access log
+//!   writes `-` for none).
 //! - [`NameTable`]: exact / `*.lead` / `trail.*` / `~regex` matching in nginx's order,
 //!   shared by server names and `[[map]]` entries.
 //! - [`Captures`]: the captures of the server-name regex and of the latest location or
@@ -38,7 +41,7 @@ mod var;
 pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed};
 pub use map::{Map, Maps};
 pub use names::{compile_regex, NamePattern, NameTable};
-pub use template::{Template, TemplateError};
+pub use template::{Piece, Template, TemplateError};
 pub use var::{Known, Var};
 
 #[cfg(test)]

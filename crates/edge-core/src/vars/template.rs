@@ -12,6 +12,13 @@ enum Part {
     Var(Var),
 }
 
+/// One piece of a [`Template`], see [`Template::pieces`].
+#[derive(Debug, Clone, Copy)]
+pub enum Piece<'a> {
+    Lit(&'a str),
+    Var(&'a Var),
+}
+
 /// A compiled template: literal text and variables, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Template {
@@ -125,6 +132,15 @@ impl Template {
         self.parts.iter().filter_map(|p| match p {
             Part::Var(v) => Some(v),
             Part::Lit(_) => None,
+        })
+    }
+
+    /// Its literal parts and variables, in order (an access log escapes each variable's
+    /// value as its format says).
+    pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> {
+        self.parts.iter().map(|p| match p {
+            Part::Lit(l) => Piece::Lit(l),
+            Part::Var(v) => Piece::Var(v),
         })
     }
 

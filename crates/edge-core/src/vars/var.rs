@@ -49,7 +49,24 @@ pub enum Var {
     /// `$request`: the request line (`GET /a?b HTTP/1.1`).
     Request,
     TimeIso8601,
+    /// `$time_local`: `01/May/2024:12:00:00 +0000`.
+    TimeLocal,
     UpstreamCacheStatus,
+    /// `$body_bytes_sent`: response body bytes sent.
+    BodyBytesSent,
+    /// `$bytes_sent`: response head and body bytes sent.
+    BytesSent,
+    /// `$request_length`: request head bytes and body bytes read.
+    RequestLength,
+    /// `$request_time`: seconds with millisecond resolution (`0.012`).
+    RequestTime,
+    /// `$upstream_response_time`: as `$request_time`, for the upstream exchange.
+    UpstreamResponseTime,
+    // Request variables the access log formats use.
+    /// `$remote_user`: the user name of `Authorization: Basic` credentials.
+    RemoteUser,
+    /// `$server_protocol`: `HTTP/1.1` (`HTTP/2.0` on HTTP/2).
+    ServerProtocol,
 }
 
 /// The variable names a config defines besides the built-ins: its `[[map]]` variables
@@ -98,6 +115,14 @@ impl Var {
             "request" => Var::Request,
             "time_iso8601" => Var::TimeIso8601,
             "upstream_cache_status" => Var::UpstreamCacheStatus,
+            "time_local" => Var::TimeLocal,
+            "body_bytes_sent" => Var::BodyBytesSent,
+            "bytes_sent" => Var::BytesSent,
+            "request_length" => Var::RequestLength,
+            "request_time" => Var::RequestTime,
+            "upstream_response_time" => Var::UpstreamResponseTime,
+            "remote_user" => Var::RemoteUser,
+            "server_protocol" => Var::ServerProtocol,
             _ => {
                 if let Some(i) = known.maps.get(name) {
                     return Some(Var::Map(*i));
@@ -187,9 +212,14 @@ impl Var {
                 }
             }
             Var::Request => {
+                // The request line as it came: a rewrite changed the target, not this.
+                let t = &ctx.req.target;
+                let pq_len = ctx.req.path_and_query().len();
+                let origin = t.get(..t.len().saturating_sub(pq_len)).unwrap_or("");
                 out.extend_from_slice(ctx.req.method.as_str().as_bytes());
                 out.push(b' ');
-                out.extend_from_slice(ctx.req.target.as_bytes());
+                out.extend_from_slice(origin.as_bytes());
+                out.extend_from_slice(ctx.request_uri.as_bytes());
                 out.push(b' ');
                 out.extend_from_slice(ctx.req.version.as_str().as_bytes());
             }
@@ -198,13 +228,118 @@ impl Var {
                     out.extend_from_slice(l.time_iso8601.as_bytes());
                 }
             }
+            Var::TimeLocal => {
+                if let Some(l) = ctx.log {
+                    out.extend_from_slice(l.time_local.as_bytes());
+                }
+            }
             Var::UpstreamCacheStatus => {
                 if let Some(s) = ctx.log.and_then(|l| l.cache_status) {
                     out.extend_from_slice(s.as_bytes());
                 }
             }
+            Var::BodyBytesSent => {
+                if let Some(l) = ctx.log {
+                    edge_http::write_decimal(out, l.body_bytes_sent);
+                }
+            }
+            Var::BytesSent => {
+                if let Some(l) = ctx.log {
+                    edge_http::write_decimal(out, l.bytes_sent);
+                }
+            }
+            Var::RequestLength => {
+                if let Some(l) = ctx.log {
+                    edge_http::write_decimal(out, l.request_length);
+                }
+            }
+            Var::RequestTime => {
+                if let Some(l) = ctx.log {
+                    write_seconds(out, l.request_time);
+                }
+            }
+            Var::UpstreamResponseTime => {
+                if let Some(t) = ctx.log.and_then(|l| l.upstream_response_time) {
+                    write_seconds(out, t);
+                }
+            }
+            Var::RemoteUser => {
+                let mut buf = [0u8; MAX_BASIC];
+                if let Some(u) = basic_user(&ctx.req.headers, &mut buf) {
+                    out.extend_from_slice(u);
+                }
+            }
+            Var::ServerProtocol => out.extend_from_slice(ctx.req.version.as_str().as_bytes()),
         }
     }
+
+    /// Whether a variable that wrote nothing has a value at all (an empty header, an
+    /// argument without a value) rather than none (nginx's "not found", which an access
+    /// log writes as `-`). Only asked after an empty write, so it costs nothing usually.
+    pub fn is_found(&self, ctx: &Ctx<'_>) -> bool {
+        match self {
+            Var::Http(name) => ctx.req.headers.get(name).is_some(),
+            Var::Cookie(name) => cookie(&ctx.req.headers, name).is_some(),
+            Var::Arg(name) => arg(ctx.args.unwrap_or(""), name).is_some(),
+            Var::Map(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// `12.345`: seconds with milliseconds, as nginx writes `$request_time`.
+fn write_seconds(out: &mut Vec<u8>, t: std::time::Duration) {
+    edge_http::write_decimal(out, t.as_secs());
+    let ms = t.subsec_millis();
+    out.extend_from_slice(&[
+        b'.',
+        b'0' + (ms / 100) as u8,
+        b'0' + (ms / 10 % 10) as u8,
+        b'0' + (ms % 10) as u8,
+    ]);
+}
+
+/// Longest `Authorization: Basic` credentials decoded for `$remote_user`.
+const MAX_BASIC: usize = 512;
+
+/// The user of `Authorization: Basic <base64(user:password)>`, decoded into `buf`
+/// (None: no such header, not Basic, bad base64, or longer than [`MAX_BASIC`]).
+fn basic_user<'b>(
+    headers: &edge_http::HeaderMap,
+    buf: &'b mut [u8; MAX_BASIC],
+) -> Option<&'b [u8]> {
+    let v = headers.get("authorization")?.trim_ascii();
+    let (scheme, rest) = v.split_at(v.iter().position(|&b| b == b' ')?);
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return None;
+    }
+    let rest = rest.trim_ascii();
+    let mut n = 0;
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in rest {
+        let d = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        acc = ((acc << 6) | u32::from(d)) & 0xFFFF;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            *buf.get_mut(n)? = (acc >> bits) as u8;
+            n += 1;
+        }
+    }
+    let dec = &buf[..n];
+    let user = dec
+        .iter()
+        .position(|&b| b == b':')
+        .map_or(dec, |i| &dec[..i]);
+    Some(user)
 }
 
 /// The client's address, an IPv4-mapped IPv6 one as IPv4 (a dual-stack listener).

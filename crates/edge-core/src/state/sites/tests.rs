@@ -9,6 +9,7 @@ fn sites(text: &str) -> Sites {
         upstreams: &HashMap::new(),
         caches: &HashMap::new(),
         known: &known,
+        logs: &crate::state::logs::LogTable::default(),
     };
     Sites::build(&cfg, &env).unwrap()
 }
