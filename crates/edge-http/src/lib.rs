@@ -28,6 +28,7 @@ mod head;
 mod headers;
 mod limits;
 mod method;
+pub mod normalize;
 mod range;
 mod request;
 mod response;

@@ -25,6 +25,13 @@ pub struct Exchange {
     /// What routing found (server, regex captures, the URI before a rewrite), for the
     /// templates the handlers render.
     pub routed: crate::vars::Routed,
+    /// The route's response-field control (`add_header`, `proxy_hide_header`,
+    /// `cache_status_header`), applied by [`Self::end_head`].
+    pub out_fields: super::fields::OutFields,
+    /// The route's `proxy_set_header`, rendered for this request (None: none set).
+    pub upstream_fields: Option<std::rc::Rc<super::fields::UpstreamFields>>,
+    /// Where the head being written starts in its buffer (set by `begin_*head`).
+    head_at: usize,
     /// Flips to true when the server starts draining: responses written after that
     /// close the connection even if the request arrived before.
     draining: std::rc::Rc<super::idle::IdleTimers>,
@@ -91,6 +98,9 @@ impl Exchange {
             body,
             continue_sent: false,
             routed: crate::vars::Routed::default(),
+            out_fields: super::fields::OutFields::default(),
+            upstream_fields: None,
+            head_at: 0,
             draining,
         }
     }
@@ -113,6 +123,7 @@ impl Exchange {
     /// Status line, Date and Server. The caller adds its headers, then [`Self::end_head`].
     pub fn begin_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
+        self.head_at = out.len();
         edge_http::write_status_line(out, status);
         edge_http::write_header(out, "Date", &edge_http::http_date_now());
         edge_http::write_header(out, "Server", SERVER);
@@ -122,6 +133,7 @@ impl Exchange {
     /// that follows (a cached response keeps the origin's `Date`; `Age` tells its age).
     pub fn begin_stored_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
+        self.head_at = out.len();
         edge_http::write_status_line(out, status);
         edge_http::write_header(out, "Server", SERVER);
     }
@@ -130,10 +142,14 @@ impl Exchange {
     /// response of a cached location. An origin's or a parent cache's own `Cache-Status`
     /// lines, forwarded or stored, come before ours, so the list reads from the origin
     /// to the client.
+    /// Nothing with `cache_status_header = false`.
     pub fn write_cache_status(&self, out: &mut Vec<u8>) {
         let Some(cs) = self.cache_status else {
             return;
         };
+        if !self.out_fields.cache_status {
+            return;
+        }
         edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
         // Written in place (no allocation: this is on every hit).
         out.extend_from_slice(b"Cache-Status: ");
@@ -169,8 +185,23 @@ impl Exchange {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// Connection header (when needed) and the blank line.
+    /// The route's field control (hidden fields removed, `add_header` lines added for
+    /// the status), the Connection header (when needed) and the blank line. Every
+    /// response head ends here, HTTP/2 ones included (they are written as HTTP/1 heads).
     pub fn end_head(&mut self, out: &mut Vec<u8>) {
+        if let Some(hide) = &self.out_fields.hide {
+            super::fields::hide_fields(out, self.head_at, hide);
+        }
+        if self.out_fields.adds_to(self.status) {
+            match &self.out_fields.add {
+                super::fields::AddFields::None => {}
+                super::fields::AddFields::Static(lines) => out.extend_from_slice(lines),
+                super::fields::AddFields::Render(f) => {
+                    let f = f.clone();
+                    f(self, out);
+                }
+            }
+        }
         if self.draining.is_draining() {
             self.keep_alive = false;
         }

@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod exchange;
+pub mod fields;
 pub mod h2;
 pub mod h2stream;
 pub mod idle;
