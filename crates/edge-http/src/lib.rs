@@ -29,6 +29,7 @@ mod head;
 mod headers;
 mod limits;
 mod method;
+pub mod normalize;
 pub mod proxy_protocol;
 mod range;
 mod request;

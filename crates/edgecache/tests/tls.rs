@@ -855,3 +855,94 @@ fn proxy_protocol_comes_before_the_tls_handshake() {
     );
     assert!(errors.is_some_and(|n| n >= 1), "{errors:?}");
 }
+
+/// `proxy_set_header Host` on an `https://` upstream: the Host sent and the TLS server
+/// name both follow it. The origin (edgecache terminating TLS) has two certificates and
+/// picks by SNI: `localhost`'s first (what a request without the override gets), and
+/// one for `bucket.s3.example`. With the override, our client must have sent that SNI:
+/// it verifies the certificate against `bucket.s3.example`, which only the second one
+/// covers (the first would fail verification: 502), and the origin answers 421 to a
+/// Host its SNI certificate does not cover. Pooled connections are kept per name: the
+/// location without the override still gets `localhost`.
+#[test]
+fn proxy_set_header_host_sets_the_tls_server_name() {
+    let pki = Pki::new();
+    let (rec, seen) = common::recording_upstream();
+    let (c1, k1, _) = pki.leaf("origin-local", &["localhost"]);
+    let (c2, k2, _) = pki.leaf("origin-bucket", &["bucket.s3.example"]);
+    let origin_cfg = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+tls = {{ certs = [{{ cert = "{}", key = "{}" }}, {{ cert = "{}", key = "{}", names = ["bucket.s3.example"] }}] }}
+[[upstream]]
+name = "rec"
+servers = ["{rec}"]
+[[location]]
+prefix = "/"
+proxy = "rec"
+"#,
+        c1.display(),
+        k1.display(),
+        c2.display(),
+        k2.display()
+    );
+    let (_po, tls_origin, _) = common::edgecache(&origin_cfg);
+    let edge = format!(
+        r#"workers = 1
+worker_cpu_affinity = "off"
+[[listen]]
+addr = "{{listen}}"
+[[upstream]]
+name = "o"
+servers = ["https://localhost:{port}"]
+tls_ca = "{ca}"
+[[location]]
+prefix = "/bucket/"
+proxy = "o"
+proxy_set_header = {{ Host = "bucket.s3.example" }}
+[[location]]
+prefix = "/"
+proxy = "o"
+"#,
+        port = tls_origin.port(),
+        ca = pki.ca_path().display()
+    );
+    let (_pe, eaddr, _) = common::edgecache(&edge);
+    for path in ["/bucket/a", "/plain", "/bucket/b", "/plain2"] {
+        let r = edge_testkit::get(eaddr, path, &[]);
+        assert_eq!(
+            r.status,
+            200,
+            "{path}: {:?}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let s = seen.lock().unwrap();
+    let hosts: Vec<String> = s
+        .heads
+        .iter()
+        .map(|h| {
+            let l = h.to_ascii_lowercase();
+            let path = l.split(' ').nth(1).unwrap_or("").to_string();
+            let host = l
+                .lines()
+                .find_map(|x| x.strip_prefix("host: "))
+                .unwrap_or("")
+                .to_string();
+            format!("{path} {host}")
+        })
+        .collect();
+    let port = tls_origin.port();
+    assert_eq!(
+        hosts,
+        [
+            "/bucket/a bucket.s3.example".to_string(),
+            format!("/plain localhost:{port}"),
+            "/bucket/b bucket.s3.example".to_string(),
+            format!("/plain2 localhost:{port}"),
+        ],
+        "the Host the origin saw"
+    );
+}

@@ -184,12 +184,52 @@ fn purge(
     // request's own Host names the admin listener, not a site).
     match parse_request(req.query(), body, None) {
         Ok((target, soft)) => {
+            let target = normalize_target(target, &shared.sites);
             let n = purge_all(shared.caches.values(), &target, soft);
             tracing::info!("admin purge {target:?} (soft: {soft}): {n} objects");
             let status = if n > 0 { 200 } else { 404 };
             (status, "application/json", purged_json(n).into_bytes())
         }
         Err(msg) => (400, "text/plain", format!("{msg}\n").into_bytes()),
+    }
+}
+
+/// A `url=` purge names the key its URL is cached under: the path percent-normalized
+/// and the query filtered and sorted by the `cache_key_args` of the location the URL
+/// reaches (the server by its host, the default server for a path without `host=`),
+/// as for the requests that stored it. Keys of other forms (a custom `cache_key`'s)
+/// are left as they are.
+fn normalize_target(
+    target: edge_cache::purge::PurgeTarget,
+    sites: &crate::state::sites::Sites,
+) -> edge_cache::purge::PurgeTarget {
+    use edge_cache::purge::PurgeTarget;
+    use edge_http::normalize::normalize_pq;
+    let args_of = |host: Option<&str>, pq: &str| {
+        let path = pq.split('?').next().unwrap_or(pq);
+        sites
+            .location_of(host, &edge_http::normalize::normalize_path(path))
+            .and_then(|r| r.key_args.clone())
+    };
+    match target {
+        PurgeTarget::Key(k) => {
+            let Some(rest) = k.strip_prefix("http://") else {
+                return PurgeTarget::Key(k);
+            };
+            let at = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (host, pq) = rest.split_at(at);
+            if !pq.starts_with('/') {
+                return PurgeTarget::Key(k);
+            }
+            let args = args_of(Some(host), pq);
+            let pq = normalize_pq(pq, args.as_ref());
+            PurgeTarget::Key(format!("http://{host}{pq}"))
+        }
+        PurgeTarget::Path(pq) => {
+            let args = args_of(None, &pq);
+            PurgeTarget::Path(normalize_pq(&pq, args.as_ref()).into_owned())
+        }
+        other => other,
     }
 }
 

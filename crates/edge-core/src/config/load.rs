@@ -40,7 +40,10 @@ pub fn embedded_default() -> (Config, Source) {
 
 /// Parses and validates config text. `name` is used in error messages.
 pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
-    let cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
+    let mut cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
+    for s in &mut cfg.server {
+        s.inherit();
+    }
     validate::validate(&cfg).map_err(|e| ConfigError {
         file: name.into(),
         line: match e.span {

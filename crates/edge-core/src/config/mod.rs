@@ -829,8 +829,50 @@ pub struct ServerCfg {
     /// This server's access log; None: the top-level one.
     #[serde(default)]
     pub access_log: Option<Spanned<AccessLog>>,
+    /// `add_header` for the locations that set none.
+    #[serde(default)]
+    pub add_header: BTreeMap<String, String>,
+    // Header control defaults for the locations that do not set them (as in nginx).
+    /// Request fields sent upstream (nginx `proxy_set_header`): name → template; an
+    /// empty value removes the field. `Host` also sets the TLS server name.
+    #[serde(default)]
+    pub proxy_set_header: Option<Spanned<BTreeMap<String, String>>>,
+    /// Upstream response fields not sent to clients (nginx `proxy_hide_header`).
+    #[serde(default)]
+    pub proxy_hide_header: Option<Spanned<Vec<String>>>,
+    /// `add_header` on every status, error pages included (nginx `always`).
+    #[serde(default)]
+    pub add_header_always: Option<bool>,
+    /// false: `X-Cache-Status` and `Cache-Status` are not sent (None: true).
+    #[serde(default)]
+    pub cache_status_header: Option<bool>,
     #[serde(default)]
     pub location: Vec<Location>,
+}
+
+impl ServerCfg {
+    /// Copies the server's header defaults into the locations that do not set them
+    /// (`proxy_set_header` and `proxy_hide_header` into proxied locations only).
+    pub fn inherit(&mut self) {
+        let mut locations = std::mem::take(&mut self.location);
+        let f = &*self;
+        for l in &mut locations {
+            if l.add_header.is_empty() {
+                l.add_header = f.add_header.clone();
+            }
+            if l.proxy.is_none() {
+                // proxy_* defaults concern proxied locations only.
+            } else if l.proxy_set_header.is_none() {
+                l.proxy_set_header = f.proxy_set_header.clone();
+            }
+            if l.proxy.is_some() && l.proxy_hide_header.is_none() {
+                l.proxy_hide_header = f.proxy_hide_header.clone();
+            }
+            l.add_header_always = l.add_header_always.or(f.add_header_always);
+            l.cache_status_header = l.cache_status_header.or(f.cache_status_header);
+        }
+        self.location = locations;
+    }
 }
 
 /// `[[map]]`: a variable whose value depends on another (nginx `map`).
@@ -1010,12 +1052,42 @@ pub struct Location {
     pub brotli_level: Option<i64>,
     #[serde(default)]
     pub zstd_level: Option<i64>,
-    /// Extra response headers (nginx `add_header`).
+    /// Extra response headers (nginx `add_header`): templates, on 200, 201, 204, 206,
+    /// 301, 302, 303, 304, 307 and 308 responses (every response with
+    /// `add_header_always`). Empty: the server's (`[[server]] add_header`).
     #[serde(default)]
     pub add_header: BTreeMap<String, String>,
     /// This location's access log; None: its server's.
     #[serde(default)]
     pub access_log: Option<Spanned<AccessLog>>,
+    /// Request fields sent upstream (nginx `proxy_set_header`): name → template; an
+    /// empty value removes the field. `Host` also sets the TLS server name.
+    #[serde(default)]
+    pub proxy_set_header: Option<Spanned<BTreeMap<String, String>>>,
+    /// Upstream response fields not sent to clients (nginx `proxy_hide_header`).
+    #[serde(default)]
+    pub proxy_hide_header: Option<Spanned<Vec<String>>>,
+    /// `add_header` on every status, error pages included (nginx `always`).
+    #[serde(default)]
+    pub add_header_always: Option<bool>,
+    /// false: `X-Cache-Status` and `Cache-Status` are not sent (None: true).
+    #[serde(default)]
+    pub cache_status_header: Option<bool>,
+    /// Which query arguments the cache key uses, and whether they are sorted.
+    #[serde(default)]
+    pub cache_key_args: Option<Spanned<CacheKeyArgs>>,
+}
+
+/// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheKeyArgs {
+    #[serde(default)]
+    pub sort: bool,
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    #[serde(default)]
+    pub exclude: Option<Vec<String>>,
 }
 fn default_cache_list() -> Spanned<Vec<String>> {
     Spanned::new(0..0, Vec::new())

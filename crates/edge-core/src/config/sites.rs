@@ -254,6 +254,7 @@ pub(super) fn validate_location(loc: &Location, known: &Known) -> Result<Range<u
     if let Some(k) = &loc.cache_key {
         template(k.get_ref(), known).map_err(|m| verr(k, "location.cache_key", m))?;
     }
+    validate_fields(loc, known, &span)?;
     if let Some(r) = &loc.ret {
         let ret = r.get_ref();
         template(&ret.body, known).map_err(|m| verr(r, "location.return.body", m))?;
@@ -262,4 +263,151 @@ pub(super) fn validate_location(loc: &Location, known: &Known) -> Result<Range<u
         }
     }
     Ok(span)
+}
+
+/// RFC 9110 5.1: a field name is a token.
+fn is_field_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Fields that frame or route the message: ours to write, never configurable.
+fn is_framing(n: &str) -> bool {
+    edge_http::is_hop_by_hop(n) || n.eq_ignore_ascii_case("content-length")
+}
+
+/// Most fields in one `proxy_set_header`, `add_header` or `proxy_hide_header`.
+pub const MAX_FIELDS: usize = 256;
+
+/// `proxy_set_header`, `proxy_hide_header`, `add_header` and `cache_key_args`.
+fn validate_fields(loc: &Location, known: &Known, span: &Range<usize>) -> Result<(), VErr> {
+    let proxied = loc.proxy.is_some();
+    if let Some(set) = &loc.proxy_set_header {
+        let key = "location.proxy_set_header";
+        if !proxied {
+            return err(Some(set.span()), key, "applies to proxied locations only");
+        }
+        if set.get_ref().len() > MAX_FIELDS {
+            return err(
+                Some(set.span()),
+                key,
+                format!("at most {MAX_FIELDS} fields"),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (n, v) in set.get_ref() {
+            if !is_field_name(n) {
+                return err(Some(set.span()), key, format!("{n:?} is not a field name"));
+            }
+            if !seen.insert(n.to_ascii_lowercase()) {
+                return err(Some(set.span()), key, format!("{n:?} is set twice"));
+            }
+            if is_framing(n) || n.eq_ignore_ascii_case("via") {
+                return err(
+                    Some(set.span()),
+                    key,
+                    format!("{n:?} is written by edgecache itself (framing, hop-by-hop or loop detection)"),
+                );
+            }
+            if n.eq_ignore_ascii_case("host") && v.is_empty() {
+                return err(
+                    Some(set.span()),
+                    key,
+                    "Host cannot be removed (HTTP/1.1 requires it)",
+                );
+            }
+            check_value(v, known).map_err(|m| verr(set, key, format!("{n}: {m}")))?;
+        }
+    }
+    if let Some(hide) = &loc.proxy_hide_header {
+        let key = "location.proxy_hide_header";
+        if !proxied {
+            return err(Some(hide.span()), key, "applies to proxied locations only");
+        }
+        if hide.get_ref().len() > MAX_FIELDS {
+            return err(
+                Some(hide.span()),
+                key,
+                format!("at most {MAX_FIELDS} fields"),
+            );
+        }
+        for n in hide.get_ref() {
+            if !is_field_name(n) {
+                return err(Some(hide.span()), key, format!("{n:?} is not a field name"));
+            }
+            if is_framing(n) || n.eq_ignore_ascii_case("date") || n.eq_ignore_ascii_case("server") {
+                return err(
+                    Some(hide.span()),
+                    key,
+                    format!("{n:?} is written by edgecache itself and cannot be hidden"),
+                );
+            }
+        }
+    }
+    let key = "location.add_header";
+    let at = || Some(span.clone());
+    if loc.add_header.len() > MAX_FIELDS {
+        return err(at(), key, format!("at most {MAX_FIELDS} fields"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (n, v) in &loc.add_header {
+        if !is_field_name(n) {
+            return err(at(), key, format!("{n:?} is not a field name"));
+        }
+        if !seen.insert(n.to_ascii_lowercase()) {
+            return err(at(), key, format!("{n:?} is set twice"));
+        }
+        if is_framing(n) {
+            return err(at(), key, format!("{n:?} is written by edgecache itself"));
+        }
+        check_value(v, known).map_err(|m| VErr {
+            span: at(),
+            key: key.into(),
+            message: format!("{n}: {m}"),
+        })?;
+    }
+    if let Some(a) = &loc.cache_key_args {
+        let key = "location.cache_key_args";
+        if !proxied {
+            return err(Some(a.span()), key, "applies to proxied locations only");
+        }
+        args_policy(a.get_ref()).map_err(|m| verr(a, key, m))?;
+    }
+    Ok(())
+}
+
+/// A field value template: it compiles and has no line break.
+fn check_value(v: &str, known: &Known) -> Result<(), String> {
+    if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err("a field value cannot contain CR, LF or NUL".into());
+    }
+    template(v, known).map(|_| ())
+}
+
+/// `cache_key_args`, compiled: `include` and `exclude` are mutually exclusive, patterns
+/// have `*` only at their ends.
+pub fn args_policy(a: &super::CacheKeyArgs) -> Result<edge_http::normalize::ArgsPolicy, String> {
+    use edge_http::normalize::{ArgPattern, ArgsPolicy, MAX_ARG_PATTERNS};
+    let parse = |l: &[String], which: &str| -> Result<Vec<ArgPattern>, String> {
+        if l.len() > MAX_ARG_PATTERNS {
+            return Err(format!("{which}: at most {MAX_ARG_PATTERNS} patterns"));
+        }
+        l.iter()
+            .map(|p| ArgPattern::parse(p).map_err(|m| format!("{which}: {m}")))
+            .collect()
+    };
+    match (&a.include, &a.exclude) {
+        (Some(_), Some(_)) => Err("set include or exclude, not both".into()),
+        (Some(i), None) => Ok(ArgsPolicy {
+            sort: a.sort,
+            include: Some(parse(i, "include")?),
+            exclude: Vec::new(),
+        }),
+        (None, e) => Ok(ArgsPolicy {
+            sort: a.sort,
+            include: None,
+            exclude: parse(e.as_deref().unwrap_or(&[]), "exclude")?,
+        }),
+    }
 }

@@ -402,3 +402,61 @@ fn access_logs_and_formats() {
     ));
     assert_eq!(e.line, 5, "{e}");
 }
+
+#[test]
+fn server_header_defaults_go_to_locations_that_set_none() {
+    let cfg = parse(
+        "t",
+        r#"
+[[listen]]
+addr = "127.0.0.1:1"
+[[upstream]]
+name = "o"
+servers = ["127.0.0.1:2"]
+[[server]]
+names = ["a.example"]
+add_header = { "X-S" = "server" }
+add_header_always = true
+cache_status_header = false
+proxy_set_header = { Host = "origin.example" }
+proxy_hide_header = ["x-secret"]
+[[server.location]]
+prefix = "/"
+proxy = "o"
+[[server.location]]
+prefix = "/own/"
+proxy = "o"
+add_header = { "X-L" = "location" }
+add_header_always = false
+proxy_set_header = { "X-A" = "1" }
+[[server.location]]
+prefix = "/static/"
+static = "/tmp"
+"#,
+    )
+    .unwrap();
+    let l = &cfg.server[0].location;
+    assert_eq!(
+        l[0].add_header.get("X-S").map(String::as_str),
+        Some("server")
+    );
+    assert_eq!(l[0].add_header_always, Some(true));
+    assert_eq!(l[0].cache_status_header, Some(false));
+    let set = l[0].proxy_set_header.as_ref().unwrap().get_ref();
+    assert_eq!(set.get("Host").map(String::as_str), Some("origin.example"));
+    assert_eq!(
+        l[0].proxy_hide_header.as_ref().unwrap().get_ref(),
+        &["x-secret"]
+    );
+    // A location's own keys win, whole (no merging of the maps, as nginx).
+    assert!(!l[1].add_header.contains_key("X-S"));
+    assert_eq!(l[1].add_header_always, Some(false));
+    let own = l[1].proxy_set_header.as_ref().unwrap().get_ref();
+    assert!(!own.contains_key("Host") && own.contains_key("X-A"));
+    // proxy_* stay off a static location (where -t would refuse them).
+    assert!(l[2].proxy_set_header.is_none() && l[2].proxy_hide_header.is_none());
+    assert_eq!(
+        l[2].add_header.get("X-S").map(String::as_str),
+        Some("server")
+    );
+}

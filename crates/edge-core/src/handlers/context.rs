@@ -1,9 +1,13 @@
 //! What handlers render templates with: the connection's facts and the exchange's
 //! routing results as a [`crate::vars::Ctx`].
 
+use crate::http::fields::{AddFields, OutFields, UpstreamFields};
 use crate::http::{Conn, Exchange};
+use crate::state::route::Route;
 use crate::state::Shared;
-use crate::vars::{Client, Ctx};
+use crate::vars::{Client, Ctx, LogFacts};
+use std::rc::Rc;
+use std::sync::Arc;
 
 /// The connection's facts templates read (`$remote_addr`, `$scheme`, `$server_port`).
 /// `$remote_addr` is the request's client ([`Exchange::client_addr`]): the TCP peer, or
@@ -27,4 +31,74 @@ pub fn vars<'a>(client: Client, ex: &'a Exchange, shared: &'a Shared) -> Ctx<'a>
         .get(ex.routed.server as usize)
         .map_or("", |s| s.name.as_str());
     Ctx::new(&ex.req, client, server, &ex.routed, &shared.sites.maps)
+}
+
+/// Puts the route's header control on the exchange: the response side (rendered when
+/// the head is written, so `$status` and `$upstream_cache_status` have their values)
+/// and `proxy_set_header`, rendered now. Nothing is allocated for a route without
+/// header control, and only an `Arc` count for literal `add_header`s.
+pub fn apply_fields(client: Client, ex: &mut Exchange, shared: &Arc<Shared>, route: &Arc<Route>) {
+    let f = &route.fields;
+    if f.sets_request() {
+        let vars = vars(client, ex, shared);
+        let mut lines = Vec::new();
+        let mut value = Vec::new();
+        for s in &f.set {
+            if let Some(t) = &s.value {
+                value.clear();
+                t.render(&vars, &mut value);
+                value.retain(|&b| b != b'\r' && b != b'\n' && b != 0);
+                edge_http::write_header(&mut lines, &s.name, &value);
+            }
+        }
+        let host = f.set_host.as_ref().map(|t| {
+            let mut h = t.to_string(&vars);
+            h.retain(|c| !c.is_ascii_control());
+            h
+        });
+        ex.upstream_fields = Some(Rc::new(UpstreamFields {
+            names: f.set_names.clone(),
+            lines,
+            host,
+        }));
+    }
+    if f.response_default() {
+        return;
+    }
+    let add = match &f.add_static {
+        Some(lines) => AddFields::Static(lines.clone()),
+        None if f.add.is_empty() => AddFields::None,
+        None => {
+            let (shared, route) = (shared.clone(), route.clone());
+            AddFields::Render(Rc::new(move |ex: &Exchange, out: &mut Vec<u8>| {
+                // At head time: what the log would say so far (no time, no bytes yet).
+                let facts = LogFacts {
+                    status: ex.status,
+                    cache_status: ex.cache_status,
+                    time_iso8601: "",
+                    time_local: "",
+                    body_bytes_sent: 0,
+                    bytes_sent: 0,
+                    request_length: ex.head_length,
+                    request_time: ex.started.elapsed(),
+                    upstream_response_time: ex.upstream_started.map(|t| t.elapsed()),
+                };
+                let mut vars = vars(client, ex, &shared);
+                vars.log = Some(&facts);
+                let mut value = Vec::new();
+                for (name, t) in &route.fields.add {
+                    value.clear();
+                    t.render(&vars, &mut value);
+                    value.retain(|&b| b != b'\r' && b != b'\n' && b != 0);
+                    edge_http::write_header(out, name, &value);
+                }
+            }))
+        }
+    };
+    ex.out_fields = OutFields {
+        add,
+        always: f.add_always,
+        hide: f.hide.clone(),
+        cache_status: f.cache_status,
+    };
 }

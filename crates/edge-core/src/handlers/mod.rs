@@ -102,6 +102,7 @@ pub async fn dispatch(
             return finish_without_body(conn, ex, &shared.timeouts, 500).await;
         }
     };
+    context::apply_fields(client, ex, shared, route);
     if matches!(route.handler, Handler::Proxy(_))
         && crate::http::node::looped(ex.req.headers.get_all("via"))
     {
@@ -123,9 +124,9 @@ pub async fn dispatch(
         }
         Handler::Proxy(p) => proxy::handle(w, conn, ex, shared, route, p).await,
         Handler::Static { root, index } => {
-            static_files::handle(w, conn, ex, shared, route, root, index).await
+            static_files::handle(w, conn, ex, shared, root, index).await
         }
-        Handler::Return(r) => simple::handle_return(conn, ex, shared, route, r).await,
-        Handler::EmptyGif => simple::handle_empty_gif(conn, ex, shared, route).await,
+        Handler::Return(r) => simple::handle_return(conn, ex, shared, r).await,
+        Handler::EmptyGif => simple::handle_empty_gif(conn, ex, shared).await,
     }
 }

@@ -16,14 +16,18 @@ pub async fn handle(
 ) -> Result<(), ExchangeError> {
     let affinity = {
         let vars = super::context::vars(super::context::client_of(conn, ex, shared), ex, shared);
-        super::cache::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)
+        super::cache::key::affinity(
+            &p.upstream,
+            super::cache::key::KeySpec::of(route),
+            &vars,
+            None,
+        )
     };
     crate::upstream::relay::proxy_pass(
         w.upstream(),
         conn,
         ex,
         &shared.timeouts,
-        &route.add_headers,
         &p.upstream,
         w.compression(p.compress.as_ref()),
         affinity,

@@ -2,7 +2,7 @@
 
 use crate::http::respond::{error_page, respond};
 use crate::http::{Conn, Exchange, ExchangeError};
-use crate::state::route::{ReturnRoute, Route};
+use crate::state::route::ReturnRoute;
 use crate::state::Shared;
 
 /// A transparent 1x1 GIF89a, 43 bytes (what nginx's empty_gif serves).
@@ -36,13 +36,12 @@ pub async fn handle_return(
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Shared,
-    route: &Route,
     r: &ReturnRoute,
 ) -> Result<(), ExchangeError> {
     if !r.burn.is_zero() {
         burn(r.burn);
     }
-    let mut extra = route.add_headers.clone();
+    let mut extra = Vec::new();
     let client = super::context::client_of(conn, ex, shared);
     let vars = super::context::vars(client, ex, shared);
     // A body without variables is sent as it is (no copy).
@@ -91,16 +90,13 @@ pub async fn handle_empty_gif(
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Shared,
-    route: &Route,
 ) -> Result<(), ExchangeError> {
     if !ex.req.method.is_safe() {
-        let mut extra = b"Allow: GET, HEAD\r\n".to_vec();
-        extra.extend_from_slice(&route.add_headers);
+        let extra = b"Allow: GET, HEAD\r\n".to_vec();
         let page = error_page(405);
         return respond(conn, ex, &shared.timeouts, 405, "text/html", &page, &extra).await;
     }
-    let mut extra = b"Last-Modified: Mon, 28 Sep 1970 06:00:00 GMT\r\n".to_vec();
-    extra.extend_from_slice(&route.add_headers);
+    let extra = b"Last-Modified: Mon, 28 Sep 1970 06:00:00 GMT\r\n".to_vec();
     respond(
         conn,
         ex,

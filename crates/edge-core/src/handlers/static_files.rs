@@ -10,7 +10,6 @@ use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::{error_page, finish_without_body, respond};
 use crate::http::send::send_file_range;
-use crate::state::route::Route;
 use crate::state::Shared;
 use edge_http::{Boundary, MultipartLayout, Precondition, RangeOutcome, Recipient, Validators};
 use std::path::{Path, PathBuf};
@@ -105,7 +104,6 @@ pub async fn handle(
     conn: &mut Conn,
     ex: &mut Exchange,
     shared: &Shared,
-    route: &Route,
     root: &Path,
     index: &str,
 ) -> Result<(), ExchangeError> {
@@ -113,8 +111,7 @@ pub async fn handle(
         ex.req.method,
         edge_http::Method::Get | edge_http::Method::Head
     ) {
-        let mut extra = b"Allow: GET, HEAD\r\n".to_vec();
-        extra.extend_from_slice(&route.add_headers);
+        let extra = b"Allow: GET, HEAD\r\n".to_vec();
         return respond(
             conn,
             ex,
@@ -136,8 +133,7 @@ pub async fn handle(
     if meta.is_dir() {
         if !ex.req.path().ends_with('/') {
             let loc = format!("{}/", ex.req.path());
-            let mut extra = format!("Location: {loc}\r\n").into_bytes();
-            extra.extend_from_slice(&route.add_headers);
+            let extra = format!("Location: {loc}\r\n").into_bytes();
             return respond(
                 conn,
                 ex,
@@ -192,7 +188,6 @@ pub async fn handle(
     if let Some(e) = &etag {
         edge_http::write_header(&mut validators, "ETag", e.as_bytes());
     }
-    validators.extend_from_slice(&route.add_headers);
 
     let v = Validators::new(etag.as_deref(), mtime);
     let pre = edge_http::evaluate_preconditions(

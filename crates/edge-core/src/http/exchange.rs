@@ -17,7 +17,7 @@ pub struct Exchange {
     pub body_bytes_sent: u64,
     /// Response head bytes written (`$bytes_sent` is this and `body_bytes_sent`).
     pub header_bytes: u64,
-    /// Where the head being written starts in its buffer.
+    /// Where the head being written starts in its buffer (set by `begin_*head`).
     head_start: usize,
     /// Request head bytes (`$request_length`, with the body read).
     pub head_length: u64,
@@ -34,6 +34,11 @@ pub struct Exchange {
     /// What routing found (server, regex captures, the URI before a rewrite), for the
     /// templates the handlers render.
     pub routed: crate::vars::Routed,
+    /// The route's response-field control (`add_header`, `proxy_hide_header`,
+    /// `cache_status_header`), applied by [`Self::end_head`].
+    pub out_fields: super::fields::OutFields,
+    /// The route's `proxy_set_header`, rendered for this request (None: none set).
+    pub upstream_fields: Option<std::rc::Rc<super::fields::UpstreamFields>>,
     /// Flips to true when the server starts draining: responses written after that
     /// close the connection even if the request arrived before.
     draining: std::rc::Rc<super::idle::IdleTimers>,
@@ -107,6 +112,8 @@ impl Exchange {
             body,
             continue_sent: false,
             routed: crate::vars::Routed::default(),
+            out_fields: super::fields::OutFields::default(),
+            upstream_fields: None,
             draining,
             client,
         }
@@ -158,10 +165,14 @@ impl Exchange {
     /// response of a cached location. An origin's or a parent cache's own `Cache-Status`
     /// lines, forwarded or stored, come before ours, so the list reads from the origin
     /// to the client.
+    /// Nothing with `cache_status_header = false`.
     pub fn write_cache_status(&self, out: &mut Vec<u8>) {
         let Some(cs) = self.cache_status else {
             return;
         };
+        if !self.out_fields.cache_status {
+            return;
+        }
         edge_http::write_header(out, "X-Cache-Status", cs.as_bytes());
         // Written in place (no allocation: this is on every hit).
         out.extend_from_slice(b"Cache-Status: ");
@@ -197,8 +208,23 @@ impl Exchange {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// Connection header (when needed) and the blank line.
+    /// The route's field control (hidden fields removed, `add_header` lines added for
+    /// the status), the Connection header (when needed) and the blank line. Every
+    /// response head ends here, HTTP/2 ones included (they are written as HTTP/1 heads).
     pub fn end_head(&mut self, out: &mut Vec<u8>) {
+        if let Some(hide) = &self.out_fields.hide {
+            super::fields::hide_fields(out, self.head_start, hide);
+        }
+        if self.out_fields.adds_to(self.status) {
+            match &self.out_fields.add {
+                super::fields::AddFields::None => {}
+                super::fields::AddFields::Static(lines) => out.extend_from_slice(lines),
+                super::fields::AddFields::Render(f) => {
+                    let f = f.clone();
+                    f(self, out);
+                }
+            }
+        }
         if self.draining.is_draining() {
             self.keep_alive = false;
         }

@@ -10,6 +10,7 @@
 pub mod client_addr;
 pub mod conn;
 pub mod exchange;
+pub mod fields;
 pub mod h2;
 pub mod h2stream;
 pub mod idle;

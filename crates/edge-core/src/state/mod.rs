@@ -7,6 +7,7 @@
 
 pub mod caches;
 mod error;
+pub mod fields;
 pub mod logs;
 pub mod route;
 pub mod sites;

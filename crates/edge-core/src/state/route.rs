@@ -76,10 +76,13 @@ pub struct Route {
     /// The matched text, for logs and /status.
     pub pattern: String,
     pub handler: Handler,
-    /// Extra headers (`add_header`), pre-serialised as `Name: value\r\n` lines.
-    pub add_headers: Vec<u8>,
+    /// Header control (`proxy_set_header`, `proxy_hide_header`, `add_header`,
+    /// `cache_status_header`), compiled.
+    pub fields: super::fields::RouteFields,
     /// `cache_key`, compiled; None: the default key (`http://` + Host + path and query).
     pub cache_key: Option<Template>,
+    /// `cache_key_args`: the query arguments the key uses (None: all, in order).
+    pub key_args: Option<edge_http::normalize::ArgsPolicy>,
     /// `rewrite`, in order.
     pub rewrites: Vec<Rewrite>,
     /// The access log of requests served here (the location's, else its server's).
@@ -184,10 +187,6 @@ fn route_for(
     } else {
         Handler::EmptyGif
     };
-    let mut add_headers = Vec::new();
-    for (k, v) in &loc.add_header {
-        edge_http::write_header(&mut add_headers, k, v.as_bytes());
-    }
     let pattern = [&loc.exact, &loc.prefix, &loc.regex, &loc.iregex]
         .into_iter()
         .flatten()
@@ -210,7 +209,13 @@ fn route_for(
     let route = Route {
         pattern,
         handler,
-        add_headers,
+        fields: super::fields::RouteFields::compile(loc, env.known)?,
+        key_args: loc
+            .cache_key_args
+            .as_ref()
+            .map(|a| crate::config::sites::args_policy(a.get_ref()))
+            .transpose()
+            .map_err(|m| StateError::BadValue(BadValue(m)))?,
         cache_key: loc
             .cache_key
             .as_ref()

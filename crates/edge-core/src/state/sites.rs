@@ -174,6 +174,16 @@ impl Sites {
             .or(on.default)
     }
 
+    /// The location a URL's host and path reach, without rewrites: the server is the
+    /// first that a listener picks for `host` (None: the default), the location the
+    /// one its router finds for `path`. Purges use it to apply the location's
+    /// `cache_key_args` to a `url=`.
+    pub fn location_of(&self, host: Option<&str>, path: &str) -> Option<&Arc<Route>> {
+        let mut caps = Captures::default();
+        let server = (0..self.listeners.len()).find_map(|l| self.select(l, host, &mut caps))?;
+        self.servers.get(server as usize)?.router.find(path)
+    }
+
     /// Finds the route of a request on `server`, running the locations' rewrites.
     /// `routed.caps` collects the captures; templates see `client` and this table's maps.
     pub fn route<'s>(

@@ -125,14 +125,18 @@ pub async fn fetch(
 ) -> Result<UpstreamResponse, UpstreamError> {
     let head = build_request_head(ex, group);
     let method = ex.req.method.clone();
-    fetch_with(w, Some((conn, ex)), group, &head, &method, affinity).await
+    let fields = ex.upstream_fields.clone();
+    let sni = fields.as_ref().and_then(|f| f.host.as_deref());
+    fetch_with(w, Some((conn, ex)), group, &head, &method, affinity, sni).await
 }
 
 /// [`fetch`] with a prepared request head (cache fills and revalidations send their own:
 /// GET, no client validators or Range). `client` is the connection whose request body
 /// is streamed upstream (None for background refreshes, which send no body); `method`
 /// is the method of `head` (it decides how the response body is framed); `affinity` is
-/// the request's key hash for a `consistent_hash` group (None: round robin).
+/// the request's key hash for a `consistent_hash` group (None: round robin); `sni` is
+/// the `Host` that `proxy_set_header` set, the TLS server name of `https://` servers
+/// (None: the server's own name). Pooled connections are reused only for the same name.
 pub async fn fetch_with(
     w: Local<'_>,
     mut client: Option<(&mut Conn, &mut Exchange)>,
@@ -140,6 +144,7 @@ pub async fn fetch_with(
     head: &[u8],
     method: &Method,
     affinity: Option<u64>,
+    sni: Option<&str>,
 ) -> Result<UpstreamResponse, UpstreamError> {
     let gid = group_id(group);
     if let Some((_, ex)) = client.as_mut() {
@@ -147,6 +152,7 @@ pub async fn fetch_with(
         ex.upstream_started
             .get_or_insert_with(std::time::Instant::now);
     }
+    let sni_tag = sni.map_or(0, |s| xxhash_rust::xxh3::xxh3_64(s.as_bytes()) | 1);
     let mut attempts = 0;
     let max_attempts = group.servers.len() + 1;
     // A request that cannot be replayed (a streamed body, or a method that is not
@@ -163,11 +169,12 @@ pub async fn fetch_with(
         let pooled = if fresh_only {
             None
         } else {
-            w.pool.take(gid, server, group.keepalive_timeout, probe)
+            w.pool
+                .take(gid, server, sni_tag, group.keepalive_timeout, probe)
         };
         let (mut up, reused) = match pooled {
             Some(c) => (c, true),
-            None => match connect(group, server).await {
+            None => match connect(group, server, sni, sni_tag).await {
                 Ok(c) => (c, false),
                 Err(e) => {
                     group.mark_failed(server);
@@ -235,7 +242,24 @@ impl UpstreamGroup {
     }
 }
 
-async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, UpstreamError> {
+/// The TLS server name for an `https://` server: `sni` (a `proxy_set_header` Host,
+/// without its port) when it is a valid name or address, else the server's own.
+fn server_name(
+    own: &rustls::pki_types::ServerName<'static>,
+    sni: Option<&str>,
+) -> rustls::pki_types::ServerName<'static> {
+    sni.map(crate::vars::normalize_host)
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+        .and_then(|h| rustls::pki_types::ServerName::try_from(h.to_string()).ok())
+        .unwrap_or_else(|| own.clone())
+}
+
+async fn connect(
+    group: &UpstreamGroup,
+    server: usize,
+    sni: Option<&str>,
+    sni_tag: u64,
+) -> Result<PooledConn, UpstreamError> {
     let s = &group.servers[server];
     let addr = s.addr;
     match tokio::time::timeout(group.connect_timeout, tokio::net::TcpStream::connect(addr)).await {
@@ -247,7 +271,7 @@ async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, Ups
                     let c = tokio_rustls::TlsConnector::from(cfg.clone());
                     match tokio::time::timeout(
                         group.connect_timeout,
-                        c.connect(name.clone(), stream),
+                        c.connect(server_name(name, sni), stream),
                     )
                     .await
                     {
@@ -266,6 +290,7 @@ async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, Ups
             Ok(PooledConn {
                 stream,
                 server,
+                sni: sni_tag,
                 uses: 0,
             })
         }
@@ -281,12 +306,11 @@ async fn connect(group: &UpstreamGroup, server: usize) -> Result<PooledConn, Ups
 /// Connection header names), Host passed through, X-Forwarded-For appended with the
 /// request's client address ([`Exchange::client_addr`]).
 pub fn build_request_head(ex: &Exchange, group: &UpstreamGroup) -> Vec<u8> {
-    request_head(
-        &ex.req,
-        ex.client_addr().ip(),
-        group,
-        &HeadOptions::default(),
-    )
+    let opts = HeadOptions {
+        fields: ex.upstream_fields.as_deref(),
+        ..HeadOptions::default()
+    };
+    request_head(&ex.req, ex.client_addr().ip(), group, &opts)
 }
 
 /// How [`request_head`] departs from forwarding the client's request as is.
@@ -298,6 +322,8 @@ pub struct HeadOptions<'a> {
     pub strip: &'a [&'a str],
     /// Extra `Name: value\r\n` lines (a revalidation's own validators).
     pub extra: &'a [u8],
+    /// The location's `proxy_set_header`, rendered for the request.
+    pub fields: Option<&'a crate::http::fields::UpstreamFields>,
 }
 
 /// The request head sent upstream for `req`, see [`build_request_head`].
@@ -314,7 +340,9 @@ pub fn request_head(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     // An https:// group talks to its origin by name: Host is that name (the certificate
     // and the origin's virtual host are for it), not the client's.
-    match (group.tls_host.as_deref(), req.host()) {
+    let fields = opts.fields;
+    let set_host = fields.and_then(|f| f.host.as_deref());
+    match (set_host.or(group.tls_host.as_deref()), req.host()) {
         (Some(h), _) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
         (None, Some(h)) => edge_http::write_header(&mut out, "Host", h.as_bytes()),
         (None, None) => edge_http::write_header(
@@ -341,6 +369,7 @@ pub fn request_head(
             || name.eq_ignore_ascii_case("content-length")
             || named.iter().any(|n| name.eq_ignore_ascii_case(n))
             || opts.strip.iter().any(|n| name.eq_ignore_ascii_case(n))
+            || fields.is_some_and(|f| f.sets(name))
         {
             continue;
         }
@@ -354,12 +383,17 @@ pub fn request_head(
         }
         edge_http::write_header(&mut out, name, value);
     }
-    let mut v = xff.unwrap_or_default();
-    if !v.is_empty() {
-        v.extend_from_slice(b", ");
+    if let Some(f) = fields {
+        out.extend_from_slice(&f.lines);
     }
-    v.extend_from_slice(peer.to_string().as_bytes());
-    edge_http::write_header(&mut out, "X-Forwarded-For", &v);
+    if !fields.is_some_and(|f| f.sets("x-forwarded-for")) {
+        let mut v = xff.unwrap_or_default();
+        if !v.is_empty() {
+            v.extend_from_slice(b", ");
+        }
+        v.extend_from_slice(peer.to_string().as_bytes());
+        edge_http::write_header(&mut out, "X-Forwarded-For", &v);
+    }
     // RFC 9110 7.6.3: who forwarded it (a parent refuses a request it already saw).
     via.extend_from_slice(&crate::http::node::get().via);
     edge_http::write_header(&mut out, "Via", &via);

@@ -55,6 +55,9 @@ crate::net::delegate_async_io!(UpstreamIo { Tcp, Tls });
 pub struct PooledConn {
     pub stream: UpstreamIo,
     pub server: usize,
+    /// The TLS server name it was opened with, hashed (0: the server's own name): a
+    /// connection is reused only for requests that want the same name.
+    pub sni: u64,
     /// Requests already sent on this connection (0: new).
     pub uses: u64,
 }
@@ -64,8 +67,8 @@ type IdleList = Vec<(PooledConn, Instant)>;
 
 #[derive(Default)]
 pub struct UpstreamPool {
-    /// Keyed by (group id, server index).
-    idle: RefCell<HashMap<(usize, usize), IdleList>>,
+    /// Keyed by (group id, server index, server name tag).
+    idle: RefCell<HashMap<(usize, usize, u64), IdleList>>,
 }
 
 impl UpstreamPool {
@@ -74,11 +77,12 @@ impl UpstreamPool {
         &self,
         group_id: usize,
         server: usize,
+        sni: u64,
         max_idle: std::time::Duration,
         probe: bool,
     ) -> Option<PooledConn> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(&(group_id, server))?;
+        let list = idle.get_mut(&(group_id, server, sni))?;
         while let Some((conn, since)) = list.pop() {
             if since.elapsed() >= max_idle {
                 continue;
@@ -102,7 +106,7 @@ impl UpstreamPool {
             return;
         }
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry((group_id, conn.server)).or_default();
+        let list = idle.entry((group_id, conn.server, conn.sni)).or_default();
         if list.len() >= max {
             list.remove(0); // drop the oldest
         }

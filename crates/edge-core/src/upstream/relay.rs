@@ -26,24 +26,22 @@ const FLUSH_AT: usize = 64 * 1024;
 
 /// Proxies one request without the cache (also the cache's bypass path): fetch, then
 /// relay; an error before the head is answered with a 502/504 page and one log line.
-/// `add_headers` are the location's pre-serialised `add_header` lines.
 #[allow(clippy::too_many_arguments)]
 pub async fn proxy_pass(
     w: Local<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
     t: &Timeouts,
-    add_headers: &[u8],
     group: &Arc<UpstreamGroup>,
     compress: Option<(&Policy, &Compressor)>,
     affinity: Option<u64>,
 ) -> Result<(), ExchangeError> {
     match fetch(w, conn, ex, group, affinity).await {
         Ok(up) => {
-            let relay = relay_response(w, conn, ex, t.send, add_headers, group, up, compress);
+            let relay = relay_response(w, conn, ex, t.send, group, up, compress);
             relay.await
         }
-        Err(e) => upstream_error(conn, ex, t, add_headers, group, e).await,
+        Err(e) => upstream_error(conn, ex, t, group, e).await,
     }
 }
 
@@ -59,7 +57,6 @@ pub async fn upstream_error(
     conn: &mut Conn,
     ex: &mut Exchange,
     t: &Timeouts,
-    add_headers: &[u8],
     group: &UpstreamGroup,
     e: UpstreamError,
 ) -> Result<(), ExchangeError> {
@@ -81,7 +78,7 @@ pub async fn upstream_error(
                 ex.keep_alive = false; // the request body was not consumed
                 ex.body = None;
             }
-            let extra = error_headers(ex, add_headers);
+            let extra = error_headers(ex);
             respond(
                 conn,
                 ex,
@@ -96,23 +93,18 @@ pub async fn upstream_error(
     }
 }
 
-/// Extra headers of an error page for a proxied request: the location's `add_header`s
-/// and, on a cached location, `X-Cache-Status`.
-pub fn error_headers(ex: &Exchange, add_headers: &[u8]) -> Vec<u8> {
-    let mut extra = add_headers.to_vec();
+/// Extra headers of an error page for a proxied request: on a cached location,
+/// `X-Cache-Status` (the location's `add_header`s come with the head's end).
+pub fn error_headers(ex: &Exchange) -> Vec<u8> {
+    let mut extra = Vec::new();
     ex.write_cache_status(&mut extra);
     extra
 }
 
 /// Writes the response head for the client from an upstream head: hop-by-hop, Date,
 /// Server and framing headers replaced by ours. Returns whether the body goes chunked.
-pub fn client_head(
-    out: &mut Vec<u8>,
-    ex: &mut Exchange,
-    head: &ResponseHead,
-    add_headers: &[u8],
-) -> bool {
-    client_head_planned(out, ex, head, add_headers, Plan::AsIs { vary: false })
+pub fn client_head(out: &mut Vec<u8>, ex: &mut Exchange, head: &ResponseHead) -> bool {
+    client_head_planned(out, ex, head, Plan::AsIs { vary: false })
 }
 
 /// [`client_head`] for a response sent according to a compression `plan`: the coding
@@ -122,7 +114,6 @@ pub fn client_head_planned(
     out: &mut Vec<u8>,
     ex: &mut Exchange,
     head: &ResponseHead,
-    add_headers: &[u8],
     plan: Plan,
 ) -> bool {
     if plan == (Plan::AsIs { vary: false }) {
@@ -154,7 +145,6 @@ pub fn client_head_planned(
             }
         }
     }
-    out.extend_from_slice(add_headers);
     ex.write_cache_status(out);
     ex.end_head(out);
     chunked
@@ -187,7 +177,6 @@ pub async fn relay_response(
     conn: &mut Conn,
     ex: &mut Exchange,
     send: std::time::Duration,
-    add_headers: &[u8],
     group: &UpstreamGroup,
     mut up: UpstreamResponse,
     compress: Option<(&Policy, &Compressor)>,
@@ -195,7 +184,7 @@ pub async fn relay_response(
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
     let (plan, mut filter) =
         crate::compress::for_relay(compress, &ex.req.headers, &up.head, ex.is_head(), w.stats);
-    let chunked = client_head_planned(&mut out, ex, &up.head, add_headers, plan);
+    let chunked = client_head_planned(&mut out, ex, &up.head, plan);
     let head_len = out.len();
     let mut coded = Vec::new();
     let mut dec = BodyDecoder::new(up.head.body, None).upstream();

@@ -153,12 +153,14 @@ impl OwnedCtx {
 }
 
 /// The request head of a cache fill or revalidation: always GET (a HEAD miss fills the
-/// whole object), without the client's validators and ranges, plus `extra` lines.
+/// whole object), without the client's validators and ranges, plus `extra` lines and
+/// the location's `proxy_set_header` (`fields`).
 pub fn fill_head(
     ctx: &Ctx<'_>,
     req: &RequestHead,
     peer: std::net::IpAddr,
     extra: &[u8],
+    fields: Option<&crate::http::fields::UpstreamFields>,
 ) -> Vec<u8> {
     crate::upstream::client::request_head(
         req,
@@ -168,6 +170,7 @@ pub fn fill_head(
             method: Some("GET"),
             strip: FILL_STRIP,
             extra,
+            fields,
         },
     )
 }

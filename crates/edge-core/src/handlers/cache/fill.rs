@@ -52,7 +52,14 @@ pub async fn fetch_origin(
     SystemTime,
     SystemTime,
 ) {
-    let head = fill_head(ctx, &ex.req, ex.client_addr().ip(), extra);
+    let fields = ex.upstream_fields.clone();
+    let head = fill_head(
+        ctx,
+        &ex.req,
+        ex.client_addr().ip(),
+        extra,
+        fields.as_deref(),
+    );
     let t0 = SystemTime::now();
     let affinity = ctx.affinity();
     let up = fetch_with(
@@ -62,6 +69,7 @@ pub async fn fetch_origin(
         &head,
         &Method::Get,
         affinity,
+        fields.as_ref().and_then(|f| f.host.as_deref()),
     )
     .await;
     (up, t0, SystemTime::now())
@@ -112,7 +120,7 @@ pub async fn upstream_failed(
         ex.body = None;
     }
     let page = error_page(status);
-    let extra = proxy::error_headers(ex, &ctx.route.add_headers);
+    let extra = proxy::error_headers(ex);
     respond_page(
         conn,
         ex,
@@ -268,7 +276,7 @@ pub async fn pump(
     if let Some((_, ex)) = client.as_mut() {
         match leader_range(ex, &up, store.as_ref()) {
             Some(r) => {
-                range_head(ctx, ex, &up, &r, &mut out);
+                range_head(ex, &up, &r, &mut out);
                 want = r.unwrap_or(0..0);
             }
             None => {
@@ -281,8 +289,7 @@ pub async fn pump(
                     ctx.w.stats(),
                 );
                 filter = f;
-                let add = &ctx.route.add_headers;
-                chunked = client_head_planned(&mut out, ex, &up.head, add, plan);
+                chunked = client_head_planned(&mut out, ex, &up.head, plan);
             }
         }
         to_client = !ex.is_head();
@@ -465,7 +472,6 @@ fn leader_range(
 
 /// The leader's 206 (or 416 for `None`) head: the origin's headers, our framing.
 fn range_head(
-    ctx: &Ctx<'_>,
     ex: &mut Exchange,
     up: &UpstreamResponse,
     r: &Option<std::ops::Range<u64>>,
@@ -486,7 +492,6 @@ fn range_head(
     };
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
     edge_http::write_header_u64(out, "Content-Length", n);
-    out.extend_from_slice(&ctx.route.add_headers);
     ex.write_cache_status(out);
     ex.end_head(out);
 }

@@ -72,7 +72,7 @@ pub async fn send(
     ex.cache.ttl = Some(policy::ttl_secs(&meta, now));
     if not_modified(&meta, &ex.req.method, &ex.req.headers) {
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
-        write_not_modified(ctx, ex, &meta, age, &mut out);
+        write_not_modified(ex, &meta, age, &mut out);
         conn.write_all(&out, shared.timeouts.send).await?;
         return Ok(());
     }
@@ -93,7 +93,7 @@ pub async fn send(
             if !bodiless(meta.status) {
                 edge_http::write_header_u64(&mut out, "Content-Length", len);
             }
-            finish_head(ctx, ex, age, &mut out);
+            finish_head(ex, age, &mut out);
             if bodiless(meta.status) || ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -105,7 +105,7 @@ pub async fn send(
             let r = ranges[0].as_range();
             let mut out = head_buf(ctx, &meta, 64);
             write_partial_head(ex, &mut out, &meta, &r, len);
-            finish_head(ctx, ex, age, &mut out);
+            finish_head(ex, age, &mut out);
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -117,7 +117,7 @@ pub async fn send(
             let boundary = Boundary::from_seed(entry.hash as u64);
             let layout = MultipartLayout::new(&ranges, len, content_type(&meta), boundary.as_str());
             let mut out = head_buf(ctx, &meta, 128);
-            write_multipart_head(ctx, ex, &meta, &layout, age, &mut out);
+            write_multipart_head(ex, &meta, &layout, age, &mut out);
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -136,7 +136,7 @@ pub async fn send(
         }
         RangeOutcome::Unsatisfiable => {
             let mut out = head_buf(ctx, &meta, 64);
-            write_unsatisfiable(ctx, ex, &meta, len, age, &mut out);
+            write_unsatisfiable(ex, &meta, len, age, &mut out);
             conn.write_all(&out, shared.timeouts.send).await?;
             0
         }
@@ -164,7 +164,6 @@ pub fn write_partial_head(
 /// The head of a multipart/byteranges 206: the stored headers but those describing the
 /// whole representation, then the multipart type and length.
 pub fn write_multipart_head(
-    ctx: &Ctx<'_>,
     ex: &mut Exchange,
     meta: &ObjectMeta,
     layout: &MultipartLayout,
@@ -176,7 +175,7 @@ pub fn write_multipart_head(
     let total = layout.content_length();
     edge_http::write_header(out, "Content-Type", layout.content_type());
     edge_http::write_header_u64(out, "Content-Length", total);
-    finish_head(ctx, ex, age, out);
+    finish_head(ex, age, out);
 }
 
 /// A head buffer with room for the stored block, our headers and an inline body: the
@@ -192,29 +191,21 @@ fn head_buf(ctx: &Ctx<'_>, meta: &ObjectMeta, extra: usize) -> Vec<u8> {
 }
 
 /// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head.
-pub fn finish_head(ctx: &Ctx<'_>, ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
+pub fn finish_head(ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
     edge_http::write_header_u64(out, "Age", age);
-    out.extend_from_slice(&ctx.route.add_headers);
     ex.write_cache_status(out);
     ex.end_head(out);
 }
 
 /// A 304 from the cache: the stored headers (validators, Cache-Control...) and no body.
-pub fn write_not_modified(
-    ctx: &Ctx<'_>,
-    ex: &mut Exchange,
-    meta: &ObjectMeta,
-    age: u64,
-    out: &mut Vec<u8>,
-) {
+pub fn write_not_modified(ex: &mut Exchange, meta: &ObjectMeta, age: u64, out: &mut Vec<u8>) {
     ex.begin_stored_head(out, 304);
     out.extend_from_slice(&meta.header_block);
-    finish_head(ctx, ex, age, out);
+    finish_head(ex, age, out);
 }
 
 /// A 416 for a body of `len` bytes: `Content-Range: bytes */len`, no body.
 pub fn write_unsatisfiable(
-    ctx: &Ctx<'_>,
     ex: &mut Exchange,
     meta: &ObjectMeta,
     len: u64,
@@ -226,7 +217,7 @@ pub fn write_unsatisfiable(
     let cr = format!("bytes */{len}");
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
     edge_http::write_header(out, "Content-Length", b"0");
-    finish_head(ctx, ex, age, out);
+    finish_head(ex, age, out);
 }
 
 /// Copies a stored header block without the lines named in `skip` (lowercase).

@@ -34,27 +34,17 @@ pub async fn pass_unsafe(
     let client = crate::handlers::context::client_of(conn, ex, shared);
     let affinity = {
         let vars = crate::handlers::context::vars(client, ex, shared);
-        super::key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None)
+        super::key::affinity(&p.upstream, super::key::KeySpec::of(route), &vars, None)
     };
     let up =
         match crate::upstream::client::fetch(w.upstream(), conn, ex, &p.upstream, affinity).await {
             Ok(up) => up,
-            Err(e) => {
-                return upstream_error(
-                    conn,
-                    ex,
-                    &shared.timeouts,
-                    &route.add_headers,
-                    &p.upstream,
-                    e,
-                )
-                .await
-            }
+            Err(e) => return upstream_error(conn, ex, &shared.timeouts, &p.upstream, e).await,
         };
     if (200..400).contains(&up.head.status) {
         let vars = crate::handlers::context::vars(client, ex, shared);
         let keys = invalidated_keys(
-            route.cache_key.as_ref(),
+            super::key::KeySpec::of(route),
             &vars,
             ex.req.host().unwrap_or(""),
             ex.req.path_and_query(),
@@ -84,7 +74,6 @@ pub async fn pass_unsafe(
         conn,
         ex,
         shared.timeouts.send,
-        &route.add_headers,
         &p.upstream,
         up,
         w.compression(p.compress.as_ref()),
@@ -96,7 +85,7 @@ pub async fn pass_unsafe(
 /// `Location` and `Content-Location` when they name the same origin (a path, or an
 /// `http://` URI with the request's host).
 pub fn invalidated_keys(
-    template: Option<&crate::vars::Template>,
+    template: super::key::KeySpec<'_>,
     vars: &crate::vars::Ctx<'_>,
     host: &str,
     pq: &str,
@@ -179,7 +168,13 @@ mod tests {
             server_port: 80,
         };
         let vars = crate::vars::Ctx::new(&req, client, "", &routed, &maps);
-        invalidated_keys(None, &vars, "Ex.com", pq, &h)
+        invalidated_keys(
+            super::super::key::KeySpec::default(),
+            &vars,
+            "Ex.com",
+            pq,
+            &h,
+        )
     }
 
     #[test]

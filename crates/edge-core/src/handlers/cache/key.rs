@@ -1,8 +1,33 @@
-//! The cache key (`cache_key` templates) and the `cache_bypass`/`no_cache` conditions.
+//! The cache key (`cache_key` templates, `cache_key_args`, the path's percent
+//! normalization) and the `cache_bypass`/`no_cache` conditions.
+//!
+//! The key sees the request's path and query normalized ([`edge_http::normalize`]): the
+//! path percent-normalized (RFC 3986 6.2.2.2) and, with `cache_key_args`, the query
+//! arguments filtered and sorted. That is what the default key's path and query, and a
+//! template's `$uri`, `$args`, `$is_args`, `$arg_NAME` and `$request_uri`, contribute.
+//! The request forwarded upstream keeps its own target.
 
 use crate::config::Condition;
 use crate::vars::{Ctx, Template};
+use edge_http::normalize::{normalize_pq, ArgsPolicy};
 use edge_http::RequestHead;
+
+/// How a location builds its cache keys: its `cache_key` template (None: the default
+/// key) and its `cache_key_args` policy (None: every argument, in order).
+#[derive(Clone, Copy, Default)]
+pub struct KeySpec<'a> {
+    pub template: Option<&'a Template>,
+    pub args: Option<&'a ArgsPolicy>,
+}
+
+impl<'a> KeySpec<'a> {
+    pub fn of(route: &'a crate::state::route::Route) -> KeySpec<'a> {
+        KeySpec {
+            template: route.cache_key.as_ref(),
+            args: route.key_args.as_ref(),
+        }
+    }
+}
 
 /// The key hash a `consistent_hash` upstream routes a request on: its `hash_key`
 /// template, else the request's cache key (`cache_key_now`: already computed by a cached
@@ -10,7 +35,7 @@ use edge_http::RequestHead;
 /// upstreams.
 pub fn affinity(
     group: &crate::upstream::UpstreamGroup,
-    location_key: Option<&Template>,
+    location_key: KeySpec<'_>,
     vars: &Ctx<'_>,
     cache_key_now: Option<&str>,
 ) -> Option<u64> {
@@ -28,15 +53,17 @@ pub fn affinity(
 /// The primary cache key: the location's `cache_key` template rendered, or by default
 /// `http://` + the Host header lower-cased (port kept) + the path and query (the key
 /// every earlier version used, so caches on disk stay valid).
-pub fn cache_key(template: Option<&Template>, vars: &Ctx<'_>) -> String {
+pub fn cache_key(spec: KeySpec<'_>, vars: &Ctx<'_>) -> String {
     let host = vars.req.host().unwrap_or("");
-    cache_key_for(template, vars, host, vars.req.path_and_query())
+    cache_key_for(spec, vars, host, vars.req.path_and_query())
 }
 
 /// [`cache_key`] for a URI given by its host and its path and query (`pq`, origin
 /// form): the key a GET of that URI would be cached under.
-pub fn cache_key_for(template: Option<&Template>, vars: &Ctx<'_>, host: &str, pq: &str) -> String {
-    let Some(t) = template else {
+pub fn cache_key_for(spec: KeySpec<'_>, vars: &Ctx<'_>, host: &str, pq: &str) -> String {
+    let pq = normalize_pq(pq, spec.args);
+    let pq = &*pq;
+    let Some(t) = spec.template else {
         // The common case: one allocation, the host lower-cased in place.
         let mut k = String::with_capacity(7 + host.len() + pq.len());
         k.push_str("http://");
@@ -46,7 +73,10 @@ pub fn cache_key_for(template: Option<&Template>, vars: &Ctx<'_>, host: &str, pq
         k.push_str(pq);
         return k;
     };
-    t.to_string(&vars.with_uri(pq))
+    let mut ctx = vars.with_uri(pq);
+    let request_uri = normalize_pq(vars.request_uri, spec.args);
+    ctx.request_uri = &request_uri;
+    t.to_string(&ctx)
 }
 
 /// Whether any `cache_bypass`/`no_cache` condition holds. Like nginx's variables, a
@@ -112,6 +142,10 @@ mod tests {
     }
 
     fn key(template: Option<&str>, r: &RequestHead) -> String {
+        key_with(template, None, r)
+    }
+
+    fn key_with(template: Option<&str>, args: Option<&ArgsPolicy>, r: &RequestHead) -> String {
         let known = crate::vars::Known::default();
         let t = template.map(|t| Template::compile(t, &known).unwrap());
         let routed = crate::vars::Routed::default();
@@ -122,7 +156,35 @@ mod tests {
             server_port: 80,
         };
         let vars = Ctx::new(r, client, "", &routed, &maps);
-        cache_key(t.as_ref(), &vars)
+        let spec = KeySpec {
+            template: t.as_ref(),
+            args,
+        };
+        cache_key(spec, &vars)
+    }
+
+    #[test]
+    fn keys_see_the_normalized_path_and_args() {
+        use edge_http::normalize::ArgPattern;
+        let policy = ArgsPolicy {
+            sort: true,
+            include: None,
+            exclude: vec![ArgPattern::parse("utm_*").unwrap()],
+        };
+        let p = Some(&policy);
+        let h = [("Host", "h")];
+        let a = req("/a%2db?utm_source=x&b=2&a=1", &h);
+        let b = req("/a-b?a=1&b=2", &h);
+        assert_eq!(key_with(None, p, &a), "http://h/a-b?a=1&b=2");
+        assert_eq!(key_with(None, p, &a), key_with(None, p, &b));
+        // Without a policy only the path is normalized.
+        assert_eq!(key(None, &a), "http://h/a-b?utm_source=x&b=2&a=1");
+        let t = Some("$host|$uri|$is_args|$args|$arg_utm_source|$request_uri");
+        assert_eq!(key_with(t, p, &a), "h|/a-b|?|a=1&b=2||/a-b?a=1&b=2");
+        let only_utm = req("/x?utm_a=1", &h);
+        assert_eq!(key_with(None, p, &only_utm), "http://h/x");
+        assert_eq!(key_with(t, p, &only_utm), "h|/x||||/x");
+        assert_eq!(key_with(None, p, &req("/a%2Fb", &h)), "http://h/a%2Fb");
     }
 
     #[test]

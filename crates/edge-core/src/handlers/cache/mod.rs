@@ -84,13 +84,12 @@ pub async fn handle(
     {
         mark(w, ex, CacheStatus::Bypass);
         let vars = crate::handlers::context::vars(client, ex, shared);
-        let affinity = key::affinity(&p.upstream, route.cache_key.as_ref(), &vars, None);
+        let affinity = key::affinity(&p.upstream, key::KeySpec::of(route), &vars, None);
         return Box::pin(crate::upstream::relay::proxy_pass(
             w.upstream(),
             conn,
             ex,
             &shared.timeouts,
-            &route.add_headers,
             &p.upstream,
             w.compression(p.compress.as_ref()),
             affinity,
@@ -99,13 +98,13 @@ pub async fn handle(
     }
     let key = {
         let vars = crate::handlers::context::vars(client, ex, shared);
-        cache_key(route.cache_key.as_ref(), &vars)
+        cache_key(key::KeySpec::of(route), &vars)
     };
     let primary = key_hash(&key);
     let cache = pick(&p.caches, primary);
     let affinity = {
         let vars = crate::handlers::context::vars(client, ex, shared);
-        key::affinity(&p.upstream, None, &vars, Some(&key))
+        key::affinity(&p.upstream, key::KeySpec::default(), &vars, Some(&key))
     };
     let ctx = Ctx {
         w,

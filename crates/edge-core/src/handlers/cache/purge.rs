@@ -24,16 +24,7 @@ pub async fn handle_method(
 ) -> Result<(), ExchangeError> {
     if !shared.is_admin(ex.client_addr().ip()) {
         let page = crate::http::respond::error_page(403);
-        return respond(
-            conn,
-            ex,
-            &shared.timeouts,
-            403,
-            "text/html",
-            &page,
-            &route.add_headers,
-        )
-        .await;
+        return respond(conn, ex, &shared.timeouts, 403, "text/html", &page, b"").await;
     }
     let key = {
         let vars = crate::handlers::context::vars(
@@ -41,7 +32,7 @@ pub async fn handle_method(
             ex,
             shared,
         );
-        cache_key(route.cache_key.as_ref(), &vars)
+        cache_key(super::key::KeySpec::of(route), &vars)
     };
     let target = edge_cache::purge::PurgeTarget::Key(key.clone());
     // The unlinks run on the file I/O backend's pool.
@@ -61,7 +52,7 @@ pub async fn handle_method(
         status,
         "application/json",
         body.as_bytes(),
-        &route.add_headers,
+        b"",
     )
     .await
 }

@@ -181,14 +181,14 @@ pub async fn revalidate(
     let now = SystemTime::now();
     if let Some(h) = handle {
         if background_allowed(ctx, &entry.meta, now) {
-            spawn_background(ctx, &ex.req, ex.client_addr().ip(), Some(h));
+            spawn_background(ctx, ex, ex.client_addr().ip(), Some(h));
             return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
         }
         return foreground(ctx, conn, ex, Some(h), entry, store).await;
     }
     if background_allowed(ctx, &entry.meta, now) && store == MayStore::Yes {
         // No lock (cache_lock = false): still refresh only in the background.
-        spawn_background(ctx, &ex.req, ex.client_addr().ip(), None);
+        spawn_background(ctx, ex, ex.client_addr().ip(), None);
         return super::deliver::stored(ctx, conn, ex, entry, CacheStatus::Updating).await;
     }
     foreground(ctx, conn, ex, None, entry, store).await
@@ -274,7 +274,7 @@ async fn foreground(
 /// Starts the one background refresh of this key on the worker's loop.
 fn spawn_background(
     ctx: &Ctx<'_>,
-    req: &RequestHead,
+    ex: &Exchange,
     peer: std::net::IpAddr,
     handle: Option<FillHandle>,
 ) {
@@ -283,8 +283,9 @@ fn spawn_background(
     };
     let job = Background {
         owned,
-        req: req.clone(),
+        req: ex.req.clone(),
         peer,
+        fields: ex.upstream_fields.clone(),
     };
     tokio::task::spawn_local(async move { job.run(handle).await });
 }
@@ -294,6 +295,8 @@ struct Background {
     owned: OwnedCtx,
     req: RequestHead,
     peer: std::net::IpAddr,
+    /// The request's rendered `proxy_set_header`.
+    fields: Option<std::rc::Rc<crate::http::fields::UpstreamFields>>,
 }
 
 impl Background {
@@ -320,7 +323,8 @@ impl Background {
             .as_ref()
             .map(|e| validators(&ctx, &e.meta))
             .unwrap_or_default();
-        let head = fill_head(&ctx, &self.req, self.peer, &extra);
+        let fields = self.fields.as_deref();
+        let head = fill_head(&ctx, &self.req, self.peer, &extra, fields);
         let t0 = SystemTime::now();
         let affinity = ctx.affinity();
         let up = fetch_with(
@@ -330,6 +334,7 @@ impl Background {
             &head,
             &Method::Get,
             affinity,
+            fields.and_then(|f| f.host.as_deref()),
         )
         .await;
         let t1 = SystemTime::now();

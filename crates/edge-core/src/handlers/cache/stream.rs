@@ -86,7 +86,7 @@ pub async fn stream_fill(
     ex.cache.ttl = Some(policy::ttl_secs(meta, now));
     let mut out = Vec::with_capacity(512 + meta.header_block.len() + extra.len());
     if edge_cache::hit::not_modified(meta, &ex.req.method, &ex.req.headers) {
-        hit::write_not_modified(ctx, ex, meta, age, &mut out);
+        hit::write_not_modified(ex, meta, age, &mut out);
         conn.write_all(&out, send).await?;
         return Ok(());
     }
@@ -104,7 +104,7 @@ pub async fn stream_fill(
                 return multipart(ctx, conn, ex, fill, &head, &r, len, age, from_origin).await
             }
             RangeOutcome::Unsatisfiable => {
-                hit::write_unsatisfiable(ctx, ex, meta, len, age, &mut out);
+                hit::write_unsatisfiable(ex, meta, len, age, &mut out);
                 conn.write_all(&out, send).await?;
                 return Ok(());
             }
@@ -128,7 +128,7 @@ pub async fn stream_fill(
         }
     }
     out.extend_from_slice(&extra);
-    hit::finish_head(ctx, ex, age, &mut out);
+    hit::finish_head(ex, age, &mut out);
     conn.write_all(&out, send).await?;
     if ex.is_head() || no_body {
         return Ok(());
@@ -200,7 +200,7 @@ async fn multipart(
         boundary.as_str(),
     );
     let mut out = Vec::with_capacity(512 + meta.header_block.len());
-    hit::write_multipart_head(ctx, ex, meta, &layout, age, &mut out);
+    hit::write_multipart_head(ex, meta, &layout, age, &mut out);
     if ex.is_head() {
         conn.write_all(&out, send).await?;
         return Ok(());

@@ -382,7 +382,7 @@ async fn on_the_fly(
         edge_http::write_header_u64(&mut out, "Content-Length", n);
     }
     out.extend_from_slice(extra);
-    finish_head(ctx, ex, age, &mut out);
+    finish_head(ex, age, &mut out);
     conn.write_all(&out, send).await?;
     if ex.is_head() {
         return Ok(());
