@@ -8,6 +8,7 @@
 pub mod caches;
 mod error;
 pub mod route;
+pub mod rules;
 pub mod sites;
 
 pub use error::StateError;

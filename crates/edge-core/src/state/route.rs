@@ -4,6 +4,7 @@
 
 use super::caches::Caches;
 use super::error::StateError;
+use super::rules::CacheRules;
 use crate::config::validate::BadValue;
 use crate::config::{Location, RewriteFlag};
 use crate::upstream::UpstreamGroup;
@@ -30,6 +31,9 @@ pub struct ProxyRoute {
     pub policy: PolicyConfig,
     /// Response compression (`compress`); None when the location does not compress.
     pub compress: Option<edge_compress::Policy>,
+    /// `use_stale`, `cache_lock`, `cache_bypass`, `no_cache` and the other caching
+    /// knobs, compiled.
+    pub rules: CacheRules,
 }
 
 /// The location's `cache_valid`, `cache_set_cookie`, `cache_honour_no_cache` and
@@ -82,9 +86,6 @@ pub struct Route {
     pub cache_key: Option<Template>,
     /// `rewrite`, in order.
     pub rewrites: Vec<Rewrite>,
-    /// The location's config, for handler options not compiled yet (caching knobs).
-    /// Nothing new reads it per request: compile into a field above instead.
-    pub cfg: Location,
 }
 
 /// One compiled `rewrite`.
@@ -152,6 +153,7 @@ fn route_for(loc: &Location, env: &Env<'_>) -> Result<(Route, bool), StateError>
             caches,
             policy: policy_for(loc),
             compress: crate::compress::policy_for(loc),
+            rules: CacheRules::compile(loc),
         })
     } else if let Some(root) = &loc.static_root {
         Handler::Static {
@@ -210,7 +212,6 @@ fn route_for(loc: &Location, env: &Env<'_>) -> Result<(Route, bool), StateError>
             .map(|k| template(k.get_ref(), env.known))
             .transpose()?,
         rewrites,
-        cfg: loc.clone(),
     };
     Ok((route, loc.exact.is_some()))
 }

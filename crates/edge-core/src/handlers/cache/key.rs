@@ -1,8 +1,7 @@
-//! The cache key (`cache_key` templates) and the `cache_bypass`/`no_cache` conditions.
+//! The cache key (`cache_key` templates). The `cache_bypass`/`no_cache` conditions are
+//! compiled predicates ([`crate::state::rules::Predicates`]).
 
-use crate::config::Condition;
 use crate::vars::{Ctx, Template};
-use edge_http::RequestHead;
 
 /// The key hash a `consistent_hash` upstream routes a request on: its `hash_key`
 /// template, else the request's cache key (`cache_key_now`: already computed by a cached
@@ -49,55 +48,15 @@ pub fn cache_key_for(template: Option<&Template>, vars: &Ctx<'_>, host: &str, pq
     t.to_string(&vars.with_uri(pq))
 }
 
-/// Whether any `cache_bypass`/`no_cache` condition holds. Like nginx's variables, a
-/// header, cookie or query argument counts when present with a value that is neither
-/// empty nor `0`.
-pub fn conditions_match(conds: &[Condition], req: &RequestHead) -> bool {
-    conds.iter().any(|c| condition_holds(c, req))
-}
-
-fn truthy(v: &str) -> bool {
-    let v = v.trim();
-    !v.is_empty() && v != "0"
-}
-
-fn condition_holds(c: &Condition, req: &RequestHead) -> bool {
-    if let Some(h) = &c.header {
-        if req
-            .headers
-            .get_all(h)
-            .any(|v| truthy(&String::from_utf8_lossy(v)))
-        {
-            return true;
-        }
-    }
-    if let Some(name) = &c.cookie {
-        let found = req.headers.get_all("cookie").any(|v| {
-            String::from_utf8_lossy(v).split(';').any(|pair| {
-                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
-                k.trim() == name && truthy(val)
-            })
-        });
-        if found {
-            return true;
-        }
-    }
-    if let Some(name) = &c.arg {
-        if let Some(q) = req.query() {
-            if q.split('&').any(|pair| {
-                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
-                k == name && truthy(val)
-            }) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Condition;
+    use edge_http::RequestHead;
+
+    fn matches(conds: &[Condition], r: &RequestHead) -> bool {
+        crate::state::rules::Predicates::compile(conds).any(r)
+    }
 
     fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
         let mut raw = format!("GET {target} HTTP/1.0\r\n"); // 1.0: Host optional
@@ -162,40 +121,37 @@ mod tests {
             arg: Some("fresh".into()),
         };
         let all = [hdr.clone(), cookie.clone(), arg.clone()];
-        assert!(!conditions_match(&all, &req("/", &[])));
-        assert!(conditions_match(
+        assert!(!matches(&all, &req("/", &[])));
+        assert!(matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "1")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "0")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "")])
         ));
-        assert!(conditions_match(
+        assert!(matches(
             std::slice::from_ref(&cookie),
             &req("/", &[("Cookie", "a=b; nocache=yes")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&cookie),
             &req("/", &[("Cookie", "xnocache=1; nocache=0")])
         ));
-        assert!(!conditions_match(
-            &[cookie],
-            &req("/", &[("Cookie", "nocachex=1")])
-        ));
-        assert!(conditions_match(
+        assert!(!matches(&[cookie], &req("/", &[("Cookie", "nocachex=1")])));
+        assert!(matches(
             std::slice::from_ref(&arg),
             &req("/p?a=1&fresh=1", &[])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&arg),
             &req("/p?fresh=0", &[])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&arg),
             &req("/p?freshness=1", &[])
         ));
