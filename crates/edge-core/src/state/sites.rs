@@ -126,7 +126,7 @@ impl Sites {
                     }
                 }
                 // `default = true` takes over; else the first server here.
-                if s.default || on.default.is_none() {
+                if *s.default.get_ref() || on.default.is_none() {
                     on.default = Some(i);
                 }
             }
