@@ -53,7 +53,8 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The context of `req` as it is now: `$uri` and `$args` from its target, and
+    /// The context of `req` as it is now: `$uri` (the normalized path routing kept in
+    /// `routed`, else the target's path) and `$args` from its target, and
     /// `$request_uri` from `routed` (the URI before a rewrite) or the target.
     pub fn new(
         req: &'a RequestHead,
@@ -70,7 +71,7 @@ impl<'a> Ctx<'a> {
                 .original_uri
                 .as_deref()
                 .unwrap_or_else(|| req.path_and_query()),
-            uri: req.path(),
+            uri: routed.uri.as_deref().unwrap_or_else(|| req.path()),
             args: req.query(),
             caps: &routed.caps,
             maps,
@@ -90,6 +91,13 @@ impl<'a> Ctx<'a> {
         self.args = q;
         self
     }
+
+    /// The same context with another current path (`$uri`) and query (`$args`).
+    pub fn with_path(mut self, path: &'a str, args: Option<&'a str>) -> Ctx<'a> {
+        self.uri = path;
+        self.args = args;
+        self
+    }
 }
 
 /// What routing learned about a request, kept on the exchange for the handlers: the
@@ -102,6 +110,9 @@ pub struct Routed {
     pub caps: Captures,
     /// The request's path and query before the first rewrite (`$request_uri`).
     pub original_uri: Option<String>,
+    /// `$uri`, the normalized path ([`super::normalize_uri`]) of the current target, when
+    /// it differs from the target's path (None: the path is already normal).
+    pub uri: Option<Box<str>>,
 }
 
 /// One regex match: a copy of the subject and the group spans.
