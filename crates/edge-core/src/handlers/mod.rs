@@ -90,8 +90,8 @@ pub async fn dispatch(
         }
         Routing::NotFound => return finish_without_body(conn, ex, &shared.timeouts, 404).await,
         Routing::BadRequest => {
-            // nginx answers 400 too: `%00`, a bad escape, or `..` above the root.
-            ex.keep_alive = false;
+            // nginx answers 400 too: `%00`, a bad escape, or `..` above the root. The
+            // request was well framed: the connection stays open.
             return finish_without_body(conn, ex, &shared.timeouts, 400).await;
         }
         Routing::Cycle => {
