@@ -203,3 +203,43 @@ listen = "{{admin}}"
     assert_eq!(leader.join().unwrap().body, follower.body);
     assert_eq!(requests() - before, 1, "one origin fetch for both");
 }
+
+/// Reordering `[[listen]]` tables on a reload keeps each address with its own servers:
+/// connections kept alive across the reload (which carry the listener index they were
+/// accepted under) and new ones are answered by the same server as before, and no
+/// restart-only line is logged for a pure reorder.
+#[test]
+fn reordered_listeners_keep_their_servers_across_a_reload() {
+    let b = edge_testkit::free_addr();
+    let text = |first: &str, second: &str| {
+        format!(
+            "workers = 1\n{first}\n{second}\n[admin]\nlisten = \"{{admin}}\"\n\
+             [[server]]\ndefault = true\nlisten = [\"{{listen}}\"]\n[[server.location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"A\" }}\n\
+             [[server]]\ndefault = true\nlisten = [\"{b}\"]\n[[server.location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"B\" }}\n"
+        )
+    };
+    let la = "[[listen]]\naddr = \"{listen}\"";
+    let lb = format!("[[listen]]\naddr = \"{b}\"");
+    let (p, a, admin) = edgecache(&text(la, &lb));
+    let mut ca = edge_testkit::Client::connect(a);
+    let mut cb = edge_testkit::Client::connect(b);
+    assert_eq!(ca.get("/", &[]).body, b"A");
+    assert_eq!(cb.get("/", &[]).body, b"B");
+    let gen = || json_number(&common::get_text(admin, "/status"), "config_generation").unwrap();
+    let before = gen();
+    let swapped = text(&lb, la)
+        .replace("{listen}", &a.to_string())
+        .replace("{admin}", &admin.to_string());
+    std::fs::write(p.dir().join("edgecache.toml"), swapped).unwrap();
+    p.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gen() == before {
+        assert!(Instant::now() < deadline, "no reload: {}", p.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(ca.get("/", &[]).body, b"A", "kept-alive connection on A");
+    assert_eq!(cb.get("/", &[]).body, b"B", "kept-alive connection on B");
+    assert_eq!(get(a, "/", &[]).body, b"A");
+    assert_eq!(get(b, "/", &[]).body, b"B");
+    assert!(!p.stderr().contains("read only at start"), "{}", p.stderr());
+}

@@ -279,3 +279,92 @@ return = {{ status = 200, body = "b $scheme $host" }}
     let (st, _) = tls_get(addr, &client, "x.b.example", "a.example");
     assert_eq!(st, 421);
 }
+
+/// Locations match nginx's `$uri` (decoded, dots resolved, slashes merged), `$uri`
+/// echoes it, `$request_uri` keeps what the client sent, and a proxied request goes
+/// upstream with the client's own target; `%00` and `..` above the root are 400.
+#[test]
+fn locations_match_the_normalized_uri_and_upstream_gets_the_original() {
+    let (up, seen) = common::recording_upstream();
+    let (_p, addr, _) = edgecache(&format!(
+        r#"
+[[listen]]
+addr = "{{listen}}"
+
+[[upstream]]
+name = "o"
+servers = ["{up}"]
+
+[[location]]
+prefix = "/"
+return = {{ status = 200, body = "root uri=$uri" }}
+
+[[location]]
+exact = "/a/c-d"
+return = {{ status = 200, body = "exact uri=$uri request_uri=$request_uri" }}
+
+[[location]]
+prefix = "/up/"
+proxy = "o"
+"#
+    ));
+    let (st, _, b) = get(addr, "/a//b/../c%2Dd", "h");
+    assert_eq!(
+        (st, b.as_str()),
+        (200, "exact uri=/a/c-d request_uri=/a//b/../c%2Dd")
+    );
+    let (st, _, b) = get(addr, "/x/..%2Fa/./c-d?k=1", "h");
+    assert_eq!(
+        (st, b.as_str()),
+        (200, "exact uri=/a/c-d request_uri=/x/..%2Fa/./c-d?k=1")
+    );
+    let (_, _, b) = get(addr, "/caf%C3%A9/%0d%0a", "h");
+    assert_eq!(b, "root uri=/café/%0D%0A", "controls stay encoded");
+    let (st, _, _) = get(addr, "//up//x/../y%2Fz?q=%2F", "h");
+    assert_eq!(st, 200);
+    let head = seen.lock().unwrap().heads.last().cloned().unwrap();
+    assert!(
+        head.starts_with("GET //up//x/../y%2Fz?q=%2F HTTP/1.1\r\n"),
+        "the upstream gets the original target: {head}"
+    );
+    for bad in ["/a%00b", "/..", "/a/%2E%2E/../x", "/a%zz"] {
+        let (st, _, _) = get(addr, bad, "h");
+        assert_eq!(st, 400, "{bad}");
+    }
+}
+
+#[test]
+fn map_cycles_and_two_defaults_on_one_address_are_refused_by_dash_t() {
+    let (code, stderr, path) = check_config(
+        "[[listen]]\naddr = \"127.0.0.1:8080\"\n\
+         [[map]]\nsource = \"$b\"\nvariable = \"$a\"\n\
+         [[map]]\nsource = \"$host\"\nvariable = \"$b\"\nentries = [{ match = \"x\", value = \"$a\" }]\n\
+         [[location]]\nprefix = \"/\"\nreturn = { status = 200, body = \"$a\" }\n",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{path}:5: map.variable: $a depends on itself ($a -> $b -> $a)"
+        )),
+        "{stderr}"
+    );
+    let (code, stderr, path) = check_config(
+        "[[listen]]\naddr = \"127.0.0.1:8080\"\n[[listen]]\naddr = \"127.0.0.1:8081\"\n\
+         [[server]]\ndefault = true\nlisten = [\"127.0.0.1:8081\"]\n\
+         [[server]]\nnames = [\"b.example\"]\ndefault = true\n",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{path}:10: server.default: server #1 is already the default server on \"127.0.0.1:8081\""
+        )),
+        "{stderr}"
+    );
+    // One default per address is fine.
+    let (code, stderr, _) = check_config(
+        "[[listen]]\naddr = \"127.0.0.1:8080\"\n[[listen]]\naddr = \"127.0.0.1:8081\"\n\
+         [[server]]\ndefault = true\nlisten = [\"127.0.0.1:8081\"]\n\
+         [[server]]\nnames = [\"b.example\"]\ndefault = true\nlisten = [\"127.0.0.1:8080\"]\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -820,9 +820,10 @@ pub struct ServerCfg {
     /// variables).
     #[serde(default = "default_cache_list")]
     pub names: Spanned<Vec<String>>,
-    /// The server for a host no server names, on the listeners it answers.
-    #[serde(default)]
-    pub default: bool,
+    /// The server for a host no server names, on the listeners it answers (one per
+    /// `[[listen]]` addr, as nginx's `default_server`).
+    #[serde(default = "default_not_default")]
+    pub default: Spanned<bool>,
     /// The `[[listen]]` addrs it answers on; None: all.
     #[serde(default)]
     pub listen: Option<Spanned<Vec<String>>>,
@@ -873,6 +874,10 @@ impl ServerCfg {
         }
         self.location = locations;
     }
+}
+
+fn default_not_default() -> Spanned<bool> {
+    Spanned::new(0..0, false)
 }
 
 /// `[[map]]`: a variable whose value depends on another (nginx `map`).

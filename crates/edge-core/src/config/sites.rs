@@ -103,17 +103,49 @@ pub fn location_regex(loc: &Location) -> Option<(&toml::Spanned<String>, bool, &
 /// Servers, maps and upstream `hash_key`s; returns the names templates may use.
 pub(super) fn validate(cfg: &Config) -> Result<Known, VErr> {
     let known = collect_known(cfg)?;
+    // For each map, the maps its templates read.
+    let mut deps: Vec<Vec<u16>> = Vec::with_capacity(cfg.map.len());
     for m in &cfg.map {
         let t = |s: &toml::Spanned<String>, key: &str| {
             template(s.get_ref(), &known).map_err(|msg| verr(s, key, msg))
         };
-        t(&m.source, "map.source")?;
+        let mut ts = vec![t(&m.source, "map.source")?];
         if let Some(d) = &m.default {
-            t(d, "map.default")?;
+            ts.push(t(d, "map.default")?);
         }
         for e in m.entries.get_ref() {
-            template(&e.value, &known).map_err(|msg| verr(&m.entries, "map.entries.value", msg))?;
+            ts.push(
+                template(&e.value, &known)
+                    .map_err(|msg| verr(&m.entries, "map.entries.value", msg))?,
+            );
         }
+        let mut d: Vec<u16> = ts
+            .iter()
+            .flat_map(|t| t.vars())
+            .filter_map(|v| match v {
+                crate::vars::Var::Map(j) => Some(*j),
+                _ => None,
+            })
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        deps.push(d);
+    }
+    if let Some(cycle) = map_cycle(&deps) {
+        let m = &cfg.map[cycle[0] as usize];
+        let path: Vec<&str> = cycle
+            .iter()
+            .map(|&i| cfg.map[i as usize].variable.get_ref().as_str())
+            .collect();
+        return err(
+            Some(m.variable.span()),
+            "map.variable",
+            format!(
+                "{} depends on itself ({}): a map's source, default and values may not read it",
+                m.variable.get_ref(),
+                path.join(" -> ")
+            ),
+        );
     }
     for u in &cfg.upstream {
         if let Some(h) = &u.hash_key {
@@ -128,9 +160,8 @@ pub(super) fn validate(cfg: &Config) -> Result<Known, VErr> {
         }
     }
     let listen_addrs: Vec<&String> = cfg.listen.iter().map(|l| l.addr.get_ref()).collect();
-    let mut defaults = 0;
     for s in &cfg.server {
-        if s.names.get_ref().is_empty() && !s.default {
+        if s.names.get_ref().is_empty() && !*s.default.get_ref() {
             return err(
                 Some(s.names.span()),
                 "server.names",
@@ -147,9 +178,6 @@ pub(super) fn validate(cfg: &Config) -> Result<Known, VErr> {
                 "server.names",
                 format!("{n:?} is not a host name"),
             );
-        }
-        if s.default {
-            defaults += 1;
         }
         if let Some(l) = &s.listen {
             if l.get_ref().is_empty() {
@@ -168,21 +196,79 @@ pub(super) fn validate(cfg: &Config) -> Result<Known, VErr> {
             }
         }
     }
-    if defaults > 1 {
-        // nginx allows one default per address; keep it simple: one in all.
-        let s = cfg
-            .server
-            .iter()
-            .filter(|s| s.default)
-            .nth(1)
-            .expect("counted");
-        return err(
-            Some(s.names.span()),
-            "server.default",
-            "more than one server has default = true",
-        );
+    // nginx: one `default_server` per address. A server without `listen` is on all.
+    let mut default_of: Vec<Option<usize>> = vec![None; listen_addrs.len()];
+    for (si, s) in cfg.server.iter().enumerate() {
+        if !*s.default.get_ref() {
+            continue;
+        }
+        for (li, addr) in listen_addrs.iter().enumerate() {
+            let here = s
+                .listen
+                .as_ref()
+                .is_none_or(|l| l.get_ref().contains(*addr));
+            if !here {
+                continue;
+            }
+            if let Some(first) = default_of[li].filter(|&f| f != si) {
+                let names = |i: usize| match cfg.server[i].names.get_ref().first() {
+                    Some(n) => format!("server {n:?}"),
+                    None => format!("server #{}", i + 1),
+                };
+                return err(
+                    Some(s.default.span()).filter(|s| s.end > 0),
+                    "server.default",
+                    format!(
+                        "{} is already the default server on {addr:?} (one default per [[listen]] addr)",
+                        names(first)
+                    ),
+                );
+            }
+            default_of[li] = Some(si);
+        }
     }
     Ok(known)
+}
+
+/// A cycle among maps (`deps[i]`: the maps map `i` reads), as the maps along it with
+/// the first repeated at the end; None when the maps form a DAG. Iterative depth-first
+/// search: linear in maps and edges, no recursion.
+pub fn map_cycle(deps: &[Vec<u16>]) -> Option<Vec<u16>> {
+    // 0: not visited, 1: on the current path, 2: done.
+    let mut state = vec![0u8; deps.len()];
+    for root in 0..deps.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        // (map, next edge to follow)
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        state[root] = 1;
+        while let Some(top) = stack.last_mut() {
+            let (node, edge) = *top;
+            top.1 += 1;
+            let Some(&next) = deps[node].get(edge) else {
+                state[node] = 2;
+                stack.pop();
+                continue;
+            };
+            let next = next as usize;
+            match state.get(next) {
+                Some(0) => {
+                    state[next] = 1;
+                    stack.push((next, 0));
+                }
+                Some(1) => {
+                    let from = stack.iter().position(|&(n, _)| n == next).unwrap_or(0);
+                    let mut cycle: Vec<u16> =
+                        stack[from..].iter().map(|&(n, _)| n as u16).collect();
+                    cycle.push(next as u16);
+                    return Some(cycle);
+                }
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// Most rewrites in one location.

@@ -460,3 +460,79 @@ static = "/tmp"
         Some("server")
     );
 }
+
+/// A map that reads itself, directly or through other maps, is a `-t` error naming the
+/// cycle; maps that read other maps without a cycle are fine.
+#[test]
+fn map_cycles_are_rejected() {
+    let base = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
+    let e = err(&format!(
+        "{base}[[map]]\nsource = \"$self_ref\"\nvariable = \"$self_ref\"\n"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (5, "map.variable"), "{e}");
+    assert!(e.message.contains("$self_ref -> $self_ref"), "{e}");
+    // a -> b (in a value) -> c (in the default) -> a (in the source).
+    let e = err(&format!(
+        "{base}[[map]]\nsource = \"$uri\"\nvariable = \"$a\"\nentries = [{{ match = \"x\", value = \"<$b>\" }}]\n\
+         [[map]]\nsource = \"$uri\"\nvariable = \"$b\"\ndefault = \"$c\"\n\
+         [[map]]\nsource = \"${{a}}z\"\nvariable = \"$c\"\n"
+    ));
+    assert_eq!(
+        e.to_string(),
+        "t.toml:5: map.variable: $a depends on itself ($a -> $b -> $c -> $a): a map's source, default and values may not read it"
+    );
+    parse(
+        "t.toml",
+        &format!(
+            "{base}[[map]]\nsource = \"$b $c\"\nvariable = \"$a\"\n\
+             [[map]]\nsource = \"$c\"\nvariable = \"$b\"\n\
+             [[map]]\nsource = \"$uri\"\nvariable = \"$c\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn map_cycle_search_finds_cycles_only() {
+    use super::sites::map_cycle;
+    assert_eq!(map_cycle(&[]), None);
+    assert_eq!(map_cycle(&[vec![1], vec![2], vec![]]), None);
+    // A diamond is not a cycle.
+    assert_eq!(map_cycle(&[vec![1, 2], vec![3], vec![3], vec![]]), None);
+    assert_eq!(map_cycle(&[vec![0]]), Some(vec![0, 0]));
+    assert_eq!(map_cycle(&[vec![1], vec![2], vec![1]]), Some(vec![1, 2, 1]));
+    // An edge to a map that does not exist is ignored (the compiler never makes one).
+    assert_eq!(map_cycle(&[vec![7]]), None);
+    // Long chains do not recurse.
+    let chain: Vec<Vec<u16>> = (0..4096u16).map(|i| vec![i + 1]).chain([vec![0]]).collect();
+    assert_eq!(map_cycle(&chain).map(|c| c.len()), Some(4098));
+}
+
+/// nginx: one `default_server` per address. Servers on different listeners may each be
+/// a default; two on one address are a `-t` error at the second's `default` line.
+#[test]
+fn one_default_server_per_listen_addr() {
+    let base = "[[listen]]\naddr = \"127.0.0.1:8080\"\n[[listen]]\naddr = \"127.0.0.1:8081\"\n";
+    parse(
+        "t.toml",
+        &format!(
+            "{base}[[server]]\ndefault = true\nlisten = [\"127.0.0.1:8080\"]\n\
+             [[server]]\ndefault = true\nlisten = [\"127.0.0.1:8081\"]\n"
+        ),
+    )
+    .unwrap();
+    let e = err(&format!(
+        "{base}[[server]]\ndefault = true\nlisten = [\"127.0.0.1:8080\"]\n\
+         [[server]]\nnames = [\"b.example\"]\ndefault = true\n"
+    ));
+    assert_eq!(
+        e.to_string(),
+        "t.toml:10: server.default: server #1 is already the default server on \"127.0.0.1:8080\" (one default per [[listen]] addr)"
+    );
+    let e = err(&format!(
+        "{base}[[server]]\nnames = [\"a.example\"]\ndefault = true\nlisten = [\"127.0.0.1:8081\"]\n\
+         [[server]]\ndefault = true\nlisten = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\n"
+    ));
+    assert_eq!(e.line, 10, "{e}");
+    assert!(e.message.contains("server \"a.example\""), "{e}");
+}

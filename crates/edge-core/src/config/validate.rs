@@ -183,9 +183,19 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
             "at least one [[listen]] with an addr is required",
         );
     }
+    let mut seen: Vec<SocketAddr> = Vec::with_capacity(cfg.listen.len());
     for l in &cfg.listen {
-        if let Err(m) = parse_addr(l.addr.get_ref()) {
-            return err(Some(l.addr.span()), "listen.addr", m);
+        match parse_addr(l.addr.get_ref()) {
+            Err(m) => return err(Some(l.addr.span()), "listen.addr", m),
+            // One [[listen]] per address: servers and reloads identify listeners by it.
+            Ok(a) if seen.contains(&a) => {
+                return err(
+                    Some(l.addr.span()),
+                    "listen.addr",
+                    format!("{:?} is listed twice", l.addr.get_ref()),
+                )
+            }
+            Ok(a) => seen.push(a),
         }
         if l.backlog <= 0 {
             return err(Some(l.addr.span()), "listen.backlog", "must be positive");

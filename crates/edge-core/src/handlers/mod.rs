@@ -94,6 +94,11 @@ pub async fn dispatch(
             .await;
         }
         Routing::NotFound => return finish_without_body(conn, ex, &shared.timeouts, 404).await,
+        Routing::BadRequest => {
+            // nginx answers 400 too: `%00`, a bad escape, or `..` above the root. The
+            // request was well framed: the connection stays open.
+            return finish_without_body(conn, ex, &shared.timeouts, 400).await;
+        }
         Routing::Cycle => {
             tracing::error!(
                 "rewrite or internal redirection cycle while processing {:?}",

@@ -491,7 +491,10 @@ fn reload(
             return;
         }
     };
-    match Shared::build(&new, *generation + 1, Some(&old), caches) {
+    // The state is built from the effective config: restart-only keys (a listener's
+    // addr) as they run, and `[[listen]]` in the running order (connections carry the
+    // index of the listener that accepted them).
+    match Shared::build(&plan.effective, *generation + 1, Some(&old), caches) {
         Ok(s) => {
             *generation += 1;
             // Before the swap, so that whoever sees the new generation (/status) sees

@@ -128,7 +128,28 @@ impl Planner<'_> {
             self.effective.listen = running.listen.clone();
             return;
         }
-        for (i, (n, r)) in new.listen.iter().zip(&running.listen).enumerate() {
+        // The same addresses in another order: each keeps its index (workers accept on
+        // the running sockets, and connections carry the index they were accepted
+        // under), so the new settings (TLS, http2, backlog...) are put in the running
+        // order, by address. No restart is needed.
+        let mut by_addr: Vec<&crate::config::Listen> = Vec::with_capacity(running.listen.len());
+        for r in &running.listen {
+            match new
+                .listen
+                .iter()
+                .find(|n| n.addr.get_ref() == r.addr.get_ref())
+            {
+                Some(n) => by_addr.push(n),
+                None => break,
+            }
+        }
+        let reordered = by_addr.len() == running.listen.len();
+        if reordered {
+            self.effective.listen = by_addr.iter().map(|&n| n.clone()).collect();
+        } else {
+            by_addr = new.listen.iter().collect();
+        }
+        for (i, (n, r)) in by_addr.into_iter().zip(&running.listen).enumerate() {
             let at = n.addr.span().start;
             if n.addr != r.addr {
                 let line = line_of(&self.src.text, at);
@@ -351,6 +372,37 @@ mod tests {
         assert_eq!(p.effective.workers, old.workers);
         assert_eq!(p.effective.listen[0].addr.get_ref(), "127.0.0.1:8080");
         assert_eq!(p.effective.listen[0].backlog, old.listen[0].backlog);
+    }
+
+    /// Reordering `[[listen]]` keeps each address at its running index (connections
+    /// carry that index) with its own new settings, and needs no restart.
+    #[test]
+    fn reordered_listeners_keep_their_index_and_settings() {
+        let two = |first: &str, second: &str| {
+            file("path = \"/c\"", "").replace(
+                "[[listen]]\naddr = \"127.0.0.1:8080\"\n",
+                &format!("[[listen]]\n{first}\n[[listen]]\n{second}\n"),
+            )
+        };
+        let a = "addr = \"127.0.0.1:8080\"";
+        let b = "addr = \"127.0.0.1:8090\"\nhttp2 = true";
+        let (old, _) = cfg(&two(a, b));
+        let text = two(b, &format!("{a}\nbacklog = 7"));
+        let (new, src) = cfg(&text);
+        let p = plan(&old, &new, &src);
+        let addrs: Vec<&str> = p
+            .effective
+            .listen
+            .iter()
+            .map(|l| l.addr.get_ref().as_str())
+            .collect();
+        assert_eq!(addrs, ["127.0.0.1:8080", "127.0.0.1:8090"]);
+        assert!(p.effective.listen[1].http2, "8090 keeps its http2");
+        assert!(!p.effective.listen[0].http2);
+        // The backlog of 8080 changed: still a restart-only key, at its new line.
+        let keys: Vec<(usize, &str)> = p.restart.iter().map(|e| (e.line, e.key.as_str())).collect();
+        let line = text.lines().position(|l| l == "backlog = 7").unwrap() + 1;
+        assert_eq!(keys, vec![(line, "listen.backlog")]);
     }
 
     #[test]

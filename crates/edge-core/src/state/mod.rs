@@ -10,6 +10,7 @@ mod error;
 pub mod fields;
 pub mod logs;
 pub mod route;
+pub mod rules;
 pub mod sites;
 
 pub use error::StateError;

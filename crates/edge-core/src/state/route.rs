@@ -4,6 +4,7 @@
 
 use super::caches::Caches;
 use super::error::StateError;
+use super::rules::CacheRules;
 use crate::config::validate::BadValue;
 use crate::config::{Location, RewriteFlag};
 use crate::upstream::UpstreamGroup;
@@ -30,6 +31,9 @@ pub struct ProxyRoute {
     pub policy: PolicyConfig,
     /// Response compression (`compress`); None when the location does not compress.
     pub compress: Option<edge_compress::Policy>,
+    /// `use_stale`, `cache_lock`, `cache_bypass`, `no_cache` and the other caching
+    /// knobs, compiled.
+    pub rules: CacheRules,
 }
 
 /// The location's `cache_valid`, `cache_set_cookie`, `cache_honour_no_cache` and
@@ -87,9 +91,6 @@ pub struct Route {
     pub rewrites: Vec<Rewrite>,
     /// The access log of requests served here (the location's, else its server's).
     pub log: super::logs::LogRef,
-    /// The location's config, for handler options not compiled yet (caching knobs).
-    /// Nothing new reads it per request: compile into a field above instead.
-    pub cfg: Location,
 }
 
 /// One compiled `rewrite`.
@@ -162,6 +163,7 @@ fn route_for(
             caches,
             policy: policy_for(loc),
             compress: crate::compress::policy_for(loc),
+            rules: CacheRules::compile(loc),
         })
     } else if let Some(root) = &loc.static_root {
         Handler::Static {
@@ -225,7 +227,6 @@ fn route_for(
         log: env
             .logs
             .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
-        cfg: loc.clone(),
     };
     Ok((route, loc.exact.is_some()))
 }

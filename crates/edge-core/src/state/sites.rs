@@ -16,8 +16,11 @@ use super::error::StateError;
 use super::route::{Env, Route, Router};
 use crate::config::validate::BadValue;
 use crate::config::{Config, RewriteFlag};
-use crate::vars::{Captures, Client, Ctx, Map, Maps, NamePattern, NameTable, Routed};
+use crate::vars::{
+    normalize_uri, Captures, Client, Ctx, Map, Maps, NamePattern, NameTable, Routed,
+};
 use edge_http::RequestHead;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// URI changes (`last`, or rewrites without a flag) before the request fails with 500
@@ -64,6 +67,9 @@ pub enum Routing<'a> {
     NotFound,
     /// A rewrite cycle (more than [`MAX_URI_CHANGES`] changes).
     Cycle,
+    /// The path does not normalize ([`normalize_uri`]: `%00`, a bad escape, `..` above
+    /// the root): 400.
+    BadRequest,
 }
 
 impl Sites {
@@ -135,7 +141,7 @@ impl Sites {
                     }
                 }
                 // `default = true` takes over; else the first server here.
-                if s.default || on.default.is_none() {
+                if *s.default.get_ref() || on.default.is_none() {
                     on.default = Some(i);
                 }
             }
@@ -185,7 +191,10 @@ impl Sites {
     }
 
     /// Finds the route of a request on `server`, running the locations' rewrites.
-    /// `routed.caps` collects the captures; templates see `client` and this table's maps.
+    /// Locations and rewrites match the normalized path ([`normalize_uri`]: nginx's
+    /// `$uri`), which is left in `routed.uri` when it differs from the final target's
+    /// path; `routed.caps` collects the captures; templates see `client` and this
+    /// table's maps.
     pub fn route<'s>(
         &'s self,
         server: u16,
@@ -200,27 +209,30 @@ impl Sites {
         let mut changes = 0;
         'search: loop {
             let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
-            let path = pq.split_once('?').map_or(pq, |(p, _)| p);
-            let Some(route) = srv.router.find_with(path, Some(&mut routed.caps)) else {
+            let Ok((path, _)) = normal_path(pq) else {
+                return Routing::BadRequest;
+            };
+            let Some(route) = srv.router.find_with(&path, Some(&mut routed.caps)) else {
                 return Routing::NotFound;
             };
+            routed.uri = owned(path);
             if route.rewrites.is_empty() {
                 return Routing::Route(route, current);
             }
             let mut changed = false;
             for rw in &route.rewrites {
                 let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
-                let (path, args) = match pq.split_once('?') {
-                    Some((p, q)) => (p, Some(q)),
-                    None => (pq, None),
+                let Ok((path, args)) = normal_path(pq) else {
+                    return Routing::BadRequest;
                 };
-                let Some(c) = rw.regex.captures(path) else {
+                let Some(c) = rw.regex.captures(&path) else {
                     continue;
                 };
                 if rw.regex.captures_len() > 1 {
-                    routed.caps.set_latest(&rw.regex, path, &c);
+                    routed.caps.set_latest(&rw.regex, &path, &c);
                 }
-                let ctx = Ctx::new(req, client, &srv.name, routed, &self.maps).with_uri(pq);
+                let ctx =
+                    Ctx::new(req, client, &srv.name, routed, &self.maps).with_path(&path, args);
                 let mut repl = Vec::new();
                 rw.replacement.render(&ctx, &mut repl);
                 let target = rewritten(&repl, args);
@@ -243,7 +255,14 @@ impl Sites {
                 current = Some(target);
                 changed = true;
                 match rw.flag {
-                    Some(RewriteFlag::Break) => return Routing::Route(route, current),
+                    Some(RewriteFlag::Break) => {
+                        let pq = current.as_deref().unwrap_or_default();
+                        let Ok((path, _)) = normal_path(pq) else {
+                            return Routing::BadRequest;
+                        };
+                        routed.uri = owned(path);
+                        return Routing::Route(route, current);
+                    }
                     Some(RewriteFlag::Last) => break,
                     _ => {}
                 }
@@ -257,6 +276,27 @@ impl Sites {
             }
             continue 'search;
         }
+    }
+}
+
+/// The normalized path (`$uri`) and the query of a path and query. A target that is not
+/// a path (`*`) is left as it is.
+fn normal_path(pq: &str) -> Result<(Cow<'_, str>, Option<&str>), crate::vars::UriError> {
+    let (path, args) = match pq.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (pq, None),
+    };
+    if !path.starts_with('/') {
+        return Ok((Cow::Borrowed(path), args));
+    }
+    Ok((normalize_uri(path)?, args))
+}
+
+/// What `Routed::uri` keeps: the normalized path when it is not the target's own.
+fn owned(path: Cow<'_, str>) -> Option<Box<str>> {
+    match path {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(s) => Some(s.into_boxed_str()),
     }
 }
 

@@ -66,7 +66,8 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The context of `req` as it is now: `$uri` and `$args` from its target, and
+    /// The context of `req` as it is now: `$uri` (the normalized path routing kept in
+    /// `routed`, else the target's path) and `$args` from its target, and
     /// `$request_uri` from `routed` (the URI before a rewrite) or the target.
     pub fn new(
         req: &'a RequestHead,
@@ -83,7 +84,7 @@ impl<'a> Ctx<'a> {
                 .original_uri
                 .as_deref()
                 .unwrap_or_else(|| req.path_and_query()),
-            uri: req.path(),
+            uri: routed.uri.as_deref().unwrap_or_else(|| req.path()),
             args: req.query(),
             caps: &routed.caps,
             maps,
@@ -103,6 +104,13 @@ impl<'a> Ctx<'a> {
         self.args = q;
         self
     }
+
+    /// The same context with another current path (`$uri`) and query (`$args`).
+    pub fn with_path(mut self, path: &'a str, args: Option<&'a str>) -> Ctx<'a> {
+        self.uri = path;
+        self.args = args;
+        self
+    }
 }
 
 /// What routing learned about a request, kept on the exchange for the handlers: the
@@ -118,6 +126,9 @@ pub struct Routed {
     /// The slot of the access log that applies (`state::logs`): the server's once one
     /// took the request, then the location's; None: the top level's.
     pub log: Option<u16>,
+    /// `$uri`, the normalized path ([`super::normalize_uri`]) of the current target, when
+    /// it differs from the target's path (None: the path is already normal).
+    pub uri: Option<Box<str>>,
 }
 
 /// One regex match: a copy of the subject and the group spans.

@@ -23,6 +23,8 @@
 //!   writes `-` for none).
 //! - [`NameTable`]: exact / `*.lead` / `trail.*` / `~regex` matching in nginx's order,
 //!   shared by server names and `[[map]]` entries.
+//! - [`normalize_uri`]: nginx's `$uri` (decoded, dots resolved, slashes merged), which
+//!   locations match; routing keeps it in [`Routed::uri`] when it differs from the path.
 //! - [`Captures`]: the captures of the server-name regex and of the latest location or
 //!   rewrite regex (`$1`..`$9` from the latest, `$name` from either).
 //!
@@ -36,12 +38,14 @@ mod ctx;
 mod map;
 mod names;
 mod template;
+mod uri;
 mod var;
 
 pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed};
 pub use map::{Map, Maps};
 pub use names::{compile_regex, NamePattern, NameTable};
 pub use template::{Piece, Template, TemplateError};
+pub use uri::{normalize_uri, UriError};
 pub use var::{Known, Var};
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ impl Ctx<'_> {
 
     /// Whether `use_stale` lists this condition.
     pub fn use_stale(&self, what: crate::config::UseStale) -> bool {
-        self.route.cfg.use_stale.contains(&what)
+        self.p.rules.use_stale.contains(what)
     }
 }
 

@@ -79,7 +79,7 @@ pub async fn follow(
     ex: &mut Exchange,
     fill: &Arc<Fill>,
 ) -> Followed {
-    let head = match fill.wait_head(ctx.route.cfg.cache_lock_timeout.0).await {
+    let head = match fill.wait_head(ctx.p.rules.cache_lock_timeout).await {
         WaitHead::Head(h) => h,
         WaitHead::Retry => return Followed::Retry,
         WaitHead::Uncacheable | WaitHead::TimedOut => {

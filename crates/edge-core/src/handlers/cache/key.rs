@@ -1,5 +1,6 @@
 //! The cache key (`cache_key` templates, `cache_key_args`, the path's percent
-//! normalization) and the `cache_bypass`/`no_cache` conditions.
+//! normalization). The `cache_bypass`/`no_cache` conditions are compiled predicates
+//! ([`crate::state::rules::Predicates`]).
 //!
 //! The key sees the request's path and query normalized ([`edge_http::normalize`]): the
 //! path percent-normalized (RFC 3986 6.2.2.2) and, with `cache_key_args`, the query
@@ -7,10 +8,8 @@
 //! template's `$uri`, `$args`, `$is_args`, `$arg_NAME` and `$request_uri`, contribute.
 //! The request forwarded upstream keeps its own target.
 
-use crate::config::Condition;
 use crate::vars::{Ctx, Template};
 use edge_http::normalize::{normalize_pq, ArgsPolicy};
-use edge_http::RequestHead;
 
 /// How a location builds its cache keys: its `cache_key` template (None: the default
 /// key) and its `cache_key_args` policy (None: every argument, in order).
@@ -79,55 +78,15 @@ pub fn cache_key_for(spec: KeySpec<'_>, vars: &Ctx<'_>, host: &str, pq: &str) ->
     t.to_string(&ctx)
 }
 
-/// Whether any `cache_bypass`/`no_cache` condition holds. Like nginx's variables, a
-/// header, cookie or query argument counts when present with a value that is neither
-/// empty nor `0`.
-pub fn conditions_match(conds: &[Condition], req: &RequestHead) -> bool {
-    conds.iter().any(|c| condition_holds(c, req))
-}
-
-fn truthy(v: &str) -> bool {
-    let v = v.trim();
-    !v.is_empty() && v != "0"
-}
-
-fn condition_holds(c: &Condition, req: &RequestHead) -> bool {
-    if let Some(h) = &c.header {
-        if req
-            .headers
-            .get_all(h)
-            .any(|v| truthy(&String::from_utf8_lossy(v)))
-        {
-            return true;
-        }
-    }
-    if let Some(name) = &c.cookie {
-        let found = req.headers.get_all("cookie").any(|v| {
-            String::from_utf8_lossy(v).split(';').any(|pair| {
-                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
-                k.trim() == name && truthy(val)
-            })
-        });
-        if found {
-            return true;
-        }
-    }
-    if let Some(name) = &c.arg {
-        if let Some(q) = req.query() {
-            if q.split('&').any(|pair| {
-                let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
-                k == name && truthy(val)
-            }) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Condition;
+    use edge_http::RequestHead;
+
+    fn matches(conds: &[Condition], r: &RequestHead) -> bool {
+        crate::state::rules::Predicates::compile(conds).any(r)
+    }
 
     fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
         let mut raw = format!("GET {target} HTTP/1.0\r\n"); // 1.0: Host optional
@@ -224,40 +183,37 @@ mod tests {
             arg: Some("fresh".into()),
         };
         let all = [hdr.clone(), cookie.clone(), arg.clone()];
-        assert!(!conditions_match(&all, &req("/", &[])));
-        assert!(conditions_match(
+        assert!(!matches(&all, &req("/", &[])));
+        assert!(matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "1")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "0")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&hdr),
             &req("/", &[("X-Bypass", "")])
         ));
-        assert!(conditions_match(
+        assert!(matches(
             std::slice::from_ref(&cookie),
             &req("/", &[("Cookie", "a=b; nocache=yes")])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&cookie),
             &req("/", &[("Cookie", "xnocache=1; nocache=0")])
         ));
-        assert!(!conditions_match(
-            &[cookie],
-            &req("/", &[("Cookie", "nocachex=1")])
-        ));
-        assert!(conditions_match(
+        assert!(!matches(&[cookie], &req("/", &[("Cookie", "nocachex=1")])));
+        assert!(matches(
             std::slice::from_ref(&arg),
             &req("/p?a=1&fresh=1", &[])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&arg),
             &req("/p?fresh=0", &[])
         ));
-        assert!(!conditions_match(
+        assert!(!matches(
             std::slice::from_ref(&arg),
             &req("/p?freshness=1", &[])
         ));

@@ -44,7 +44,7 @@ use crate::state::Shared;
 use ctx::{mark, CacheStatus, Ctx, MayStore};
 use edge_cache::{key_hash, pick, policy, HitBody, HitEntry, Join, Lookup};
 use edge_http::Method;
-use key::{cache_key, conditions_match};
+use key::cache_key;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -69,7 +69,7 @@ pub async fn handle(
     route: &Arc<Route>,
     p: &ProxyRoute,
 ) -> Result<(), ExchangeError> {
-    let loc = &route.cfg;
+    let rules = &p.rules;
     if ex.req.method == Method::Purge {
         return Box::pin(purge::handle_method(w, conn, ex, shared, route, p)).await;
     }
@@ -79,7 +79,7 @@ pub async fn handle(
     let client = crate::handlers::context::client_of(conn, ex, shared);
     let cacheable_method = matches!(ex.req.method, Method::Get | Method::Head);
     if !cacheable_method
-        || conditions_match(&loc.cache_bypass, &ex.req)
+        || rules.cache_bypass.any(&ex.req)
         || policy::request_bypass(&ex.req.headers, &p.policy)
     {
         mark(w, ex, CacheStatus::Bypass);
@@ -141,7 +141,7 @@ pub async fn handle(
             }
         }
     }
-    let no_store = conditions_match(&loc.no_cache, &ex.req);
+    let no_store = rules.no_cache.any(&ex.req);
     let mut alone_store = MayStore::No;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
@@ -150,7 +150,7 @@ pub async fn handle(
             return deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
-        if !store || !loc.cache_lock {
+        if !store || !rules.cache_lock {
             // Not stored, or no collapsing: this request goes to the origin on its own.
             let may = if store { MayStore::Yes } else { MayStore::No };
             return fetch_alone(&ctx, conn, ex, first, may).await;
@@ -341,7 +341,7 @@ fn is_safe(m: &Method) -> bool {
 /// `cache_min_uses`: store only once a key was requested this many times (stale
 /// entries were stored before, so they always qualify).
 fn min_uses_reached(ctx: &Ctx<'_>, first: &Lookup, primary: edge_cache::KeyHash) -> bool {
-    let min = ctx.route.cfg.cache_min_uses;
+    let min = ctx.p.rules.cache_min_uses;
     if min <= 1 || matches!(first, Lookup::Stale(_)) {
         return true;
     }

@@ -19,6 +19,7 @@ use super::store::publish;
 use crate::config::UseStale;
 use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
+use crate::state::rules::StaleSet;
 use crate::upstream::{fetch_with, UpstreamError};
 use edge_cache::policy::{self, StaleReason};
 use edge_cache::{FillHandle, HitEntry, Lookup, ObjectMeta};
@@ -38,7 +39,7 @@ pub fn may_serve_updating(ctx: &Ctx<'_>, meta: &ObjectMeta, now: SystemTime) -> 
 
 /// May this request itself serve stale and leave the refresh to a background task?
 fn background_allowed(ctx: &Ctx<'_>, meta: &ObjectMeta, now: SystemTime) -> bool {
-    let configured = ctx.route.cfg.background_update && ctx.use_stale(UseStale::Updating);
+    let configured = ctx.p.rules.background_update && ctx.use_stale(UseStale::Updating);
     policy::can_serve_stale_with(meta, now, StaleReason::Updating, configured)
 }
 
@@ -50,7 +51,7 @@ fn stale_on_error(
     err: Option<&UpstreamError>,
     status: u16,
 ) -> bool {
-    match use_stale_covers(&ctx.route.cfg.use_stale, err, status) {
+    match use_stale_covers(ctx.p.rules.use_stale, err, status) {
         Some(listed) => {
             policy::can_serve_stale_with(meta, SystemTime::now(), StaleReason::Error, listed)
         }
@@ -61,12 +62,8 @@ fn stale_on_error(
 /// Whether `use_stale` lists this upstream outcome (an error, or the origin's status
 /// when `err` is None); `None` when stale is out of the question: the client's own
 /// error, or an answer that is not a 5xx.
-fn use_stale_covers(
-    use_stale: &[UseStale],
-    err: Option<&UpstreamError>,
-    status: u16,
-) -> Option<bool> {
-    let has = |u: UseStale| use_stale.contains(&u);
+fn use_stale_covers(use_stale: StaleSet, err: Option<&UpstreamError>, status: u16) -> Option<bool> {
+    let has = |u: UseStale| use_stale.contains(u);
     Some(match err {
         Some(UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout) => has(UseStale::Timeout),
         Some(UpstreamError::Client(_) | UpstreamError::ClientBody(_)) => return None,
@@ -87,14 +84,14 @@ fn use_stale_covers(
 
 /// `If-None-Match` / `If-Modified-Since` lines from the stored validators.
 fn validators(ctx: &Ctx<'_>, meta: &ObjectMeta) -> Vec<u8> {
-    validator_lines(meta, ctx.route.cfg.cache_revalidate)
+    validator_lines(meta, ctx.p.rules.cache_revalidate)
 }
 
 /// The conditional request lines for `meta`; none with `cache_revalidate = false`
 /// (nginx's `proxy_cache_revalidate off`): the refetch is then unconditional.
-fn validator_lines(meta: &ObjectMeta, cache_revalidate: Option<bool>) -> Vec<u8> {
+fn validator_lines(meta: &ObjectMeta, cache_revalidate: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    if cache_revalidate == Some(false) {
+    if !cache_revalidate {
         return out;
     }
     if let Some(etag) = &meta.etag {
@@ -412,7 +409,11 @@ mod tests {
             (&[Http5xx], None, 200, None),
         ];
         for (i, (list, err, status, want)) in cases.iter().enumerate() {
-            assert_eq!(use_stale_covers(list, *err, *status), *want, "case {i}");
+            assert_eq!(
+                use_stale_covers(StaleSet::of(list), *err, *status),
+                *want,
+                "case {i}"
+            );
         }
     }
 
@@ -420,17 +421,16 @@ mod tests {
     fn validators_come_from_the_stored_object() {
         let mut m = ObjectMeta::new("k", 200, SystemTime::now());
         assert!(
-            validator_lines(&m, None).is_empty(),
+            validator_lines(&m, true).is_empty(),
             "nothing to validate with"
         );
         m.etag = Some("\"v1\"".into());
         m.last_modified = Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-        let lines = String::from_utf8(validator_lines(&m, None)).unwrap();
+        let lines = String::from_utf8(validator_lines(&m, true)).unwrap();
         assert_eq!(
             lines,
             "If-None-Match: \"v1\"\r\nIf-Modified-Since: Tue, 14 Nov 2023 22:13:20 GMT\r\n"
         );
-        assert_eq!(validator_lines(&m, Some(true)), validator_lines(&m, None));
-        assert!(validator_lines(&m, Some(false)).is_empty());
+        assert!(validator_lines(&m, false).is_empty());
     }
 }

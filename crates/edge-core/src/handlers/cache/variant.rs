@@ -207,7 +207,7 @@ pub async fn serve(
         }
     }
     match plan {
-        Plan::Encode(c) if !ex.is_head() && ctx.route.cfg.cache_lock => {
+        Plan::Encode(c) if !ex.is_head() && ctx.p.rules.cache_lock => {
             produce_or_follow(ctx, conn, ex, src, c, extra).await
         }
         Plan::Encode(c) => {
@@ -289,7 +289,7 @@ async fn produce_or_follow(
             };
             stream_fill(ctx, conn, ex, &fill, head, Some(leader)).await
         }
-        Join::Follower(f) => match f.wait_head(ctx.route.cfg.cache_lock_timeout.0).await {
+        Join::Follower(f) => match f.wait_head(ctx.p.rules.cache_lock_timeout).await {
             WaitHead::Head(head) => {
                 ex.cache.collapsed = true;
                 stream_fill(ctx, conn, ex, &f, head, None).await

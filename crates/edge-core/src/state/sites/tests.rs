@@ -51,6 +51,7 @@ fn answer(s: &Sites, listen: usize, target: &str, host: &str) -> String {
         Routing::Redirect(st, loc) => return format!("redirect {st} {loc}"),
         Routing::NotFound => return "404".into(),
         Routing::Cycle => return "cycle".into(),
+        Routing::BadRequest => return "400".into(),
     };
     let Handler::Return(ret) = &route.handler else {
         return "other".into();
@@ -325,4 +326,50 @@ fn rewritten_targets_cannot_break_the_request_line() {
     assert_eq!(rewritten(b"/a?x=1", Some("y=2")), "/a?x=1&y=2");
     assert_eq!(rewritten(b"/a", Some("y=2")), "/a?y=2");
     assert_eq!(rewritten(b"/a?", Some("y=2")), "/a");
+}
+
+/// Locations and rewrites match nginx's `$uri`: decoded, dots resolved, slashes merged;
+/// `$request_uri` keeps what the client sent.
+#[test]
+fn locations_match_the_normalized_uri() {
+    let s = sites(&format!(
+        r#"{LISTEN}
+[[location]]
+prefix = "/"
+return = {{ status = 200, body = "root uri=$uri req=$request_uri args=$args" }}
+[[location]]
+exact = "/a/c-d"
+return = {{ status = 200, body = "exact uri=$uri req=$request_uri" }}
+[[location]]
+prefix = "/secret/"
+return = {{ status = 200, body = "secret" }}
+[[location]]
+prefix = "/r/"
+rewrite = [{{ regex = "^/r/(.*)$", replacement = "/$1", flag = "last" }}]
+return = {{ status = 200, body = "unreached" }}
+"#
+    ));
+    assert_eq!(
+        answer(&s, 0, "/a//b/../c%2Dd", "h"),
+        "exact uri=/a/c-d req=/a//b/../c%2Dd"
+    );
+    assert_eq!(answer(&s, 0, "/x/..%2Fsecret/a", "h"), "secret");
+    assert_eq!(answer(&s, 0, "//secret//a", "h"), "secret");
+    assert_eq!(answer(&s, 0, "/%73ecret/", "h"), "secret");
+    assert_eq!(
+        answer(&s, 0, "/caf%C3%A9?q=%2F", "h"),
+        "root uri=/café req=/caf%C3%A9?q=%2F args=q=%2F"
+    );
+    // A rewrite sees the normalized path; its result is matched normalized too.
+    assert_eq!(
+        answer(&s, 0, "/r/x/../a/c%2dd?k=1", "h"),
+        "exact uri=/a/c-d req=/r/x/../a/c%2dd?k=1"
+    );
+    assert_eq!(
+        answer(&s, 0, "/r/caf%C3%A9", "h"),
+        "root uri=/café req=/r/caf%C3%A9 args="
+    );
+    for bad in ["/a%00b", "/..", "/a/%2e%2e/..", "/a%2", "/a%g0"] {
+        assert_eq!(answer(&s, 0, bad, "h"), "400", "{bad}");
+    }
 }
