@@ -13,7 +13,7 @@
 //! only when a regex with capture groups matches or a rewrite applies.
 
 use super::error::StateError;
-use super::route::{Env, Route, Router};
+use super::route::{Env, Handler, Route, Router};
 use crate::config::validate::BadValue;
 use crate::config::{Config, RewriteFlag};
 use crate::vars::{Captures, Client, Ctx, Map, Maps, NamePattern, NameTable, Routed};
@@ -31,7 +31,8 @@ pub const MAX_REWRITTEN_URI: usize = 16 * 1024;
 const MAX_HOST: usize = 255;
 
 pub struct Server {
-    /// The first name (`$server_name`); empty for the implicit server.
+    /// The first name (`$server_name`, nginx's: a regex as written, `.x` as `x`); empty
+    /// for the implicit server.
     pub name: String,
     pub router: Router,
 }
@@ -104,11 +105,7 @@ impl Sites {
             let i = servers.len() as u16;
             let names = s.names.get_ref();
             servers.push(Server {
-                name: names
-                    .iter()
-                    .find(|n| !n.starts_with('~'))
-                    .map(|n| n.to_ascii_lowercase())
-                    .unwrap_or_default(),
+                name: names.first().map(|n| server_name(n)).unwrap_or_default(),
                 router: Router::build(&s.location, env)?,
             });
             for (li, l) in cfg.listen.iter().enumerate() {
@@ -189,6 +186,7 @@ impl Sites {
                 return Routing::Route(route, current);
             }
             let mut changed = false;
+            let mut last = false;
             for rw in &route.rewrites {
                 let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
                 let (path, args) = match pq.split_once('?') {
@@ -196,6 +194,8 @@ impl Sites {
                     None => (pq, None),
                 };
                 let Some(c) = rw.regex.captures(path) else {
+                    // nginx empties `$1`.. when a rewrite's regex does not match.
+                    routed.caps.clear_numbered();
                     continue;
                 };
                 if rw.regex.captures_len() > 1 {
@@ -225,11 +225,17 @@ impl Sites {
                 changed = true;
                 match rw.flag {
                     Some(RewriteFlag::Break) => return Routing::Route(route, current),
-                    Some(RewriteFlag::Last) => break,
+                    Some(RewriteFlag::Last) => {
+                        last = true;
+                        break;
+                    }
                     _ => {}
                 }
             }
-            if !changed {
+            // A `return` follows the rewrites (nginx runs a location's `rewrite`s and
+            // `return` in order): it answers here, with the rewritten URI. Only a
+            // location without one searches again for a changed URI.
+            if !changed || (!last && matches!(route.handler, Handler::Return(_))) {
                 return Routing::Route(route, current);
             }
             changes += 1;
@@ -238,6 +244,19 @@ impl Sites {
             }
             continue 'search;
         }
+    }
+}
+
+/// `$server_name` of a server whose first name is `first`, as nginx has it: the name
+/// as written, lower-cased unless it is a regex, without the leading dot of `.name`.
+fn server_name(first: &str) -> String {
+    if first.starts_with('~') {
+        return first.to_string();
+    }
+    let n = first.to_ascii_lowercase();
+    match n.strip_prefix('.') {
+        Some(rest) => rest.to_string(),
+        None => n,
     }
 }
 

@@ -121,11 +121,14 @@ impl Cap {
 
 /// The captures of the server-name regex and of the latest location or rewrite regex.
 /// `$1`..`$9` read the latest match (else the server's), `$name` the latest match that
-/// has the group, as nginx does.
+/// has the group, as nginx does. A rewrite regex that does not match clears the numbered
+/// ones (nginx sets `r->ncaptures = 0` there); named ones stay.
 #[derive(Debug, Clone, Default)]
 pub struct Captures {
     server: Option<Cap>,
     latest: Option<Cap>,
+    /// `$0`..`$9` read empty until the next match with groups.
+    numbered_cleared: bool,
 }
 
 impl Captures {
@@ -140,14 +143,25 @@ impl Captures {
     /// Keeps the captures of the server-name regex.
     pub fn set_server(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
         self.server = Some(Self::cap(re, subject, c));
+        self.numbered_cleared = false;
     }
 
     /// Keeps the captures of a location or rewrite regex (replacing the previous one).
     pub fn set_latest(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
         self.latest = Some(Self::cap(re, subject, c));
+        self.numbered_cleared = false;
+    }
+
+    /// A rewrite's regex did not match: `$0`..`$9` are empty until the next match with
+    /// groups, as in nginx (named captures keep their values).
+    pub fn clear_numbered(&mut self) {
+        self.numbered_cleared = true;
     }
 
     pub fn numbered(&self, n: usize) -> Option<&str> {
+        if self.numbered_cleared {
+            return None;
+        }
         self.latest.as_ref().or(self.server.as_ref())?.group(n)
     }
 
