@@ -47,6 +47,9 @@ struct OnListener {
 
 pub struct Sites {
     pub servers: Vec<Server>,
+    /// Some template reads a regex capture (`Known::reads_captures`); else matches
+    /// keep none (no copy of the subject per request).
+    captures: bool,
     /// By `[[listen]]` index.
     listeners: Vec<OnListener>,
     pub maps: Maps,
@@ -133,6 +136,7 @@ impl Sites {
         }
         Ok(Sites {
             servers,
+            captures: env.known.reads_captures(),
             listeners,
             maps,
         })
@@ -157,7 +161,7 @@ impl Sites {
         lower.make_ascii_lowercase();
         let lower = std::str::from_utf8(lower).unwrap_or("");
         on.names
-            .find(lower, Some((caps, true)))
+            .find(lower, self.captures.then_some((caps, true)))
             .copied()
             .or(on.default)
     }
@@ -179,7 +183,8 @@ impl Sites {
         'search: loop {
             let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
             let path = pq.split_once('?').map_or(pq, |(p, _)| p);
-            let Some(route) = srv.router.find_with(path, Some(&mut routed.caps)) else {
+            let caps = self.captures.then_some(&mut routed.caps);
+            let Some(route) = srv.router.find_with(path, caps) else {
                 return Routing::NotFound;
             };
             if route.rewrites.is_empty() {
@@ -198,7 +203,7 @@ impl Sites {
                     routed.caps.clear_numbered();
                     continue;
                 };
-                if rw.regex.captures_len() > 1 {
+                if self.captures && rw.regex.captures_len() > 1 {
                     routed.caps.set_latest(&rw.regex, path, &c);
                 }
                 let ctx = Ctx::new(req, client, &srv.name, routed, &self.maps).with_uri(pq);

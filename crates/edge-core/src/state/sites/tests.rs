@@ -405,3 +405,30 @@ fn server_name_is_nginx_s_first_name() {
     assert_eq!(server_name("*.example.com"), "*.example.com");
     assert_eq!(server_name("~^(?<A>x)$"), "~^(?<A>x)$");
 }
+
+/// Captures are kept only when some template reads one (no copy per request otherwise).
+#[test]
+fn captures_are_kept_only_when_a_template_reads_them() {
+    let text = |body: &str| {
+        format!(
+            r#"{LISTEN}
+[[server]]
+names = ['~^(?<sub>[a-z]+)\.example\.net$']
+[[server.location]]
+regex = '^/img/(?<name>[a-z]+)$'
+return = {{ status = 200, body = "{body}" }}
+"#
+        )
+    };
+    for (body, kept) in [("img", false), ("img $1", true), ("img $sub", true)] {
+        let s = sites(&text(body));
+        let r = req("/img/cat", "shop.example.net");
+        let mut routed = Routed::default();
+        let server = s.select(0, r.host(), &mut routed.caps).unwrap();
+        assert!(matches!(
+            s.route(server, &r, CLIENT, &mut routed),
+            Routing::Route(_, None)
+        ));
+        assert_eq!(!routed.caps.is_empty(), kept, "{body}");
+    }
+}
