@@ -368,3 +368,119 @@ fn map_cycles_and_two_defaults_on_one_address_are_refused_by_dash_t() {
     );
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// The whole response to `GET target` with `Host: host`, as text.
+fn raw_get(addr: SocketAddr, target: &str, host: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        c,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+fn cache_status(response: &str) -> &str {
+    response
+        .lines()
+        .find_map(|l| l.strip_prefix("X-Cache-Status: "))
+        .unwrap_or("none")
+}
+
+/// docs/examples/three-sites.toml (the worked example of docs/sites.md): `-t` accepts it
+/// as shipped, and, run on loopback with edgeorigin for both origins, each site does
+/// what the guide says.
+#[test]
+fn the_three_sites_example_is_accepted_and_routes_as_documented() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/examples/three-sites.toml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let (code, stderr, _) = check_config(&text);
+    assert_eq!(code, Some(0), "edgecache -t {path}: {stderr}");
+
+    let (_o, origin) = common::origin();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let mut text = text;
+    for (from, to) in [
+        ("0.0.0.0:80", "{listen}".to_string()),
+        ("/var/cache/edgecache", d.clone()),
+        ("/var/log/edgecache", d.clone()),
+        (
+            "\"10.0.2.20:9000\", \"10.0.2.21:9000\"",
+            format!("\"{origin}\""),
+        ),
+        (
+            "\"10.0.1.10:8080\", \"10.0.1.11:8080\"",
+            format!("\"{origin}\""),
+        ),
+        ("workers = \"auto\"", "workers = 1".to_string()),
+    ] {
+        assert!(text.contains(from), "the example no longer has {from}");
+        text = text.replace(from, &to);
+    }
+    let (_p, addr, _) = edgecache(&text);
+
+    // 3. The legacy domain only redirects (a rewrite, then the return), query kept.
+    assert_eq!(
+        get(addr, "/product/12?x=1", "old-shop.example"),
+        (
+            301,
+            "https://shop.example.com/p/12?x=1".into(),
+            get(addr, "/product/12?x=1", "old-shop.example").2
+        )
+    );
+    let (st, loc, _) = get(addr, "/about?a=b", "WWW.old-shop.example.");
+    assert_eq!(
+        (st, loc.as_str()),
+        (301, "https://shop.example.com/about?a=b")
+    );
+    // An unknown host gets the default server's 404, not a site.
+    let (st, _, body) = get(addr, "/obj/1k/1", "nobody.example");
+    assert_eq!((st, body.as_str()), (404, "unknown site\n"));
+
+    // 2. The shop: one cache entry whatever the order and tracking arguments, and no
+    // cache status fields for clients (so the origin's count tells hits from misses).
+    let n0 = common::origin_requests(origin);
+    let first = raw_get(
+        addr,
+        "/obj/1k/1?id=7&utm_source=a&page=2",
+        "shop.example.com",
+    );
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert_eq!(cache_status(&first), "none", "hidden: {first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("\r\ncache-status:"),
+        "{first}"
+    );
+    assert_eq!(common::origin_requests(origin), n0 + 1);
+    let again = raw_get(
+        addr,
+        "/obj/1k/1?page=2&fbclid=z&utm_source=b&id=7",
+        "Shop.Example.com",
+    );
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    assert_eq!(
+        common::origin_requests(origin),
+        n0 + 1,
+        "one entry: {again}"
+    );
+    raw_get(addr, "/obj/1k/1?id=8&page=2", "shop.example.com");
+    assert_eq!(
+        common::origin_requests(origin),
+        n0 + 2,
+        "another id is another page"
+    );
+
+    // 1. The bucket: the key is the path alone.
+    let a = raw_get(addr, "/obj/1k/2?v=1", "assets.example.com");
+    assert_eq!(cache_status(&a), "MISS", "{a}");
+    let b = raw_get(addr, "/obj/1k/2?v=2", "assets.example.com");
+    assert_eq!(cache_status(&b), "HIT", "{b}");
+}

@@ -95,7 +95,7 @@ pub struct Route {
 
 /// One compiled `rewrite`.
 pub struct Rewrite {
-    pub regex: Regex,
+    pub regex: Arc<Regex>,
     pub replacement: Template,
     pub flag: Option<RewriteFlag>,
 }
@@ -112,7 +112,7 @@ pub struct Router {
     exact: HashMap<String, Arc<Route>>,
     /// Longest first; `true`: `stop_regex`.
     prefixes: Vec<(String, bool, Arc<Route>)>,
-    regexes: Vec<(Regex, Arc<Route>)>,
+    regexes: Vec<(Arc<Regex>, Arc<Route>)>,
     /// Over `regexes`, when there are many.
     set: Option<regex::RegexSet>,
 }
@@ -132,8 +132,10 @@ fn template(src: &str, known: &Known) -> Result<Template, StateError> {
     Template::compile(src, known).map_err(|e| StateError::BadValue(BadValue(e.to_string())))
 }
 
-fn regex(src: &str, ci: bool) -> Result<Regex, StateError> {
-    compile_regex(src, ci).map_err(|m| StateError::BadValue(BadValue(m)))
+fn regex(src: &str, ci: bool) -> Result<Arc<Regex>, StateError> {
+    compile_regex(src, ci)
+        .map(Arc::new)
+        .map_err(|m| StateError::BadValue(BadValue(m)))
 }
 
 fn route_for(

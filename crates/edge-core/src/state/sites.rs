@@ -13,7 +13,7 @@
 //! only when a regex with capture groups matches or a rewrite applies.
 
 use super::error::StateError;
-use super::route::{Env, Route, Router};
+use super::route::{Env, Handler, Route, Router};
 use crate::config::validate::BadValue;
 use crate::config::{Config, RewriteFlag};
 use crate::vars::{
@@ -34,7 +34,8 @@ pub const MAX_REWRITTEN_URI: usize = 16 * 1024;
 const MAX_HOST: usize = 255;
 
 pub struct Server {
-    /// The first name (`$server_name`); empty for the implicit server.
+    /// The first name (`$server_name`, nginx's: a regex as written, `.x` as `x`); empty
+    /// for the implicit server.
     pub name: String,
     pub router: Router,
     /// The access log of its requests that no location took (its `access_log`, else the
@@ -52,6 +53,9 @@ struct OnListener {
 
 pub struct Sites {
     pub servers: Vec<Server>,
+    /// Some template reads a regex capture (`Known::reads_captures`); else matches
+    /// keep none (no copy of the subject per request).
+    captures: bool,
     /// By `[[listen]]` index.
     listeners: Vec<OnListener>,
     pub maps: Maps,
@@ -118,11 +122,7 @@ impl Sites {
                 .logs
                 .resolve(s.access_log.as_ref().map(|a| a.get_ref()), &env.logs.top);
             servers.push(Server {
-                name: names
-                    .iter()
-                    .find(|n| !n.starts_with('~'))
-                    .map(|n| n.to_ascii_lowercase())
-                    .unwrap_or_default(),
+                name: names.first().map(|n| server_name(n)).unwrap_or_default(),
                 router: Router::build(&s.location, env, &log)?,
                 log,
             });
@@ -151,6 +151,7 @@ impl Sites {
         }
         Ok(Sites {
             servers,
+            captures: env.known.reads_captures(),
             listeners,
             maps,
         })
@@ -175,7 +176,7 @@ impl Sites {
         lower.make_ascii_lowercase();
         let lower = std::str::from_utf8(lower).unwrap_or("");
         on.names
-            .find(lower, Some((caps, true)))
+            .find(lower, self.captures.then_some((caps, true)))
             .copied()
             .or(on.default)
     }
@@ -212,7 +213,8 @@ impl Sites {
             let Ok((path, _)) = normal_path(pq) else {
                 return Routing::BadRequest;
             };
-            let Some(route) = srv.router.find_with(&path, Some(&mut routed.caps)) else {
+            let caps = self.captures.then_some(&mut routed.caps);
+            let Some(route) = srv.router.find_with(&path, caps) else {
                 return Routing::NotFound;
             };
             routed.uri = owned(path);
@@ -220,15 +222,18 @@ impl Sites {
                 return Routing::Route(route, current);
             }
             let mut changed = false;
+            let mut last = false;
             for rw in &route.rewrites {
                 let pq = current.as_deref().unwrap_or_else(|| req.path_and_query());
                 let Ok((path, args)) = normal_path(pq) else {
                     return Routing::BadRequest;
                 };
                 let Some(c) = rw.regex.captures(&path) else {
+                    // nginx empties `$1`.. when a rewrite's regex does not match.
+                    routed.caps.clear_numbered();
                     continue;
                 };
-                if rw.regex.captures_len() > 1 {
+                if self.captures && rw.regex.captures_len() > 1 {
                     routed.caps.set_latest(&rw.regex, &path, &c);
                 }
                 let ctx =
@@ -256,18 +261,30 @@ impl Sites {
                 changed = true;
                 match rw.flag {
                     Some(RewriteFlag::Break) => {
-                        let pq = current.as_deref().unwrap_or_default();
-                        let Ok((path, _)) = normal_path(pq) else {
+                        let Ok(uri) = uri_of(current.as_deref()) else {
                             return Routing::BadRequest;
                         };
-                        routed.uri = owned(path);
+                        routed.uri = uri;
                         return Routing::Route(route, current);
                     }
-                    Some(RewriteFlag::Last) => break,
+                    Some(RewriteFlag::Last) => {
+                        last = true;
+                        break;
+                    }
                     _ => {}
                 }
             }
+            // A `return` follows the rewrites (nginx runs a location's `rewrite`s and
+            // `return` in order): it answers here, with the rewritten URI. Only a
+            // location without one searches again for a changed URI.
             if !changed {
+                return Routing::Route(route, current);
+            }
+            if !last && matches!(route.handler, Handler::Return(_)) {
+                let Ok(uri) = uri_of(current.as_deref()) else {
+                    return Routing::BadRequest;
+                };
+                routed.uri = uri;
                 return Routing::Route(route, current);
             }
             changes += 1;
@@ -297,6 +314,25 @@ fn owned(path: Cow<'_, str>) -> Option<Box<str>> {
     match path {
         Cow::Borrowed(_) => None,
         Cow::Owned(s) => Some(s.into_boxed_str()),
+    }
+}
+
+/// `Routed::uri` for a rewritten target.
+fn uri_of(pq: Option<&str>) -> Result<Option<Box<str>>, crate::vars::UriError> {
+    let (path, _) = normal_path(pq.unwrap_or_default())?;
+    Ok(owned(path))
+}
+
+/// `$server_name` of a server whose first name is `first`, as nginx has it: the name
+/// as written, lower-cased unless it is a regex, without the leading dot of `.name`.
+fn server_name(first: &str) -> String {
+    if first.starts_with('~') {
+        return first.to_string();
+    }
+    let n = first.to_ascii_lowercase();
+    match n.strip_prefix('.') {
+        Some(rest) => rest.to_string(),
+        None => n,
     }
 }
 

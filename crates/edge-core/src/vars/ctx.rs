@@ -3,6 +3,7 @@
 
 use edge_http::RequestHead;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Facts of the client connection.
 #[derive(Debug, Clone, Copy)]
@@ -136,7 +137,9 @@ pub struct Routed {
 struct Cap {
     subject: Box<str>,
     spans: Vec<Option<(usize, usize)>>,
-    re: regex::Regex,
+    /// Shared with the table that holds the regex: keeping a match costs no regex
+    /// clone (a `Regex` clone builds a new cache pool: several allocations).
+    re: Arc<regex::Regex>,
 }
 
 impl Cap {
@@ -148,33 +151,47 @@ impl Cap {
 
 /// The captures of the server-name regex and of the latest location or rewrite regex.
 /// `$1`..`$9` read the latest match (else the server's), `$name` the latest match that
-/// has the group, as nginx does.
+/// has the group, as nginx does. A rewrite regex that does not match clears the numbered
+/// ones (nginx sets `r->ncaptures = 0` there); named ones stay.
 #[derive(Debug, Clone, Default)]
 pub struct Captures {
     server: Option<Cap>,
     latest: Option<Cap>,
+    /// `$0`..`$9` read empty until the next match with groups.
+    numbered_cleared: bool,
 }
 
 impl Captures {
-    fn cap(re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) -> Cap {
+    fn cap(re: &Arc<regex::Regex>, subject: &str, c: &regex::Captures<'_>) -> Cap {
         Cap {
             subject: subject.into(),
             spans: c.iter().map(|m| m.map(|m| (m.start(), m.end()))).collect(),
-            re: re.clone(),
+            re: Arc::clone(re),
         }
     }
 
     /// Keeps the captures of the server-name regex.
-    pub fn set_server(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
+    pub fn set_server(&mut self, re: &Arc<regex::Regex>, subject: &str, c: &regex::Captures<'_>) {
         self.server = Some(Self::cap(re, subject, c));
+        self.numbered_cleared = false;
     }
 
     /// Keeps the captures of a location or rewrite regex (replacing the previous one).
-    pub fn set_latest(&mut self, re: &regex::Regex, subject: &str, c: &regex::Captures<'_>) {
+    pub fn set_latest(&mut self, re: &Arc<regex::Regex>, subject: &str, c: &regex::Captures<'_>) {
         self.latest = Some(Self::cap(re, subject, c));
+        self.numbered_cleared = false;
+    }
+
+    /// A rewrite's regex did not match: `$0`..`$9` are empty until the next match with
+    /// groups, as in nginx (named captures keep their values).
+    pub fn clear_numbered(&mut self) {
+        self.numbered_cleared = true;
     }
 
     pub fn numbered(&self, n: usize) -> Option<&str> {
+        if self.numbered_cleared {
+            return None;
+        }
         self.latest.as_ref().or(self.server.as_ref())?.group(n)
     }
 
@@ -196,17 +213,15 @@ impl Captures {
 /// A request host as routing compares it: without the port (`[v6]:port` keeps its
 /// brackets) and without a trailing dot. Case is left alone (compare ignoring it).
 pub fn normalize_host(h: &str) -> &str {
-    let h = h.trim();
-    let h = if h.starts_with('[') {
-        match h.find(']') {
-            Some(i) => &h[..=i],
-            None => h,
-        }
+    // Bytes, not `str` searches: this runs once or twice per request.
+    let h = h.trim_ascii();
+    let b = h.as_bytes();
+    let end = if b.first() == Some(&b'[') {
+        b.iter().position(|&c| c == b']').map_or(b.len(), |i| i + 1)
     } else {
-        match h.rfind(':') {
-            Some(i) => &h[..i],
-            None => h,
-        }
+        b.iter().rposition(|&c| c == b':').unwrap_or(b.len())
     };
+    // ':' and ']' are ASCII: `end` is a char boundary.
+    let h = &h[..end];
     h.strip_suffix('.').unwrap_or(h)
 }

@@ -95,7 +95,7 @@ pub struct NameTable<T> {
     exact: HashMap<Box<str>, T>,
     lead: HashMap<Box<str>, T>,
     trail: HashMap<Box<str>, T>,
-    regex: Vec<(regex::Regex, T)>,
+    regex: Vec<(std::sync::Arc<regex::Regex>, T)>,
     set: Option<regex::RegexSet>,
 }
 
@@ -124,7 +124,7 @@ impl<T: Clone> NameTable<T> {
                 self.trail.entry(n.into()).or_insert(v);
             }
             NamePattern::Regex(r) => {
-                self.regex.push((r, v));
+                self.regex.push((std::sync::Arc::new(r), v));
                 self.set = None;
             }
         }

@@ -23,6 +23,9 @@ pub enum Piece<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Template {
     parts: Box<[Part]>,
+    /// Every part writes UTF-8 (no request header, cookie, map or binary address):
+    /// [`Template::to_string`] skips the check.
+    utf8: bool,
 }
 
 /// Why a template does not compile.
@@ -102,8 +105,13 @@ impl Template {
         if !lit.is_empty() {
             parts.push(Part::Lit(lit.into()));
         }
+        let utf8 = parts.iter().all(|p| match p {
+            Part::Lit(_) => true,
+            Part::Var(v) => v.writes_utf8(),
+        });
         Ok(Template {
             parts: parts.into(),
+            utf8,
         })
     }
 
@@ -115,6 +123,7 @@ impl Template {
             } else {
                 Box::new([Part::Lit(text.into())])
             },
+            utf8: true,
         }
     }
 
@@ -165,10 +174,28 @@ impl Template {
         };
     }
 
-    /// The rendered text, in a new string.
+    /// The rendered text, in a new string (sized once for the usual case: the
+    /// literals, the request target and a host).
     pub fn to_string(&self, ctx: &Ctx<'_>) -> String {
-        let mut s = String::new();
-        self.render_string(ctx, &mut s);
-        s
+        let lits: usize = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(l) => l.len(),
+                Part::Var(_) => 0,
+            })
+            .sum();
+        let mut v = Vec::with_capacity(lits + ctx.request_uri.len().max(ctx.uri.len()) + 64);
+        self.render(ctx, &mut v);
+        if self.utf8 {
+            debug_assert!(std::str::from_utf8(&v).is_ok());
+            // SAFETY: every part wrote UTF-8: literals are `str`, and the variables of
+            // a `utf8` template write `str` values (or ASCII) only (`Var::writes_utf8`).
+            return unsafe { String::from_utf8_unchecked(v) };
+        }
+        match String::from_utf8(v) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
     }
 }

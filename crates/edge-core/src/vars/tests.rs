@@ -122,8 +122,8 @@ fn builtin_variables() {
 #[test]
 fn captures_numbered_and_named() {
     let mut k = Known::default();
-    let srv = compile_regex(r"^(?<sub>[a-z]+)\.example\.net$", true).unwrap();
-    let loc = compile_regex(r"^/img/(\d+)/(?<name>.+)$", false).unwrap();
+    let srv = std::sync::Arc::new(compile_regex(r"^(?<sub>[a-z]+)\.example\.net$", true).unwrap());
+    let loc = std::sync::Arc::new(compile_regex(r"^/img/(\d+)/(?<name>.+)$", false).unwrap());
     k.add_captures(&srv);
     k.add_captures(&loc);
     let r = req("/", &[]);
@@ -212,4 +212,18 @@ fn host_normalization() {
     assert_eq!(normalize_host("example.com.:443"), "example.com");
     assert_eq!(normalize_host("[2001:db8::1]:80"), "[2001:db8::1]");
     assert_eq!(normalize_host(""), "");
+}
+
+#[test]
+fn arg_finds_the_first_argument_by_name_in_any_case() {
+    use super::var::arg;
+    assert_eq!(arg("a=1&b=2", "b"), Some("2"));
+    assert_eq!(arg("b=2&A=1&a=3", "a"), Some("1"));
+    assert_eq!(arg("x&a", "a"), Some(""));
+    assert_eq!(arg("a=", "a"), Some(""));
+    assert_eq!(arg("&&ab=1&a=2&", "a"), Some("2"));
+    assert_eq!(arg("ab=1", "a"), None);
+    assert_eq!(arg("", "a"), None);
+    assert_eq!(arg("a=x=y", "a"), Some("x=y"));
+    assert_eq!(arg("é=1&a=ü", "a"), Some("ü"));
 }

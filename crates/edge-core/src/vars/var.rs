@@ -71,10 +71,16 @@ pub enum Var {
 
 /// The variable names a config defines besides the built-ins: its `[[map]]` variables
 /// and the named captures of its regexes (nginx makes every named capture a variable).
+///
+/// It also records whether a template compiled with it reads a regex capture (`$1`,
+/// `$name`): when none does, routing does not copy captures at all
+/// ([`Known::reads_captures`]). So every template a request may render must be compiled
+/// with the `Known` the site table is built with, before the table is built.
 #[derive(Debug, Clone, Default)]
 pub struct Known {
     maps: HashMap<String, u16>,
     captures: HashSet<String>,
+    reads_captures: std::cell::Cell<bool>,
 }
 
 impl Known {
@@ -86,6 +92,11 @@ impl Known {
     /// Whether `name` is already a variable (built-in, map or capture).
     pub fn defines(&self, name: &str) -> bool {
         Var::resolve(name, self).is_some()
+    }
+
+    /// Whether a template compiled with this table reads a regex capture.
+    pub fn reads_captures(&self) -> bool {
+        self.reads_captures.get()
     }
 
     /// Declares the named capture groups of a regex.
@@ -128,9 +139,11 @@ impl Var {
                     return Some(Var::Map(*i));
                 }
                 if known.captures.contains(name) {
+                    known.reads_captures.set(true);
                     return Some(Var::Named(name.into()));
                 }
                 if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() {
+                    known.reads_captures.set(true);
                     return Some(Var::Capture(name.as_bytes()[0] - b'0'));
                 }
                 let by_name = |prefix: &str| name.strip_prefix(prefix).filter(|n| !n.is_empty());
@@ -149,11 +162,25 @@ impl Var {
         Some(v)
     }
 
+    /// Whether [`Var::write`] always appends UTF-8: values taken from `str`s (the target,
+    /// the host, captures) or ASCII; not header or cookie bytes, not the binary address,
+    /// not a map (whose values may hold either).
+    pub fn writes_utf8(&self) -> bool {
+        !matches!(
+            self,
+            Var::Http(_) | Var::Cookie(_) | Var::BinaryRemoteAddr | Var::Map(_)
+        )
+    }
+
     /// Appends the variable's value for this request (nothing when it has none).
     pub fn write(&self, ctx: &Ctx<'_>, out: &mut Vec<u8>) {
         match self {
             Var::Host => match ctx.req.host().map(normalize_host).filter(|h| !h.is_empty()) {
-                Some(h) => out.extend(h.bytes().map(|b| b.to_ascii_lowercase())),
+                Some(h) => {
+                    let at = out.len();
+                    out.extend_from_slice(h.as_bytes());
+                    out[at..].make_ascii_lowercase();
+                }
                 None => out.extend_from_slice(ctx.server_name.as_bytes()),
             },
             Var::Scheme => out.extend_from_slice(if ctx.client.tls { b"https" } else { b"http" }),
@@ -356,10 +383,24 @@ fn client_ip(ctx: &Ctx<'_>) -> IpAddr {
 /// The raw value of the first query argument called `name` (any case), as nginx's
 /// `$arg_NAME`; an argument without `=` has the empty value.
 pub(super) fn arg<'q>(query: &'q str, name: &str) -> Option<&'q str> {
-    query.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        k.eq_ignore_ascii_case(name).then_some(v)
-    })
+    // Bytes, not `str::split`: this runs per request for every `$arg_` of a cache key.
+    let q = query.as_bytes();
+    let name = name.as_bytes();
+    let mut start = 0;
+    while start < q.len() {
+        let end = q[start..]
+            .iter()
+            .position(|&b| b == b'&')
+            .map_or(q.len(), |i| start + i);
+        let pair = &q[start..end];
+        let klen = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+        if klen == name.len() && pair[..klen].eq_ignore_ascii_case(name) {
+            // '&' and '=' are ASCII: these are char boundaries.
+            return query.get((start + klen + 1).min(end)..end);
+        }
+        start = end + 1;
+    }
+    None
 }
 
 /// The value of cookie `name` (any case) over every `Cookie` field.

@@ -258,10 +258,11 @@ return = {{ status = 200, body = "loop $uri" }}
 #[test]
 fn rewrite_flags() {
     let s = rewrites();
-    // last: searched again, so /new/ serves it (with its own captures then).
+    // last: searched again, so /new/ serves it; its own rewrite did not match, which
+    // empties `$1` (as in nginx).
     assert_eq!(
         answer(&s, 0, "/old/a?k=v", "h"),
-        "new uri=/new/a args=k=v 1=a"
+        "new uri=/new/a args=k=v 1="
     );
     // break in the second location: served there, not searched again.
     assert_eq!(answer(&s, 0, "/old/b/c", "h"), "new uri=/final/c args= 1=c");
@@ -279,7 +280,7 @@ fn rewrite_flags() {
         answer(&s, 0, "/noargs?z=1", "h"),
         "root uri=/plain args= req=/noargs?z=1"
     );
-    // No flag: the next rewrites see the new URI, then the locations are searched again.
+    // No flag: the next rewrites see the new URI, then the location's `return` answers.
     assert_eq!(
         answer(&s, 0, "/a1?z=1", "h"),
         "root uri=/a3 args=q=1&z=1 req=/a1?z=1"
@@ -371,5 +372,111 @@ return = {{ status = 200, body = "unreached" }}
     );
     for bad in ["/a%00b", "/..", "/a/%2e%2e/..", "/a%2", "/a%g0"] {
         assert_eq!(answer(&s, 0, bad, "h"), "400", "{bad}");
+    }
+}
+
+/// Found by the differential test against nginx (tests/sites_nginx.rs).
+#[test]
+fn a_return_answers_after_rewrites_without_a_flag() {
+    let s = sites(&format!(
+        r#"{LISTEN}
+[[location]]
+prefix = "/old/"
+rewrite = [
+  {{ regex = '^/old/nf/(.*)$', replacement = "/new/nf-$1" }},
+  {{ regex = '^/old/two/(.*)$', replacement = "/old/nf/$1" }},
+]
+return = {{ status = 200, body = "old uri=$uri args=$args 1=$1" }}
+[[location]]
+prefix = "/gif/"
+rewrite = [{{ regex = '^/gif/(.*)$', replacement = "/new/$1" }}]
+empty_gif = true
+[[location]]
+prefix = "/new/"
+return = {{ status = 200, body = "new uri=$uri 1=$1" }}
+"#
+    ));
+    // nginx runs the location's rewrites and then its `return`, with the new URI; no
+    // new search. (`$1` is empty: the second rewrite did not match.)
+    assert_eq!(
+        answer(&s, 0, "/old/nf/e?z=9", "h"),
+        "old uri=/new/nf-e args=z=9 1="
+    );
+    // The rewrites run once, in order: the second's result is not rewritten again by
+    // the first.
+    assert_eq!(
+        answer(&s, 0, "/old/two/t", "h"),
+        "old uri=/old/nf/t args= 1=t"
+    );
+    // A location without `return` searches again for the changed URI.
+    assert_eq!(answer(&s, 0, "/gif/g", "h"), "new uri=/new/g 1=g");
+}
+
+/// Found by the differential test against nginx: a rewrite regex that does not match
+/// empties `$1`.. (nginx: `r->ncaptures = 0`), including the server name's; named
+/// captures keep their values.
+#[test]
+fn a_rewrite_that_does_not_match_empties_numbered_captures() {
+    let s = sites(&format!(
+        r#"{LISTEN}
+[[server]]
+names = ['~^(?<sub>[a-z]+)\.example\.net$']
+[[server.location]]
+prefix = "/"
+return = {{ status = 200, body = "root 1=$1 sub=$sub" }}
+[[server.location]]
+prefix = "/chain/"
+rewrite = [{{ regex = '^/chain/(a*)b(.*)$', replacement = "/chain/$1a$2", flag = "last" }}]
+return = {{ status = 200, body = "chain uri=$uri 1=$1 sub=$sub" }}
+"#
+    ));
+    assert_eq!(
+        answer(&s, 0, "/x", "shop.example.net"),
+        "root 1=shop sub=shop"
+    );
+    assert_eq!(
+        answer(&s, 0, "/chain/x", "shop.example.net"),
+        "chain uri=/chain/x 1= sub=shop"
+    );
+    assert_eq!(
+        answer(&s, 0, "/chain/ab", "shop.example.net"),
+        "chain uri=/chain/aa 1= sub=shop"
+    );
+}
+
+/// Found by the differential test against nginx: `$server_name` is the first name as
+/// nginx has it, a regex included.
+#[test]
+fn server_name_is_nginx_s_first_name() {
+    assert_eq!(server_name("Example.COM"), "example.com");
+    assert_eq!(server_name(".Dot.example"), "dot.example");
+    assert_eq!(server_name("*.example.com"), "*.example.com");
+    assert_eq!(server_name("~^(?<A>x)$"), "~^(?<A>x)$");
+}
+
+/// Captures are kept only when some template reads one (no copy per request otherwise).
+#[test]
+fn captures_are_kept_only_when_a_template_reads_them() {
+    let text = |body: &str| {
+        format!(
+            r#"{LISTEN}
+[[server]]
+names = ['~^(?<sub>[a-z]+)\.example\.net$']
+[[server.location]]
+regex = '^/img/(?<name>[a-z]+)$'
+return = {{ status = 200, body = "{body}" }}
+"#
+        )
+    };
+    for (body, kept) in [("img", false), ("img $1", true), ("img $sub", true)] {
+        let s = sites(&text(body));
+        let r = req("/img/cat", "shop.example.net");
+        let mut routed = Routed::default();
+        let server = s.select(0, r.host(), &mut routed.caps).unwrap();
+        assert!(matches!(
+            s.route(server, &r, CLIENT, &mut routed),
+            Routing::Route(_, None)
+        ));
+        assert_eq!(!routed.caps.is_empty(), kept, "{body}");
     }
 }

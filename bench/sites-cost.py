@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Cost of routing a cache hit through many sites: user-space instructions (callgrind)
+per 1 KiB RAM-tier hit, with 1,000 server names against today's single location, same
+binary, same request.
+
+Usage (valgrind installed, binaries built with `cargo build --release`):
+
+    python3 bench/sites-cost.py [--out docs/results/sites-cost.json]
+
+Configs (one edgecache worker each, access log off, keep-alive, RAM tier):
+- `one`: one top-level `prefix = "/"` location, the default cache key (today's hit).
+- `sites-*`: 1,000 server names: 500 exact, 400 wildcard (200 `*.lead`, 200
+  `trail.*`), 100 regex (`~^rN-(\\d+)\\.regex\\.example$`), 997 servers of one name
+  each and, last, the matched server with the last name of each kind. The matched
+  server has a `prefix = "/"` location and 50 regex locations; the request takes the
+  50th (`^/obj/(?<size>[0-9]+k)/`, named capture), whose cache key is a template over
+  selected arguments (`$scheme://$host$uri?a=$arg_a&b=$arg_b`, what `cache_key_args`
+  with `include = ["a", "b"]` makes). `sites-exact`, `sites-wild` and `sites-regex`
+  send a Host matching the exact, the `*.lead` and the regex name (the 100th regex:
+  the whole RegexSet is run); the case and the port of the Host vary from the name.
+  `proxy_set_header` is not in this build, so the key carries no header rewriting.
+
+Every config gets the same target, `/obj/1k/1?b=2&a=1&utm_source=x`.
+
+Method (as bench/hit-cost.py): the server under `valgrind --tool=callgrind
+--separate-threads=yes`, warmed until `X-Cache-Status: HIT` plus 500 requests; then
+zero the counters, send N1 requests on one keep-alive connection (edgeload), dump;
+zero, send N2, dump. The busiest thread's (Ir(N2) - Ir(N1)) / (N2 - N1) is one hit
+with the fixed costs cancelled. `--reps` times, median kept. Callgrind counts
+instructions, not time: the ratio is stable across machines of one architecture.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+from benchlib import BIN, free_port, wait_port
+
+TARGET = "/obj/1k/1?b=2&a=1&utm_source=x"
+HOSTS = {
+    "one": "127.0.0.1",
+    "sites-exact": "Matched.Exact.Example:8080",
+    "sites-wild": "www.Matched.Wild.Example",
+    "sites-regex": "R99-42.regex.example.",
+}
+
+
+def base(dir, port, origin):
+    return f'''workers = 1
+worker_cpu_affinity = "off"
+access_log = "off"
+keepalive_requests = 1000000
+error_log = {{ path = "{dir}/error.log", level = "warn" }}
+[[listen]]
+addr = "127.0.0.1:{port}"
+[[cache]]
+name = "c1"
+path = "{dir}/cache"
+[memory_cache]
+size = "64m"
+max_object_size = "1m"
+[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:{origin}"]
+keepalive = 4
+'''
+
+
+LOC = 'proxy = "origin"\ncache = ["c1"]\ncache_valid = { "200" = "10m" }\n'
+
+
+def sites_config():
+    names = ([f"s{i}.exact.example" for i in range(499)]
+             + [f"*.w{i}.wild.example" for i in range(200)]
+             + [f"t{i}.trail.*" for i in range(199)]
+             + [f"~^r{i}-(\\d+)\\.regex\\.example$" for i in range(99)])
+    assert len(names) == 997
+    out = []
+    for n in names:
+        out.append(f"[[server]]\nnames = ['{n}']\n[[server.location]]\nprefix = \"/\"\n{LOC}")
+    # The matched server: the 500th exact, the 400th wildcard, the 100th regex name.
+    out.append("[[server]]\nnames = ['matched.exact.example', '*.matched.wild.example', "
+               "'~^r99-(\\d+)\\.regex\\.example$']\n"
+               f"[[server.location]]\nprefix = \"/\"\n{LOC}")
+    for i in range(49):
+        out.append(f"[[server.location]]\nregex = '^/r{i}/([0-9]+)$'\n{LOC}")
+    out.append("[[server.location]]\nregex = '^/obj/(?<size>[0-9]+k)/'\n" + LOC
+               + 'cache_key = "$scheme://$host$uri?a=$arg_a&b=$arg_b"\n')
+    return "\n".join(out)
+
+
+def config(name, dir, port, origin):
+    text = base(dir, port, origin)
+    if name == "one":
+        text += f'[[location]]\nprefix = "/"\n{LOC}'
+    else:
+        text += sites_config()
+    path = os.path.join(dir, "edgecache.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    subprocess.run([os.path.join(BIN, "edgecache"), "-t", "-c", path], check=True,
+                   capture_output=True)
+    return [os.path.join(BIN, "edgecache"), "-c", path]
+
+
+def get(port, host):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{TARGET}", headers={"Host": host})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def load(port, host, requests):
+    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", "1", "-T", "300s",
+           "--requests", str(requests), "-H", f"Host: {host}",
+           f"http://127.0.0.1:{port}{TARGET}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"(\d+) requests in", out)
+    return int(m.group(1)) if m else requests
+
+
+def warm(port, host):
+    for _ in range(100):
+        st, h, body = get(port, host)
+        if st == 200 and h.get("X-Cache-Status") == "HIT":
+            assert len(body) == 1024, len(body)
+            break
+        time.sleep(0.05)
+    else:
+        raise SystemExit(f"no HIT for Host {host}")
+    for _ in range(5):
+        get(port, host)
+    load(port, host, 500)
+
+
+def busiest(work, pid, tag):
+    best = 0
+    for name in os.listdir(work):
+        if not name.startswith(f"cg.out.{pid}"):
+            continue
+        with open(os.path.join(work, name), errors="replace") as f:
+            text = f.read()
+        if tag not in text[:4000]:
+            continue
+        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best
+
+
+def callgrind_ir(cmd, port, host, n1, n2, reps, work):
+    out = os.path.join(work, "cg.out")
+    vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
+          f"--callgrind-out-file={out}.%p"] + cmd
+    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=work, start_new_session=True)
+    try:
+        wait_port(port, 180)
+        warm(port, host)
+        per_req = []
+        for rep in range(reps):
+            totals = {}
+            for n in (n1, n2):
+                subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
+                done = load(port, host, n)
+                assert done == n, (done, n)
+                tag = f"r{rep}n{n}"
+                subprocess.run(["callgrind_control", f"--dump={tag}", str(p.pid)],
+                               capture_output=True)
+                time.sleep(0.5)
+                totals[n] = busiest(work, p.pid, tag)
+            per_req.append((totals[n2] - totals[n1]) / (n2 - n1))
+        return sorted(per_req)[len(per_req) // 2], per_req
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n1", type=int, default=2000)
+    ap.add_argument("--n2", type=int, default=12000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--configs", default=",".join(HOSTS))
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the callgrind files (for callgrind_annotate)")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    origin_port = free_port()
+    origin = subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
+                               f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    results = {}
+    try:
+        wait_port(origin_port, timeout=60)
+        for name in a.configs.split(","):
+            work = tempfile.mkdtemp(prefix=f"sitescost-{name}-")
+            port = free_port()
+            cmd = config(name, work, port, origin_port)
+            med, all_ = callgrind_ir(cmd, port, HOSTS[name], a.n1, a.n2, a.reps, work)
+            results[name] = {"host": HOSTS[name], "ir_per_hit": round(med),
+                             "ir_samples": [round(x) for x in all_]}
+            if a.keep:
+                results[name]["callgrind_dir"] = work
+            print(name, json.dumps(results[name]), flush=True)
+    finally:
+        origin.kill()
+    if "one" in results:
+        b = results["one"]["ir_per_hit"]
+        for r in results.values():
+            r["vs_one"] = round(r["ir_per_hit"] / b, 3)
+    print("\n| config | Host | Ir per 1 KiB hit | vs one location |")
+    print("|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | `{r['host']}` | {r['ir_per_hit']} | {r.get('vs_one', '')} |")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"target": TARGET, "n1": a.n1, "n2": a.n2, "results": results}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
