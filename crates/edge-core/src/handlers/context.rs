@@ -33,14 +33,16 @@ pub fn vars<'a>(client: Client, ex: &'a Exchange, shared: &'a Shared) -> Ctx<'a>
     Ctx::new(&ex.req, client, server, &ex.routed, &shared.sites.maps)
 }
 
-/// Puts the route's header control on the exchange: the response side (rendered when
-/// the head is written, so `$status` and `$upstream_cache_status` have their values)
-/// and `proxy_set_header`, rendered now. Nothing is allocated for a route without
-/// header control, and only an `Arc` count for literal `add_header`s.
-pub fn apply_fields(client: Client, ex: &mut Exchange, shared: &Arc<Shared>, route: &Arc<Route>) {
+/// Renders the route's `proxy_set_header` for this request onto the exchange, once,
+/// before its first upstream request (a proxied request, a cache fill or revalidation,
+/// a background refresh). A no-op for a route that sets none, or when done already.
+pub fn upstream_fields(conn: &Conn, ex: &mut Exchange, shared: &Shared, route: &Route) {
     let f = &route.fields;
-    if f.sets_request() {
-        let vars = vars(client, ex, shared);
+    if ex.upstream_fields.is_some() || !f.sets_request() {
+        return;
+    }
+    {
+        let vars = vars(client_of(conn, ex, shared), ex, shared);
         let mut lines = Vec::new();
         let mut value = Vec::new();
         for s in &f.set {
@@ -62,6 +64,15 @@ pub fn apply_fields(client: Client, ex: &mut Exchange, shared: &Arc<Shared>, rou
             host,
         }));
     }
+}
+
+/// Puts the route's response-side header control on the exchange (rendered when the
+/// head is written, so `$status` and `$upstream_cache_status` have their values).
+/// Nothing is allocated for a route without it, and only an `Arc` count for literal
+/// `add_header`s. `proxy_set_header` is rendered only for a request that goes upstream
+/// ([`upstream_fields`]): a cache hit never pays for it.
+pub fn apply_fields(client: Client, ex: &mut Exchange, shared: &Arc<Shared>, route: &Arc<Route>) {
+    let f = &route.fields;
     if f.response_default() {
         return;
     }

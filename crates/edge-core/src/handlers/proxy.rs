@@ -23,6 +23,7 @@ pub async fn handle(
             None,
         )
     };
+    super::context::upstream_fields(conn, ex, shared, route);
     crate::upstream::relay::proxy_pass(
         w.upstream(),
         conn,

@@ -52,6 +52,7 @@ pub async fn fetch_origin(
     SystemTime,
     SystemTime,
 ) {
+    crate::handlers::context::upstream_fields(conn, ex, ctx.shared, ctx.route);
     let fields = ex.upstream_fields.clone();
     let head = fill_head(
         ctx,

@@ -36,6 +36,7 @@ pub async fn pass_unsafe(
         let vars = crate::handlers::context::vars(client, ex, shared);
         super::key::affinity(&p.upstream, super::key::KeySpec::of(route), &vars, None)
     };
+    crate::handlers::context::upstream_fields(conn, ex, shared, route);
     let up =
         match crate::upstream::client::fetch(w.upstream(), conn, ex, &p.upstream, affinity).await {
             Ok(up) => up,

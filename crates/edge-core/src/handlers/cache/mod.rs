@@ -85,6 +85,7 @@ pub async fn handle(
         mark(w, ex, CacheStatus::Bypass);
         let vars = crate::handlers::context::vars(client, ex, shared);
         let affinity = key::affinity(&p.upstream, key::KeySpec::of(route), &vars, None);
+        crate::handlers::context::upstream_fields(conn, ex, shared, route);
         return Box::pin(crate::upstream::relay::proxy_pass(
             w.upstream(),
             conn,

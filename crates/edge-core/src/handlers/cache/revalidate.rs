@@ -176,6 +176,8 @@ pub async fn revalidate(
     store: MayStore,
 ) -> Result<(), ExchangeError> {
     let now = SystemTime::now();
+    // Whatever the refresh, it goes upstream: its proxy_set_header fields, once.
+    crate::handlers::context::upstream_fields(conn, ex, ctx.shared, ctx.route);
     if let Some(h) = handle {
         if background_allowed(ctx, &entry.meta, now) {
             spawn_background(ctx, ex, ex.client_addr().ip(), Some(h));
