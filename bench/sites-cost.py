@@ -13,12 +13,11 @@ Configs (one edgecache worker each, access log off, keep-alive, RAM tier):
   `trail.*`), 100 regex (`~^rN-(\\d+)\\.regex\\.example$`), 997 servers of one name
   each and, last, the matched server with the last name of each kind. The matched
   server has a `prefix = "/"` location and 50 regex locations; the request takes the
-  50th (`^/obj/(?<size>[0-9]+k)/`, named capture), whose cache key is a template over
-  selected arguments (`$scheme://$host$uri?a=$arg_a&b=$arg_b`, what `cache_key_args`
-  with `include = ["a", "b"]` makes). `sites-exact`, `sites-wild` and `sites-regex`
+  50th (`^/obj/(?<size>[0-9]+k)/`, named capture), whose cache key is the default key
+  with `cache_key_args = { sort = true, include = ["a", "b"] }`, and which sets two
+  `proxy_set_header`s (a Host override and `X-Real-IP = "$remote_addr"`). `sites-exact`, `sites-wild` and `sites-regex`
   send a Host matching the exact, the `*.lead` and the regex name (the 100th regex:
   the whole RegexSet is run); the case and the port of the Host vary from the name.
-  `proxy_set_header` is not in this build, so the key carries no header rewriting.
 
 Every config gets the same target, `/obj/1k/1?b=2&a=1&utm_source=x`.
 
@@ -91,7 +90,8 @@ def sites_config():
     for i in range(49):
         out.append(f"[[server.location]]\nregex = '^/r{i}/([0-9]+)$'\n{LOC}")
     out.append("[[server.location]]\nregex = '^/obj/(?<size>[0-9]+k)/'\n" + LOC
-               + 'cache_key = "$scheme://$host$uri?a=$arg_a&b=$arg_b"\n')
+               + 'cache_key_args = { sort = true, include = ["a", "b"] }\n'
+               + 'proxy_set_header = { Host = "bucket.s3.example", "X-Real-IP" = "$remote_addr" }\n')
     return "\n".join(out)
 
 
