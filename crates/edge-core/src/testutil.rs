@@ -20,3 +20,17 @@ pub(crate) fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
     raw.push_str("\r\n");
     parse(&raw)
 }
+
+/// A current-thread runtime, as a worker has.
+pub(crate) fn rt() -> tokio::runtime::Runtime {
+    crate::rt::thread_runtime("test").unwrap()
+}
+
+/// A connected loopback pair: (server side as a tokio stream, client side as a std
+/// stream).
+pub(crate) async fn tcp_pair() -> (tokio::net::TcpStream, std::net::TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().await.unwrap();
+    (s, c)
+}
