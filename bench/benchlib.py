@@ -8,6 +8,7 @@ The scripts run as `python3 bench/<name>.py`, so this directory is on their impo
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -37,6 +38,24 @@ def wait_port(port, timeout=30):
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"nothing listens on {port}")
+
+
+def raise_nofile():
+    """Soft descriptor limit up to the hard one (a server started after, or with this as
+    its `preexec_fn`, inherits it)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def read_answers(socks, marker=b"ok\n"):
+    """Read on each socket until `marker` has come; exit the script if one closes first."""
+    for s in socks:
+        got = b""
+        while marker not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise SystemExit("server closed a connection")
+            got += chunk
 
 
 def get_json(port, path, timeout=10):
