@@ -312,6 +312,17 @@ fn read_chunked(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// The value of the first `name` field (any case) of a raw request or response head,
+/// trimmed.
+pub fn head_field(head: &str, name: &str) -> Option<String> {
+    head.lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        })
+        .map(|(_, v)| v.trim().to_string())
+}
+
 /// A deterministic test payload.
 pub fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
@@ -372,6 +383,20 @@ pub fn json_number(text: &str, key: &str) -> Option<u64> {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     digits.parse().ok()
+}
+
+/// Polls `/status` at `admin` every `every` until its number at `key` is at least
+/// `min`; fails after 10 s, saying `what` and the last `/status`.
+pub fn wait_status_at_least(admin: SocketAddr, key: &str, min: u64, every: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = get_text(admin, "/status");
+        if json_number(&status, key).is_some_and(|n| n >= min) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {status}");
+        std::thread::sleep(every);
+    }
 }
 
 /// Requests edgeorigin has answered so far (its `/stats`), read until two reads 50 ms
