@@ -1,12 +1,17 @@
 """What every bench/ script needs: where the repository and our binaries are, a free
-loopback port, waiting for a server to listen, and reading its JSON endpoints.
+loopback port, waiting for a server to listen, and reading its JSON endpoints; and the
+callgrind measure of instructions per request (bench/hit-cost.py, bench/sites-cost.py).
 
 The scripts run as `python3 bench/<name>.py`, so this directory is on their import path.
 """
 
 import json
 import os
+import re
+import resource
+import signal
 import socket
+import subprocess
 import time
 import urllib.request
 
@@ -35,6 +40,72 @@ def wait_port(port, timeout=30):
     raise SystemExit(f"nothing listens on {port}")
 
 
+def raise_nofile():
+    """Soft descriptor limit up to the hard one (a server started after, or with this as
+    its `preexec_fn`, inherits it)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def read_answers(socks, marker=b"ok\n"):
+    """Read on each socket until `marker` has come; exit the script if one closes first."""
+    for s in socks:
+        got = b""
+        while marker not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise SystemExit("server closed a connection")
+            got += chunk
+
+
 def get_json(port, path, timeout=10):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
         return json.loads(r.read())
+
+
+def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout):
+    """Instructions per request of `cmd` (a server listening on `port`) under
+    `valgrind --tool=callgrind --separate-threads=yes`, run in `work` (the callgrind
+    files stay there): once it listens (within `start_timeout` s), `warm()`; then, `reps`
+    times, zero the counters, `load(n1)`, dump; zero, `load(n2)`, dump. Each rep gives
+    the busiest thread's (Ir(n2) - Ir(n1)) / (n2 - n1); returns (median, all reps)."""
+    out = os.path.join(work, "cg.out")
+    vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
+          f"--callgrind-out-file={out}.%p"] + cmd
+    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=work, start_new_session=True)
+    try:
+        wait_port(port, start_timeout)
+        warm()
+        per_req = []
+        for rep in range(reps):
+            totals = {}
+            for n in (n1, n2):
+                subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
+                load(n)
+                tag = f"r{rep}n{n}"
+                subprocess.run(["callgrind_control", f"--dump={tag}", str(p.pid)],
+                               capture_output=True)
+                time.sleep(0.5)
+                totals[n] = busiest(work, p.pid, tag)
+            per_req.append((totals[n2] - totals[n1]) / (n2 - n1))
+        return sorted(per_req)[len(per_req) // 2], per_req
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def busiest(work, pid, tag):
+    """Largest Ir among the dumps (one per thread) carrying this tag."""
+    best = 0
+    for name in os.listdir(work):
+        if not name.startswith(f"cg.out.{pid}"):
+            continue
+        with open(os.path.join(work, name), errors="replace") as f:
+            text = f.read()
+        if f"desc: Trigger: Client Request: {tag}" not in text and tag not in text[:4000]:
+            continue
+        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best

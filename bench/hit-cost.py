@@ -34,7 +34,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, BIN, free_port, wait_port
+from benchlib import ROOT, BIN, callgrind_ir, free_port, wait_port
 
 
 
@@ -128,49 +128,6 @@ def warm(port, path):
     load(port, path, 500)
 
 
-def callgrind_ir(cmd, port, path, n1, n2, reps, work):
-    out = os.path.join(work, "cg.out")
-    vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
-          f"--callgrind-out-file={out}.%p"] + cmd
-    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         cwd=work, start_new_session=True)
-    try:
-        wait_port(port, 120)
-        warm(port, path)
-        per_req = []
-        for rep in range(reps):
-            totals = {}
-            for n in (n1, n2):
-                subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
-                load(port, path, n)
-                tag = f"r{rep}n{n}"
-                subprocess.run(["callgrind_control", f"--dump={tag}", str(p.pid)],
-                               capture_output=True)
-                time.sleep(0.5)
-                totals[n] = busiest(work, p.pid, tag)
-            per_req.append((totals[n2] - totals[n1]) / (n2 - n1))
-        return sorted(per_req)[len(per_req) // 2], per_req
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
-def busiest(work, pid, tag):
-    """Largest Ir among the dumps (one per thread) carrying this tag."""
-    best = 0
-    for name in os.listdir(work):
-        if not name.startswith(f"cg.out.{pid}"):
-            continue
-        with open(os.path.join(work, name), errors="replace") as f:
-            text = f.read()
-        if f"desc: Trigger: Client Request: {tag}" not in text and tag not in text[:2000]:
-            continue
-        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-        if m:
-            best = max(best, int(m.group(1)))
-    return best
-
-
 def strace_calls(cmd, port, path, n, connections, work):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          cwd=work, start_new_session=True)
@@ -229,7 +186,9 @@ def main():
                 else:
                     cmd = edgecache_config(work, port, origin_port, name == "edgecache-ram")
                 if phase == "callgrind":
-                    med, all_ = callgrind_ir(cmd, port, path, a.n1, a.n2, a.reps, work)
+                    med, all_ = callgrind_ir(cmd, port, work, lambda: warm(port, path),
+                                             lambda n: load(port, path, n),
+                                             a.n1, a.n2, a.reps, start_timeout=120)
                     res["ir_per_request"] = round(med)
                     res["ir_samples"] = [round(x) for x in all_]
                 else:

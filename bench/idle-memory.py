@@ -12,7 +12,6 @@ in user space (kernel socket buffers are not in RSS, for either server).
 
 import argparse
 import os
-import resource
 import shutil
 import socket
 import subprocess
@@ -20,14 +19,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, BIN, free_port, wait_port
+from benchlib import ROOT, BIN, free_port, raise_nofile, read_answers, wait_port
 
-
-
-def raise_nofile():
-    """Soft descriptor limit up to the hard one (the server inherits it)."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def rss_kib(pid):
@@ -119,13 +112,7 @@ def measure(cmd, port, n, work, rate):
                 ahead = start + (i + 1) / rate - time.time()
                 if ahead > 0:
                     time.sleep(ahead)
-        for s in socks:
-            got = b""
-            while b"ok\n" not in got:
-                chunk = s.recv(4096)
-                if not chunk:
-                    raise SystemExit("server closed a connection")
-                got += chunk
+        read_answers(socks)
         time.sleep(1.0)
         after = rss_kib(p.pid)
         return before, after

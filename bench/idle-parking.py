@@ -26,12 +26,7 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import free_port, get_json, wait_port
-
-
-def raise_nofile():
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+from benchlib import free_port, get_json, raise_nofile, read_answers, wait_port
 
 
 def config(dir, port, admin, max_conns):
@@ -84,13 +79,7 @@ def connect(port, n):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(req)
         socks.append(s)
-    for s in socks:
-        got = b""
-        while b"ok\n" not in got:
-            chunk = s.recv(4096)
-            if not chunk:
-                raise SystemExit("server closed a connection")
-            got += chunk
+    read_answers(socks)
     return socks
 
 

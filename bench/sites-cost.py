@@ -33,13 +33,12 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
 
-from benchlib import BIN, free_port, wait_port
+from benchlib import BIN, callgrind_ir, free_port, wait_port
 
 TARGET = "/obj/1k/1?b=2&a=1&utm_source=x"
 HOSTS = {
@@ -124,6 +123,12 @@ def load(port, host, requests):
     return int(m.group(1)) if m else requests
 
 
+def load_all(port, host, requests):
+    """`load`, asserting that every request was answered."""
+    done = load(port, host, requests)
+    assert done == requests, (done, requests)
+
+
 def warm(port, host):
     for _ in range(100):
         st, h, body = get(port, host)
@@ -136,49 +141,6 @@ def warm(port, host):
     for _ in range(5):
         get(port, host)
     load(port, host, 500)
-
-
-def busiest(work, pid, tag):
-    best = 0
-    for name in os.listdir(work):
-        if not name.startswith(f"cg.out.{pid}"):
-            continue
-        with open(os.path.join(work, name), errors="replace") as f:
-            text = f.read()
-        if tag not in text[:4000]:
-            continue
-        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-        if m:
-            best = max(best, int(m.group(1)))
-    return best
-
-
-def callgrind_ir(cmd, port, host, n1, n2, reps, work):
-    out = os.path.join(work, "cg.out")
-    vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
-          f"--callgrind-out-file={out}.%p"] + cmd
-    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         cwd=work, start_new_session=True)
-    try:
-        wait_port(port, 180)
-        warm(port, host)
-        per_req = []
-        for rep in range(reps):
-            totals = {}
-            for n in (n1, n2):
-                subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
-                done = load(port, host, n)
-                assert done == n, (done, n)
-                tag = f"r{rep}n{n}"
-                subprocess.run(["callgrind_control", f"--dump={tag}", str(p.pid)],
-                               capture_output=True)
-                time.sleep(0.5)
-                totals[n] = busiest(work, p.pid, tag)
-            per_req.append((totals[n2] - totals[n1]) / (n2 - n1))
-        return sorted(per_req)[len(per_req) // 2], per_req
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
 
 
 def main():
@@ -202,7 +164,10 @@ def main():
             work = tempfile.mkdtemp(prefix=f"sitescost-{name}-")
             port = free_port()
             cmd = config(name, work, port, origin_port)
-            med, all_ = callgrind_ir(cmd, port, HOSTS[name], a.n1, a.n2, a.reps, work)
+            host = HOSTS[name]
+            med, all_ = callgrind_ir(cmd, port, work, lambda: warm(port, host),
+                                     lambda n: load_all(port, host, n),
+                                     a.n1, a.n2, a.reps, start_timeout=180)
             results[name] = {"host": HOSTS[name], "ir_per_hit": round(med),
                              "ir_samples": [round(x) for x in all_]}
             if a.keep:

@@ -29,3 +29,6 @@ pub mod state;
 pub mod tls;
 pub mod upstream;
 pub mod vars;
+
+#[cfg(test)]
+pub(crate) mod testutil;

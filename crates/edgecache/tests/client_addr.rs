@@ -78,13 +78,7 @@ fn forwarded_for(seen: &std::sync::Mutex<Seen>, path: &str) -> String {
         .iter()
         .find(|h| h.starts_with(&format!("GET {path} ")))
         .unwrap_or_else(|| panic!("{path} did not reach the upstream: {:?}", s.heads));
-    head.lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("x-forwarded-for")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default()
+    common::head_field(head, "x-forwarded-for").unwrap_or_default()
 }
 
 /// The access log's line for `path`, once it is flushed.

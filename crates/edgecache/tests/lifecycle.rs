@@ -93,18 +93,8 @@ fn bind_failure_is_exit_1_with_the_address() {
 /// Waits until the server has sent a request upstream (`upstream_requests` in /status):
 /// the client's request is in flight, not in a socket queue.
 fn wait_upstream_request(admin: std::net::SocketAddr) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = common::get_text(admin, "/status");
-        if common::json_number(&status, "upstream_requests").is_some_and(|n| n >= 1) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no request upstream: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let every = Duration::from_millis(20);
+    common::wait_status_at_least(admin, "upstream_requests", 1, every, "no request upstream");
 }
 
 /// SIGQUIT (nginx's graceful stop): a request in flight is answered whole, then the
@@ -222,18 +212,8 @@ fn parked_idle_connections_resume_and_do_not_delay_a_stop() {
     let first = idle.get("/obj/1k/1", &[]);
     assert_eq!(first.status, 200);
     // Parked after 300 ms of silence; /status counts it within a second more.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = common::get_text(admin, "/status");
-        if common::json_number(&status, "parked").is_some_and(|n| n >= 1) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never parked: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let every = Duration::from_millis(100);
+    common::wait_status_at_least(admin, "parked", 1, every, "never parked");
     // Resumed: two requests on the same connection, bytes as before.
     let again = idle.get("/obj/1k/1", &[]);
     assert_eq!(again.status, 200);

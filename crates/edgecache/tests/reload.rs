@@ -20,30 +20,12 @@ fn config_path(s: &Setup) -> std::path::PathBuf {
 
 /// The setup's config with `cache_extra` in its `[[cache]]`, addresses filled in.
 fn config_text(s: &Setup, cache_extra: &str) -> String {
-    s.config(cache_extra, "")
-        .replace("{listen}", &s.addr.to_string())
-        .replace("{admin}", &s.admin.to_string())
+    common::fill(&s.config(cache_extra, ""), s.addr, s.admin)
 }
 
-/// `config_generation` in /status.
-fn generation(s: &Setup) -> u64 {
-    json_number(&s.status_json(), "config_generation").expect("config_generation")
-}
-
-/// Rewrites the config, sends SIGHUP, and waits (up to 10 s) for the new generation.
+/// Rewrites the config with `cache_extra`, sends SIGHUP, and waits for the new generation.
 fn reload(s: &Setup, cache_extra: &str) {
-    let before = generation(s);
-    std::fs::write(config_path(s), config_text(s, cache_extra)).unwrap();
-    s.cache.signal("HUP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while generation(s) == before {
-        assert!(
-            Instant::now() < deadline,
-            "the reload was not applied; stderr:\n{}",
-            s.cache.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::reload(&s.cache, s.addr, s.admin, &s.config(cache_extra, ""));
 }
 
 fn disk_use(s: &Setup) -> u64 {
@@ -225,18 +207,7 @@ fn reordered_listeners_keep_their_servers_across_a_reload() {
     let mut cb = edge_testkit::Client::connect(b);
     assert_eq!(ca.get("/", &[]).body, b"A");
     assert_eq!(cb.get("/", &[]).body, b"B");
-    let gen = || json_number(&common::get_text(admin, "/status"), "config_generation").unwrap();
-    let before = gen();
-    let swapped = text(&lb, la)
-        .replace("{listen}", &a.to_string())
-        .replace("{admin}", &admin.to_string());
-    std::fs::write(p.dir().join("edgecache.toml"), swapped).unwrap();
-    p.signal("HUP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while gen() == before {
-        assert!(Instant::now() < deadline, "no reload: {}", p.stderr());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::reload(&p, a, admin, &text(&lb, la));
     assert_eq!(ca.get("/", &[]).body, b"A", "kept-alive connection on A");
     assert_eq!(cb.get("/", &[]).body, b"B", "kept-alive connection on B");
     assert_eq!(get(a, "/", &[]).body, b"A");

@@ -33,14 +33,7 @@ fn parse(raw: &[u8]) -> (u16, String, String) {
     let text = String::from_utf8_lossy(raw);
     let (head, body) = text.split_once("\r\n\r\n").expect("a whole head");
     let status = head[9..12].parse().unwrap();
-    let location = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("location"))
-        })
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default();
+    let location = common::head_field(head, "location").unwrap_or_default();
     (status, location, body.to_string())
 }
 

@@ -430,14 +430,7 @@ fn get(addr: SocketAddr, host: &str, target: &str) -> Answer {
         };
     };
     let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let location = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("location"))
-        })
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default();
+    let location = common::head_field(head, "location").unwrap_or_default();
     Answer {
         status,
         location,

@@ -17,6 +17,15 @@ fn cfg(dir: &Path) -> CacheConfig {
     }
 }
 
+/// [`cfg`] with a loader that does one file per (very long) batch: it stays loading.
+fn slow_loader(dir: &Path) -> CacheConfig {
+    CacheConfig {
+        loader_files: 1,
+        loader_sleep: Duration::from_secs(3600),
+        ..cfg(dir)
+    }
+}
+
 fn open(dir: &Path) -> Arc<Cache> {
     let c = Cache::open(cfg(dir)).unwrap();
     assert!(c.wait_loaded(Duration::from_secs(10)));
@@ -214,13 +223,7 @@ fn hits_before_the_loader_reaches_a_file() {
     }
     c.shutdown();
     drop(c);
-    // A loader that does one file per (very long) batch.
-    let slow = CacheConfig {
-        loader_files: 1,
-        loader_sleep: Duration::from_secs(3600),
-        ..cfg(d.path())
-    };
-    let c = Cache::open(slow).unwrap();
+    let c = Cache::open(slow_loader(d.path())).unwrap();
     for i in 0..50 {
         assert_eq!(get(&c, &format!("http://h/{i}")).unwrap(), b"x");
     }
@@ -301,12 +304,7 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
     }
     c.shutdown();
     drop(c);
-    let slow = CacheConfig {
-        loader_files: 1,
-        loader_sleep: Duration::from_secs(3600),
-        ..cfg(d.path())
-    };
-    let c = Cache::open(slow).unwrap();
+    let c = Cache::open(slow_loader(d.path())).unwrap();
     let key = (0..4)
         .map(|i| format!("http://h/{i}"))
         .find(|k| !c.index.contains(key_hash(k)))

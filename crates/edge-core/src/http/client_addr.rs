@@ -84,11 +84,7 @@ mod tests {
     }
 
     fn req(fields: &str) -> edge_http::RequestHead {
-        let raw = format!("GET / HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
-        edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
-            .unwrap()
-            .unwrap()
-            .0
+        crate::testutil::parse(&format!("GET / HTTP/1.1\r\nHost: a\r\n{fields}\r\n"))
     }
 
     fn sa(s: &str) -> SocketAddr {

@@ -21,14 +21,22 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// `21/Nov/2026:03:12:17 +0000`.
-pub fn time_local(t: SystemTime) -> String {
+/// ((year, month 1-12, day), seconds into that day) of `t` in UTC; before 1970 reads
+/// as 1970-01-01 00:00:00.
+fn civil(t: SystemTime) -> ((i64, u32, u32), i64) {
     let secs = t
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
+    (
+        civil_from_days(secs.div_euclid(86_400)),
+        secs.rem_euclid(86_400),
+    )
+}
+
+/// `21/Nov/2026:03:12:17 +0000`.
+pub fn time_local(t: SystemTime) -> String {
+    let ((y, m, d), s) = civil(t);
     format!(
         "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
         MONTHS[m as usize - 1],
@@ -40,12 +48,7 @@ pub fn time_local(t: SystemTime) -> String {
 
 /// `2026-11-21T03:12:17+00:00`.
 pub fn time_iso8601(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
+    let ((y, m, d), s) = civil(t);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00",
         s / 3600,

@@ -66,17 +66,12 @@ fn invalid(e: proxy_protocol::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::rt;
     use std::io::Write;
-
-    fn rt() -> tokio::runtime::Runtime {
-        crate::rt::thread_runtime("test").unwrap()
-    }
 
     /// A connected pair: (server side, registered; client side, blocking std).
     async fn pair() -> (TcpStream, std::net::TcpStream) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (s, _) = l.accept().await.unwrap();
+        let (s, c) = crate::testutil::tcp_pair().await;
         c.set_nodelay(true).unwrap();
         (s, c)
     }

@@ -372,12 +372,9 @@ impl AsyncWrite for Sock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::rt;
     use std::io::Read as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    fn rt() -> tokio::runtime::Runtime {
-        crate::rt::thread_runtime("test").unwrap()
-    }
 
     /// (server side, unregistered; client side, blocking std).
     fn pair() -> (Sock, std::net::TcpStream) {

@@ -403,20 +403,8 @@ impl Epoll {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{rt, tcp_pair as pair};
     use std::io::{Read, Write};
-
-    fn rt() -> tokio::runtime::Runtime {
-        crate::rt::thread_runtime("test").unwrap()
-    }
-
-    /// A connected pair: (server side as tokio stream, client side as std stream).
-    async fn pair() -> (TcpStream, std::net::TcpStream) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let c = std::net::TcpStream::connect(addr).unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (s, c)
-    }
 
     #[test]
     fn sendfile_sends_the_range_and_reports_eof() {

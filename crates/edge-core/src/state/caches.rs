@@ -16,9 +16,18 @@ pub type Caches = HashMap<String, Arc<Cache>>;
 /// The cache's config for a `[[cache]]` zone.
 pub fn cache_config(z: &CacheZone) -> Result<CacheConfig, StateError> {
     Ok(CacheConfig {
+        levels: parse_levels(z.levels.get_ref())?,
+        ..settings(z)
+    })
+}
+
+/// [`cache_config`] but for `levels`, left empty: the one place a zone's fields map to
+/// the cache's, [`apply_live`]'s [`Limits`] included.
+fn settings(z: &CacheZone) -> CacheConfig {
+    CacheConfig {
         name: z.name.get_ref().clone(),
         path: z.path.clone(),
-        levels: parse_levels(z.levels.get_ref())?,
+        levels: Vec::new(),
         max_size: z.max_size.0,
         min_free: z.min_free.0,
         inactive: z.inactive.0,
@@ -29,7 +38,7 @@ pub fn cache_config(z: &CacheZone) -> Result<CacheConfig, StateError> {
         manager_threshold: z.manager_threshold.0,
         manager_sleep: z.manager_sleep.0,
         verify: z.cache_verify.to_cache(),
-    })
+    }
 }
 
 /// Opens every zone of `cfg`, reusing the already open ones from `existing` by name
@@ -63,17 +72,7 @@ pub fn apply_live(cfg: &Config, caches: &Caches) -> Vec<String> {
         let Some(c) = caches.get(z.name.get_ref()) else {
             continue;
         };
-        let want = Limits {
-            max_size: z.max_size.0,
-            min_free: z.min_free.0,
-            inactive: z.inactive.0,
-            keys_zone: z.keys_zone.0,
-            loader_files: z.loader_files,
-            loader_sleep: z.loader_sleep.0,
-            manager_files: z.manager_files,
-            manager_threshold: z.manager_threshold.0,
-            manager_sleep: z.manager_sleep.0,
-        };
+        let want = Limits::of(&settings(z));
         if c.limits() != want {
             c.set_limits(want);
             changed.push(c.name().to_string());

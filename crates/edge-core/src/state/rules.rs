@@ -142,18 +142,7 @@ impl CacheRules {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
-        let mut raw = format!("GET {target} HTTP/1.0\r\n");
-        for (n, v) in headers {
-            raw.push_str(&format!("{n}: {v}\r\n"));
-        }
-        raw.push_str("\r\n");
-        edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
-            .unwrap()
-            .unwrap()
-            .0
-    }
+    use crate::testutil::req;
 
     fn cond(h: Option<&str>, c: Option<&str>, a: Option<&str>) -> Condition {
         Condition {

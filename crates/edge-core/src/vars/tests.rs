@@ -1,17 +1,6 @@
 use super::*;
+use crate::testutil::req;
 use edge_http::RequestHead;
-
-fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
-    let mut raw = format!("GET {target} HTTP/1.0\r\n"); // 1.0: Host optional
-    for (n, v) in headers {
-        raw.push_str(&format!("{n}: {v}\r\n"));
-    }
-    raw.push_str("\r\n");
-    edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
-        .unwrap()
-        .unwrap()
-        .0
-}
 
 fn client(tls: bool) -> Client {
     Client {

@@ -35,6 +35,36 @@ pub fn edgecache(config: &str) -> (Proc, SocketAddr, SocketAddr) {
     edgecache_env(config, &[])
 }
 
+/// `config` with its `{listen}` and `{admin}` placeholders filled in.
+pub fn fill(config: &str, listen: SocketAddr, admin: SocketAddr) -> String {
+    config
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string())
+}
+
+/// `config_generation` in the `/status` of the admin listener at `admin`.
+pub fn config_generation(admin: SocketAddr) -> u64 {
+    json_number(&get_text(admin, "/status"), "config_generation").expect("config_generation")
+}
+
+/// Rewrites the config file of `p` (started by [`edgecache`]) with `config`, filled in
+/// with `listen` and `admin`, sends SIGHUP, and waits (up to 10 s) until `/status`
+/// shows a new generation.
+pub fn reload(p: &Proc, listen: SocketAddr, admin: SocketAddr, config: &str) {
+    let before = config_generation(admin);
+    std::fs::write(p.dir().join("edgecache.toml"), fill(config, listen, admin)).unwrap();
+    p.signal("HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while config_generation(admin) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload was not applied; stderr:\n{}",
+            p.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The `[aio] mode` the matrix asks of `config`: `EDGECACHE_TEST_AIO`, unless the
 /// config has its own `[aio]` table.
 fn matrix_aio(config: &str) -> Option<String> {
@@ -57,9 +87,7 @@ pub fn edgecache_env(config: &str, env: &[(&str, &str)]) -> (Proc, SocketAddr, S
         let listen = free_addr();
         let admin = free_addr();
         let dir = tempfile::tempdir().unwrap();
-        let text = config
-            .replace("{listen}", &listen.to_string())
-            .replace("{admin}", &admin.to_string());
+        let text = fill(&config, listen, admin);
         let path = dir.path().join("edgecache.toml");
         std::fs::write(&path, &text).unwrap();
         let path = path.to_string_lossy().into_owned();
@@ -284,6 +312,17 @@ fn read_chunked(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// The value of the first `name` field (any case) of a raw request or response head,
+/// trimmed.
+pub fn head_field(head: &str, name: &str) -> Option<String> {
+    head.lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        })
+        .map(|(_, v)| v.trim().to_string())
+}
+
 /// A deterministic test payload.
 pub fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
@@ -344,6 +383,20 @@ pub fn json_number(text: &str, key: &str) -> Option<u64> {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     digits.parse().ok()
+}
+
+/// Polls `/status` at `admin` every `every` until its number at `key` is at least
+/// `min`; fails after 10 s, saying `what` and the last `/status`.
+pub fn wait_status_at_least(admin: SocketAddr, key: &str, min: u64, every: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = get_text(admin, "/status");
+        if json_number(&status, key).is_some_and(|n| n >= min) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {status}");
+        std::thread::sleep(every);
+    }
 }
 
 /// Requests edgeorigin has answered so far (its `/stats`), read until two reads 50 ms

@@ -82,22 +82,11 @@ pub fn cache_key_for(spec: KeySpec<'_>, vars: &Ctx<'_>, host: &str, pq: &str) ->
 mod tests {
     use super::*;
     use crate::config::Condition;
+    use crate::testutil::req;
     use edge_http::RequestHead;
 
     fn matches(conds: &[Condition], r: &RequestHead) -> bool {
         crate::state::rules::Predicates::compile(conds).any(r)
-    }
-
-    fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
-        let mut raw = format!("GET {target} HTTP/1.0\r\n"); // 1.0: Host optional
-        for (n, v) in headers {
-            raw.push_str(&format!("{n}: {v}\r\n"));
-        }
-        raw.push_str("\r\n");
-        edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
-            .unwrap()
-            .unwrap()
-            .0
     }
 
     fn key(template: Option<&str>, r: &RequestHead) -> String {

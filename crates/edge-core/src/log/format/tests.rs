@@ -11,10 +11,7 @@ fn req(raw_head: &str) -> RequestHead {
         }
         _ => raw_head.to_string(),
     };
-    edge_http::parse_request(raw.as_bytes(), &edge_http::Limits::default())
-        .unwrap()
-        .unwrap()
-        .0
+    crate::testutil::parse(&raw)
 }
 
 fn client() -> Client {
