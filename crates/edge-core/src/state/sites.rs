@@ -147,7 +147,8 @@ impl Sites {
             }
         }
         for l in &mut listeners {
-            l.names.finish();
+            // `select` looks names up lower-cased.
+            l.names.finish_lowered();
         }
         Ok(Sites {
             servers,
@@ -174,7 +175,9 @@ impl Sites {
         let lower = &mut buf[..host.len()];
         lower.copy_from_slice(host.as_bytes());
         lower.make_ascii_lowercase();
-        let lower = std::str::from_utf8(lower).unwrap_or("");
+        // SAFETY: a copy of a `str` with ASCII letters lower-cased is still UTF-8
+        // (ASCII bytes are never part of a multi-byte sequence).
+        let lower = unsafe { std::str::from_utf8_unchecked(lower) };
         on.names
             .find(lower, self.captures.then_some((caps, true)))
             .copied()
