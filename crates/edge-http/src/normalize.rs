@@ -134,6 +134,7 @@ impl ArgPattern {
         })
     }
 
+    #[inline]
     pub fn matches(&self, name: &str) -> bool {
         match self {
             ArgPattern::Exact(s) => name == &**s,
@@ -158,6 +159,7 @@ pub struct ArgsPolicy {
 
 impl ArgsPolicy {
     /// Whether an argument called `name` stays in the key.
+    #[inline]
     pub fn keeps(&self, name: &str) -> bool {
         if let Some(inc) = &self.include {
             if !inc.iter().any(|p| p.matches(name)) {
@@ -198,9 +200,9 @@ impl ArgsPolicy {
 
 impl ArgsPolicy {
     /// Appends the kept arguments of `query` joined by `&` (what [`Self::apply`]
-    /// returns) to `out`, without allocating for up to 16 kept arguments.
+    /// returns) to `out`, without allocating for up to 8 kept arguments.
     pub fn push_kept(&self, query: &str, out: &mut String) {
-        const STACK: usize = 16;
+        const STACK: usize = 8;
         // A kept piece: its start, its end and the end of its name, in `query`.
         type Piece = (usize, usize, usize);
         let mut stack: [Piece; STACK] = [(0, 0, 0); STACK];

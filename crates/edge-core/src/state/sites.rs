@@ -171,7 +171,15 @@ impl Sites {
         if host.len() > MAX_HOST {
             return on.default;
         }
-        let mut buf = [0u8; MAX_HOST];
+        // Most names fit the small buffer (less to clear per request).
+        let mut small = [0u8; 64];
+        let mut big;
+        let buf: &mut [u8] = if host.len() <= small.len() {
+            &mut small
+        } else {
+            big = [0u8; MAX_HOST];
+            &mut big
+        };
         let lower = &mut buf[..host.len()];
         lower.copy_from_slice(host.as_bytes());
         lower.make_ascii_lowercase();

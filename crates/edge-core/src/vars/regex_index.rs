@@ -1,11 +1,10 @@
 //! A literal-prefix index over a list of regexes: most location regexes are anchored
 //! and start with a literal (`^/images/`), and such a regex can only match a subject
-//! that starts with that literal. The index finds, with one hash lookup per distinct
-//! prefix length, the few regexes that can match; only those run, in list order.
+//! that starts with that literal. The index finds, walking a byte trie of the
+//! prefixes along the subject, the few regexes that can match; only those run, in list
+//! order.
 
 use regex_syntax::hir::{Class, HirKind, Look};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// At most this many candidates are run one by one; past it the caller's `RegexSet`
 /// (or scan) takes over.
@@ -70,34 +69,21 @@ fn ascii_letter_pair(c: &Class) -> Option<u8> {
     (a.is_ascii_uppercase() && b == a.to_ascii_lowercase()).then_some(b)
 }
 
-/// A hasher over a key already hashed once (xxh3 of the prefix bytes).
+/// A node of the prefix trie: its children by next byte, and the regexes whose prefix
+/// ends here (indices, in list order).
 #[derive(Default, Clone, Debug)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; anything else still hashes.
-        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
+struct Node {
+    children: Vec<(u8, u32)>,
+    here: Vec<u16>,
 }
 
-/// A prefix and the regexes (indices, in list order) that start with it.
-type Bucket = (Box<[u8]>, Vec<u16>);
-
-/// The regexes (by index into the caller's list) grouped by their anchored literal
-/// prefix; those without one are always candidates.
+/// The regexes (by index into the caller's list) in a byte trie of their anchored
+/// literal prefixes; those without one are always candidates. A lookup walks the
+/// subject's bytes as deep as the trie goes: a few steps, no hashing.
 #[derive(Default, Clone, Debug)]
 pub struct PrefixIndex {
-    /// Distinct prefix lengths, shortest first.
-    lens: Vec<usize>,
-    /// xxh3 of a prefix -> (prefix, indices in list order).
-    by_prefix: HashMap<u64, Vec<Bucket>, BuildHasherDefault<Prehashed>>,
+    /// `nodes[0]` is the root (the empty prefix: unused).
+    nodes: Vec<Node>,
     /// Regexes without a prefix, in list order.
     open: Vec<u16>,
 }
@@ -109,29 +95,34 @@ impl PrefixIndex {
         if prefixes.len() > u16::MAX as usize {
             return None;
         }
-        let mut ix = PrefixIndex::default();
+        let mut ix = PrefixIndex {
+            nodes: vec![Node::default()],
+            open: Vec::new(),
+        };
         for (i, p) in prefixes.iter().enumerate() {
             let i = i as u16;
             let Some(p) = p else {
                 ix.open.push(i);
                 continue;
             };
-            if !ix.lens.contains(&p.len()) {
-                ix.lens.push(p.len());
+            let mut node = 0;
+            for &c in p.iter() {
+                let found = ix.nodes[node].children.iter().find(|(b, _)| *b == c);
+                node = match found {
+                    Some(&(_, next)) => next as usize,
+                    None => {
+                        let next = ix.nodes.len();
+                        ix.nodes.push(Node::default());
+                        ix.nodes[node].children.push((c, next as u32));
+                        next
+                    }
+                };
             }
-            let bucket = ix
-                .by_prefix
-                .entry(xxhash_rust::xxh3::xxh3_64(p))
-                .or_default();
-            match bucket.iter_mut().find(|(q, _)| q == p) {
-                Some((_, list)) => list.push(i),
-                None => bucket.push((p.clone(), vec![i])),
-            }
+            ix.nodes[node].here.push(i);
         }
         if ix.open.len() >= MAX_CANDIDATES || ix.open.len() == prefixes.len() {
             return None;
         }
-        ix.lens.sort_unstable();
         Some(ix)
     }
 
@@ -145,26 +136,28 @@ impl PrefixIndex {
         let mut n = 0;
         let mut push = |list: &[u16], n: &mut usize| -> Option<()> {
             let end = *n + list.len();
-            out.get_mut(*n..end)?.copy_from_slice(list);
+            // A loop, not `copy_from_slice`: lists are a few entries (no memcpy call).
+            for (o, &i) in out.get_mut(*n..end)?.iter_mut().zip(list) {
+                *o = i;
+            }
             *n = end;
             Some(())
         };
         push(&self.open, &mut n)?;
-        let mut sources = 0;
-        for &len in &self.lens {
-            let Some(p) = subject.get(..len) else {
+        let mut sources = usize::from(!self.open.is_empty());
+        let mut node = &self.nodes[0];
+        for &c in subject {
+            let Some(&(_, next)) = node.children.iter().find(|(b, _)| *b == c) else {
                 break;
             };
-            let Some(bucket) = self.by_prefix.get(&xxhash_rust::xxh3::xxh3_64(p)) else {
-                continue;
-            };
-            if let Some((_, list)) = bucket.iter().find(|(q, _)| **q == *p) {
-                push(list, &mut n)?;
+            node = &self.nodes[next as usize];
+            if !node.here.is_empty() {
+                push(&node.here, &mut n)?;
                 sources += 1;
             }
         }
         let found = &mut out[..n];
-        if sources > 1 || (sources == 1 && !self.open.is_empty()) {
+        if sources > 1 {
             found.sort_unstable();
         }
         Some(found)
