@@ -134,7 +134,7 @@ impl ArgPattern {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn matches(&self, name: &str) -> bool {
         match self {
             ArgPattern::Exact(s) => name == &**s,
@@ -159,7 +159,7 @@ pub struct ArgsPolicy {
 
 impl ArgsPolicy {
     /// Whether an argument called `name` stays in the key.
-    #[inline]
+    #[inline(always)]
     pub fn keeps(&self, name: &str) -> bool {
         if let Some(inc) = &self.include {
             if !inc.iter().any(|p| p.matches(name)) {
@@ -203,8 +203,13 @@ impl ArgsPolicy {
     /// returns) to `out`, without allocating for up to 8 kept arguments.
     pub fn push_kept(&self, query: &str, out: &mut String) {
         const STACK: usize = 8;
-        // A kept piece: its start, its end and the end of its name, in `query`.
-        type Piece = (usize, usize, usize);
+        // A kept piece: its start, its end and the end of its name, in `query` (u32:
+        // a smaller array to clear; a longer query takes the allocating path).
+        type Piece = (u32, u32, u32);
+        if query.len() > u32::MAX as usize {
+            out.push_str(&self.apply(query));
+            return;
+        }
         let mut stack: [Piece; STACK] = [(0, 0, 0); STACK];
         let mut heap: Vec<Piece> = Vec::new();
         let mut n = 0;
@@ -219,12 +224,13 @@ impl ArgsPolicy {
                 }
                 end += 1;
             }
-            let piece = (start, end, name.min(end));
+            let (s, e, ne) = (start, end, name.min(end));
             start = end + 1;
             // '&' and '=' are ASCII: the ends are char boundaries.
-            if piece.0 == piece.1 || !self.keeps(&query[piece.0..piece.2]) {
+            if s == e || !self.keeps(&query[s..ne]) {
                 continue;
             }
+            let piece = (s as u32, e as u32, ne as u32);
             if n < STACK {
                 stack[n] = piece;
             } else {
@@ -242,7 +248,7 @@ impl ArgsPolicy {
         };
         if self.sort {
             // Insertion sort by name: stable, and few arguments.
-            let name = |p: &Piece| &b[p.0..p.2];
+            let name = |p: &Piece| &b[p.0 as usize..p.2 as usize];
             for i in 1..kept.len() {
                 let mut j = i;
                 while j > 0 && name(&kept[j - 1]) > name(&kept[j]) {
@@ -255,7 +261,7 @@ impl ArgsPolicy {
             if i > 0 {
                 out.push('&');
             }
-            out.push_str(&query[p.0..p.1]);
+            out.push_str(&query[p.0 as usize..p.1 as usize]);
         }
     }
 }

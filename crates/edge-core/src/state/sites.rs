@@ -181,8 +181,10 @@ impl Sites {
             &mut big
         };
         let lower = &mut buf[..host.len()];
-        lower.copy_from_slice(host.as_bytes());
-        lower.make_ascii_lowercase();
+        // Copied and lower-cased in one pass.
+        for (d, &c) in lower.iter_mut().zip(host.as_bytes()) {
+            *d = c.to_ascii_lowercase();
+        }
         // SAFETY: a copy of a `str` with ASCII letters lower-cased is still UTF-8
         // (ASCII bytes are never part of a multi-byte sequence).
         let lower = unsafe { std::str::from_utf8_unchecked(lower) };
