@@ -14,10 +14,12 @@ Configs (one edgecache worker each, access log off, keep-alive, RAM tier):
   each and, last, the matched server with the last name of each kind. The matched
   server has a `prefix = "/"` location and 50 regex locations; the request takes the
   50th (`^/obj/(?<size>[0-9]+k)/`, named capture), whose cache key is the default key
-  with `cache_key_args = { sort = true, include = ["a", "b"] }`, and which sets two
-  `proxy_set_header`s (a Host override and `X-Real-IP = "$remote_addr"`). `sites-exact`, `sites-wild` and `sites-regex`
-  send a Host matching the exact, the `*.lead` and the regex name (the 100th regex:
-  the whole RegexSet is run); the case and the port of the Host vary from the name.
+  with `cache_key_args = { sort = true, include = ["a", "b"] }` and which has two
+  `proxy_set_header`s (issue 26's bound; `--key template` instead keys on the template
+  `$scheme://$host$uri?a=$arg_a&b=$arg_b`, without the headers, as measured before
+  `cache_key_args` existed). `sites-exact`, `sites-wild` and `sites-regex` send a
+  Host matching the exact, the `*.lead` and the regex name (the 100th regex name);
+  the case and the port of the Host vary from the name.
 
 Every config gets the same target, `/obj/1k/1?b=2&a=1&utm_source=x`.
 
@@ -73,7 +75,7 @@ keepalive = 4
 LOC = 'proxy = "origin"\ncache = ["c1"]\ncache_valid = { "200" = "10m" }\n'
 
 
-def sites_config():
+def sites_config(key):
     names = ([f"s{i}.exact.example" for i in range(499)]
              + [f"*.w{i}.wild.example" for i in range(200)]
              + [f"t{i}.trail.*" for i in range(199)]
@@ -88,18 +90,22 @@ def sites_config():
                f"[[server.location]]\nprefix = \"/\"\n{LOC}")
     for i in range(49):
         out.append(f"[[server.location]]\nregex = '^/r{i}/([0-9]+)$'\n{LOC}")
-    out.append("[[server.location]]\nregex = '^/obj/(?<size>[0-9]+k)/'\n" + LOC
-               + 'cache_key_args = { sort = true, include = ["a", "b"] }\n'
-               + 'proxy_set_header = { Host = "bucket.s3.example", "X-Real-IP" = "$remote_addr" }\n')
+    last = "[[server.location]]\nregex = '^/obj/(?<size>[0-9]+k)/'\n" + LOC
+    if key == "template":
+        last += 'cache_key = "$scheme://$host$uri?a=$arg_a&b=$arg_b"\n'
+    else:
+        last += ('cache_key_args = { sort = true, include = ["a", "b"] }\n'
+                 'proxy_set_header = { Host = "origin.example", "X-Real-IP" = "$remote_addr" }\n')
+    out.append(last)
     return "\n".join(out)
 
 
-def config(name, dir, port, origin):
+def config(name, dir, port, origin, key):
     text = base(dir, port, origin)
     if name == "one":
         text += f'[[location]]\nprefix = "/"\n{LOC}'
     else:
-        text += sites_config()
+        text += sites_config(key)
     path = os.path.join(dir, "edgecache.toml")
     with open(path, "w") as f:
         f.write(text)
@@ -151,6 +157,9 @@ def main():
     ap.add_argument("--configs", default=",".join(HOSTS))
     ap.add_argument("--keep", action="store_true",
                     help="keep the callgrind files (for callgrind_annotate)")
+    ap.add_argument("--key", choices=["args", "template"], default="args",
+                    help="the matched location's key: cache_key_args with two "
+                         "proxy_set_header (issue 26's bound), or the template it replaces")
     ap.add_argument("--out")
     a = ap.parse_args()
     origin_port = free_port()
@@ -163,7 +172,7 @@ def main():
         for name in a.configs.split(","):
             work = tempfile.mkdtemp(prefix=f"sitescost-{name}-")
             port = free_port()
-            cmd = config(name, work, port, origin_port)
+            cmd = config(name, work, port, origin_port, a.key)
             host = HOSTS[name]
             med, all_ = callgrind_ir(cmd, port, work, lambda: warm(port, host),
                                      lambda n: load_all(port, host, n),

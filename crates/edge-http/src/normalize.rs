@@ -134,6 +134,7 @@ impl ArgPattern {
         })
     }
 
+    #[inline(always)]
     pub fn matches(&self, name: &str) -> bool {
         match self {
             ArgPattern::Exact(s) => name == &**s,
@@ -158,6 +159,7 @@ pub struct ArgsPolicy {
 
 impl ArgsPolicy {
     /// Whether an argument called `name` stays in the key.
+    #[inline(always)]
     pub fn keeps(&self, name: &str) -> bool {
         if let Some(inc) = &self.include {
             if !inc.iter().any(|p| p.matches(name)) {
@@ -193,6 +195,99 @@ impl ArgsPolicy {
             }
         }
         Cow::Owned(kept.join("&"))
+    }
+}
+
+impl ArgsPolicy {
+    /// Appends the kept arguments of `query` joined by `&` (what [`Self::apply`]
+    /// returns) to `out`, without allocating for up to 8 kept arguments.
+    pub fn push_kept(&self, query: &str, out: &mut String) {
+        const STACK: usize = 8;
+        // A kept piece: its start, its end and the end of its name, in `query` (u32:
+        // a smaller array to clear; a longer query takes the allocating path).
+        type Piece = (u32, u32, u32);
+        if query.len() > u32::MAX as usize {
+            out.push_str(&self.apply(query));
+            return;
+        }
+        let mut stack: [Piece; STACK] = [(0, 0, 0); STACK];
+        let mut heap: Vec<Piece> = Vec::new();
+        let mut n = 0;
+        let b = query.as_bytes();
+        let mut start = 0;
+        while start <= b.len() {
+            let mut end = start;
+            let mut name = usize::MAX;
+            while end < b.len() && b[end] != b'&' {
+                if b[end] == b'=' && name == usize::MAX {
+                    name = end;
+                }
+                end += 1;
+            }
+            let (s, e, ne) = (start, end, name.min(end));
+            start = end + 1;
+            // '&' and '=' are ASCII: the ends are char boundaries.
+            if s == e || !self.keeps(&query[s..ne]) {
+                continue;
+            }
+            let piece = (s as u32, e as u32, ne as u32);
+            if n < STACK {
+                stack[n] = piece;
+            } else {
+                if heap.is_empty() {
+                    heap.extend_from_slice(&stack);
+                }
+                heap.push(piece);
+            }
+            n += 1;
+        }
+        let kept: &mut [Piece] = if n <= STACK {
+            &mut stack[..n]
+        } else {
+            &mut heap
+        };
+        if self.sort {
+            // Insertion sort by name: stable, and few arguments.
+            let name = |p: &Piece| &b[p.0 as usize..p.2 as usize];
+            for i in 1..kept.len() {
+                let mut j = i;
+                while j > 0 && name(&kept[j - 1]) > name(&kept[j]) {
+                    kept.swap(j - 1, j);
+                    j -= 1;
+                }
+            }
+        }
+        for (i, p) in kept.iter().enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            out.push_str(&query[p.0 as usize..p.1 as usize]);
+        }
+    }
+}
+
+/// Appends [`normalize_pq`] of `pq` to `out` (no allocation unless the path has an
+/// escape to rewrite).
+pub fn push_normalized_pq(out: &mut String, pq: &str, args: Option<&ArgsPolicy>) {
+    let (path, query) = match memchr::memchr(b'?', pq.as_bytes()) {
+        Some(i) => (&pq[..i], Some(&pq[i + 1..])),
+        None => (pq, None),
+    };
+    out.push_str(&normalize_path(path));
+    match (query, args) {
+        (Some(q), Some(a)) => {
+            let at = out.len();
+            out.push('?');
+            a.push_kept(q, out);
+            if out.len() == at + 1 {
+                out.truncate(at); // a query left empty loses its `?`
+            }
+        }
+        (Some(q), None) => {
+            out.push('?');
+            out.push_str(q);
+        }
+        (None, _) => {}
     }
 }
 
@@ -236,6 +331,40 @@ mod tests {
             sort,
             include: include.map(p),
             exclude: p(exclude),
+        }
+    }
+
+    #[test]
+    fn push_normalized_pq_is_normalize_pq() {
+        let many: String = (0..40).map(|i| format!("k{}=v&", 40 - i)).collect();
+        let policies = [
+            None,
+            Some(policy(false, None, &[])),
+            Some(policy(true, None, &["utm_*"])),
+            Some(policy(true, Some(&["a", "b"]), &[])),
+            Some(policy(false, Some(&["k1*"]), &[])),
+        ];
+        for pq in [
+            "/a",
+            "/a?",
+            "/a?&&",
+            "/a%2db?b=2&a=1&utm_source=x",
+            "/x?utm_a=1",
+            "/p?b&a=1&&c=",
+            "?",
+            "",
+            "/a?b=1?c=2",
+            &format!("/m?{many}"),
+        ] {
+            for p in &policies {
+                let mut out = String::from("k:");
+                push_normalized_pq(&mut out, pq, p.as_ref());
+                assert_eq!(
+                    out,
+                    format!("k:{}", normalize_pq(pq, p.as_ref())),
+                    "{pq} {p:?}"
+                );
+            }
         }
     }
 

@@ -109,12 +109,15 @@ pub struct Rewrite {
 /// allocated unless a regex location with capture groups matches.
 #[derive(Default)]
 pub struct Router {
-    exact: HashMap<String, Arc<Route>>,
+    exact: crate::vars::NameMap<String, Arc<Route>>,
     /// Longest first; `true`: `stop_regex`.
     prefixes: Vec<(String, bool, Arc<Route>)>,
     regexes: Vec<(Arc<Regex>, Arc<Route>)>,
     /// Over `regexes`, when there are many.
     set: Option<regex::RegexSet>,
+    /// `regexes` by anchored literal prefix: when it narrows a path down to a few
+    /// candidates, only those run (not the `RegexSet`).
+    index: Option<crate::vars::regex_index::PrefixIndex>,
 }
 
 /// Regex locations tried one by one before a `RegexSet` pays off.
@@ -242,6 +245,8 @@ impl Router {
         server_log: &super::logs::LogRef,
     ) -> Result<Router, StateError> {
         let mut r = Router::default();
+        let mut prefixes = Vec::new();
+        let mut set_patterns = Vec::new();
         for loc in locations {
             let (route, exact) = route_for(loc, env, server_log)?;
             let route = Arc::new(route);
@@ -250,13 +255,21 @@ impl Router {
                 r.exact.entry(pattern).or_insert(route);
             } else if let Some((re, ci, _)) = crate::config::sites::location_regex(loc) {
                 r.regexes.push((regex(re.get_ref(), ci)?, route));
+                prefixes.push(crate::vars::regex_index::anchored_prefix(re.get_ref(), ci));
+                // The set matches as the regex does: `iregex` case-insensitively.
+                set_patterns.push(if ci {
+                    format!("(?i){}", re.get_ref())
+                } else {
+                    re.get_ref().clone()
+                });
             } else if !r.prefixes.iter().any(|(p, _, _)| *p == pattern) {
                 r.prefixes.push((pattern, loc.stop_regex, route));
             }
         }
         r.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         if r.regexes.len() > REGEX_SCAN {
-            r.set = regex::RegexSet::new(r.regexes.iter().map(|(re, _)| re.as_str())).ok();
+            r.set = regex::RegexSet::new(&set_patterns).ok();
+            r.index = crate::vars::regex_index::PrefixIndex::build(&prefixes);
         }
         Ok(r)
     }
@@ -280,9 +293,20 @@ impl Router {
             return Some(r);
         }
         if !self.regexes.is_empty() {
-            let first = match &self.set {
-                Some(set) => set.matches(path).iter().next(),
-                None => self.regexes.iter().position(|(re, _)| re.is_match(path)),
+            let mut buf = [0; crate::vars::regex_index::MAX_CANDIDATES];
+            let few = self
+                .index
+                .as_ref()
+                .and_then(|ix| ix.candidates(path.as_bytes(), &mut buf));
+            let first = match (few, &self.set) {
+                // A regex outside the candidates cannot match: its prefix does not
+                // start the path.
+                (Some(few), _) => few
+                    .iter()
+                    .map(|&i| i as usize)
+                    .find(|&i| self.regexes[i].0.is_match(path)),
+                (None, Some(set)) => set.matches(path).iter().next(),
+                (None, None) => self.regexes.iter().position(|(re, _)| re.is_match(path)),
             };
             if let Some(i) = first {
                 let (re, route) = &self.regexes[i];
@@ -352,6 +376,70 @@ empty_gif = true
         assert_eq!(body("/a/bc"), "ab");
         assert_eq!(body("/a/x"), "a");
         assert_eq!(body("/zzz"), "root");
+    }
+
+    #[test]
+    fn many_regexes_match_in_config_order_with_the_prefix_index() {
+        // More than REGEX_SCAN regexes: the prefix index (or the RegexSet) decides; the
+        // answer must be the first matching regex in config order, as a plain scan.
+        let pats = [
+            ("regex", "^/a/b"),
+            ("regex", "^/a/"),
+            ("iregex", "^/CI/"),
+            ("regex", r"\.jpg$"),
+            ("regex", "^/a/b/c"),
+            ("regex", "^/(x|y)/"),
+            ("regex", "^/a|^/q"),
+            ("regex", "(?m)^/m"),
+            ("regex", "^/ab?c"),
+            ("regex", "^/obj/(?<size>[0-9]+k)/"),
+            ("regex", "^/a/b/c/d"),
+            ("regex", "^/"),
+            // Enough prefixes of `/ci/x` that it takes the RegexSet: `iregex` still
+            // matches case-insensitively there.
+            ("regex", "^/c"),
+            ("regex", "^/ci/"),
+            ("regex", "^/ci/x"),
+        ];
+        let mut text = String::from("[[listen]]\naddr = \"127.0.0.1:1\"\n");
+        for (i, (kind, p)) in pats.iter().enumerate() {
+            text.push_str(&format!(
+                "[[location]]\n{kind} = '{p}'\nreturn = {{ status = 200, body = \"{i}\" }}\n"
+            ));
+        }
+        let r = router(&text);
+        assert!(r.index.is_some());
+        let res: Vec<Regex> = pats
+            .iter()
+            .map(|(k, p)| compile_regex(p, *k == "iregex").unwrap())
+            .collect();
+        for path in [
+            "/a/b/c/d",
+            "/a/b",
+            "/a/x",
+            "/ci/x",
+            "/Ci/x",
+            "/p.jpg",
+            "/a/b/c.jpg",
+            "/x/1",
+            "/q",
+            "/m",
+            "/ac",
+            "/abc",
+            "/obj/1k/1",
+            "/obj/x/",
+            "/",
+            "",
+            "/zz",
+            "/ci/x",
+        ] {
+            let want = res.iter().position(|re| re.is_match(path));
+            let got = r.find(path).map(|route| match &route.handler {
+                Handler::Return(ret) => ret.body.as_literal().unwrap().parse::<usize>().unwrap(),
+                _ => unreachable!(),
+            });
+            assert_eq!(got, want, "{path}");
+        }
     }
 
     #[test]

@@ -147,7 +147,8 @@ impl Sites {
             }
         }
         for l in &mut listeners {
-            l.names.finish();
+            // `select` looks names up lower-cased.
+            l.names.finish_lowered();
         }
         Ok(Sites {
             servers,
@@ -170,11 +171,23 @@ impl Sites {
         if host.len() > MAX_HOST {
             return on.default;
         }
-        let mut buf = [0u8; MAX_HOST];
+        // Most names fit the small buffer (less to clear per request).
+        let mut small = [0u8; 64];
+        let mut big;
+        let buf: &mut [u8] = if host.len() <= small.len() {
+            &mut small
+        } else {
+            big = [0u8; MAX_HOST];
+            &mut big
+        };
         let lower = &mut buf[..host.len()];
-        lower.copy_from_slice(host.as_bytes());
-        lower.make_ascii_lowercase();
-        let lower = std::str::from_utf8(lower).unwrap_or("");
+        // Copied and lower-cased in one pass.
+        for (d, &c) in lower.iter_mut().zip(host.as_bytes()) {
+            *d = c.to_ascii_lowercase();
+        }
+        // SAFETY: a copy of a `str` with ASCII letters lower-cased is still UTF-8
+        // (ASCII bytes are never part of a multi-byte sequence).
+        let lower = unsafe { std::str::from_utf8_unchecked(lower) };
         on.names
             .find(lower, self.captures.then_some((caps, true)))
             .copied()

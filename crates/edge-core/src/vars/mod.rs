@@ -37,13 +37,14 @@
 mod ctx;
 mod map;
 mod names;
+pub mod regex_index;
 mod template;
 mod uri;
 mod var;
 
 pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed};
 pub use map::{Map, Maps};
-pub use names::{compile_regex, NamePattern, NameTable};
+pub use names::{compile_regex, NameMap, NamePattern, NameTable};
 pub use template::{Piece, Template, TemplateError};
 pub use uri::{normalize_uri, UriError};
 pub use var::{Known, Var};

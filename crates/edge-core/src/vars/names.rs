@@ -4,6 +4,29 @@
 
 use super::ctx::Captures;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// xxh3 as a `Hasher` for short string keys (host names, paths): one xxh3 call per
+/// `write`, several times cheaper than SipHash for a 20-byte name. The tables hold
+/// names from the config only, so no flooding resistance is needed.
+#[derive(Default)]
+pub struct Xxh3Hasher(u64);
+
+impl Hasher for Xxh3Hasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+    }
+    fn write_u8(&mut self, n: u8) {
+        // `str`'s terminator: mixed in without another xxh3 call.
+        self.0 = (self.0 ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A `HashMap` keyed by names from the config, hashed with [`Xxh3Hasher`].
+pub type NameMap<K, V> = HashMap<K, V, BuildHasherDefault<Xxh3Hasher>>;
 
 /// Compiled-program size limit of one regex from the config (bounded memory per
 /// pattern; the regex crate's matching is linear in the subject).
@@ -92,21 +115,25 @@ impl NamePattern {
 /// nothing unless a regex with capture groups matches.
 #[derive(Debug, Clone)]
 pub struct NameTable<T> {
-    exact: HashMap<Box<str>, T>,
-    lead: HashMap<Box<str>, T>,
-    trail: HashMap<Box<str>, T>,
+    exact: NameMap<Box<str>, T>,
+    lead: NameMap<Box<str>, T>,
+    trail: NameMap<Box<str>, T>,
     regex: Vec<(std::sync::Arc<regex::Regex>, T)>,
     set: Option<regex::RegexSet>,
+    /// `regex` by anchored literal prefix, for a table whose lookups are lower-cased
+    /// (server names): only the regexes whose prefix starts the name run.
+    index: Option<super::regex_index::PrefixIndex>,
 }
 
 impl<T> Default for NameTable<T> {
     fn default() -> Self {
         NameTable {
-            exact: HashMap::new(),
-            lead: HashMap::new(),
-            trail: HashMap::new(),
+            exact: NameMap::default(),
+            lead: NameMap::default(),
+            trail: NameMap::default(),
             regex: Vec::new(),
             set: None,
+            index: None,
         }
     }
 }
@@ -126,19 +153,40 @@ impl<T: Clone> NameTable<T> {
             NamePattern::Regex(r) => {
                 self.regex.push((std::sync::Arc::new(r), v));
                 self.set = None;
+                self.index = None;
             }
         }
     }
 
     /// Call once all patterns are in: builds the `RegexSet` when there are many.
     pub fn finish(&mut self) {
+        self.build_set(false);
+    }
+
+    fn build_set(&mut self, case_insensitive: bool) {
         if self.regex.len() > REGEX_SCAN {
             // The patterns compiled one by one; together they may pass the size limit,
             // then the table scans them one by one.
             self.set = regex::RegexSetBuilder::new(self.regex.iter().map(|(r, _)| r.as_str()))
+                .case_insensitive(case_insensitive)
                 .size_limit(REGEX_SIZE_LIMIT * 8)
                 .build()
                 .ok();
+        }
+    }
+
+    /// [`Self::finish`] for a table of server names: looked up ASCII-lower-cased, its
+    /// regexes all case-insensitive (`NamePattern::parse(_, true)`), in the `RegexSet`
+    /// too, as one by one; also indexes the regexes by their anchored literal prefix.
+    pub fn finish_lowered(&mut self) {
+        self.build_set(true);
+        if self.regex.len() > REGEX_SCAN {
+            let prefixes: Vec<_> = self
+                .regex
+                .iter()
+                .map(|(r, _)| super::regex_index::anchored_prefix_lowered(r.as_str(), true))
+                .collect();
+            self.index = super::regex_index::PrefixIndex::build(&prefixes);
         }
     }
 
@@ -186,9 +234,20 @@ impl<T: Clone> NameTable<T> {
     }
 
     pub(super) fn find_regex(&self, name: &str, caps: Option<(&mut Captures, bool)>) -> Option<&T> {
-        let first = match &self.set {
-            Some(set) => set.matches(name).iter().next()?,
-            None => self.regex.iter().position(|(r, _)| r.is_match(name))?,
+        let mut buf = [0; super::regex_index::MAX_CANDIDATES];
+        let few = self
+            .index
+            .as_ref()
+            .and_then(|ix| ix.candidates(name.as_bytes(), &mut buf));
+        let first = match (few, &self.set) {
+            // A regex outside the candidates cannot match: its prefix does not start
+            // the name.
+            (Some(few), _) => few
+                .iter()
+                .map(|&i| i as usize)
+                .find(|&i| self.regex[i].0.is_match(name))?,
+            (None, Some(set)) => set.matches(name).iter().next()?,
+            (None, None) => self.regex.iter().position(|(r, _)| r.is_match(name))?,
         };
         let (re, v) = &self.regex[first];
         if let Some((caps, server)) = caps {

@@ -216,3 +216,52 @@ fn arg_finds_the_first_argument_by_name_in_any_case() {
     assert_eq!(arg("a=x=y", "a"), Some("x=y"));
     assert_eq!(arg("é=1&a=ü", "a"), Some("ü"));
 }
+
+#[test]
+fn many_server_name_regexes_match_in_order_with_the_prefix_index() {
+    // Server names (lower-cased lookups, regexes case-insensitive), more than the scan
+    // limit: the first matching regex in order wins, as with a plain scan.
+    let names = [
+        r"~^r1-(\d+)\.ex$",
+        r"~^R1",
+        r"~^k8s\.",
+        r"~^www\d*\.",
+        r"~\.img\.",
+        r"~^(api|cdn)\.",
+        r"~^s3\.",
+        r"~^r10-",
+        r"~^r1",
+        r"~^a|^b",
+        r"~^[0-9]+\.",
+    ];
+    let mut table = NameTable::default();
+    for (i, n) in names.iter().enumerate() {
+        for p in NamePattern::parse(n, true).unwrap() {
+            table.insert(p, i);
+        }
+    }
+    table.finish_lowered();
+    let res: Vec<regex::Regex> = names
+        .iter()
+        .map(|n| compile_regex(&n[1..], true).unwrap())
+        .collect();
+    for name in [
+        "r1-42.ex",
+        "r10-1.ex",
+        "r1x",
+        "k8s.io",
+        "\u{212a}8s.io",
+        "www7.x",
+        "a.img.b",
+        "cdn.x",
+        "s3.x",
+        "\u{17f}3.x",
+        "b",
+        "12.x",
+        "zzz",
+        "",
+    ] {
+        let want = res.iter().position(|re| re.is_match(name));
+        assert_eq!(table.find(name, None).copied(), want, "{name}");
+    }
+}

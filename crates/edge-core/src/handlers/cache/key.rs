@@ -9,7 +9,7 @@
 //! The request forwarded upstream keeps its own target.
 
 use crate::vars::{Ctx, Template};
-use edge_http::normalize::{normalize_pq, ArgsPolicy};
+use edge_http::normalize::{normalize_pq, push_normalized_pq, ArgsPolicy};
 
 /// How a location builds its cache keys: its `cache_key` template (None: the default
 /// key) and its `cache_key_args` policy (None: every argument, in order).
@@ -60,18 +60,19 @@ pub fn cache_key(spec: KeySpec<'_>, vars: &Ctx<'_>) -> String {
 /// [`cache_key`] for a URI given by its host and its path and query (`pq`, origin
 /// form): the key a GET of that URI would be cached under.
 pub fn cache_key_for(spec: KeySpec<'_>, vars: &Ctx<'_>, host: &str, pq: &str) -> String {
-    let pq = normalize_pq(pq, spec.args);
-    let pq = &*pq;
     let Some(t) = spec.template else {
-        // The common case: one allocation, the host lower-cased in place.
+        // The common case: one allocation, the host lower-cased in place, the path and
+        // query normalized into the key itself.
         let mut k = String::with_capacity(7 + host.len() + pq.len());
         k.push_str("http://");
         let at = k.len();
         k.push_str(host);
         k[at..].make_ascii_lowercase();
-        k.push_str(pq);
+        push_normalized_pq(&mut k, pq, spec.args);
         return k;
     };
+    let pq = normalize_pq(pq, spec.args);
+    let pq = &*pq;
     let mut ctx = vars.with_uri(pq);
     let request_uri = normalize_pq(vars.request_uri, spec.args);
     ctx.request_uri = &request_uri;
