@@ -212,19 +212,22 @@ impl<T: Clone> NameTable<T> {
         if let Some(v) = self.exact.get(name) {
             return Some(v);
         }
+        // The dots found on bytes ('.' is ASCII: a char boundary), not `str` searches.
+        let b = name.as_bytes();
         if !self.lead.is_empty() {
             // `a.b.example.com`: `.b.example.com`, `.example.com`, `.com`: longest first.
-            for (i, _) in name.match_indices('.').filter(|(i, _)| *i > 0) {
+            let dots = b.iter().enumerate().skip(1).filter(|(_, &c)| c == b'.');
+            for (i, _) in dots {
                 if let Some(v) = self.lead.get(&name[i..]) {
                     return Some(v);
                 }
             }
         }
         if !self.trail.is_empty() {
-            for (i, _) in name
-                .rmatch_indices('.')
-                .filter(|(i, _)| *i + 1 < name.len())
-            {
+            // `www.example.org`: `www.example.`, `www.`: longest first.
+            let before_last = b.len().saturating_sub(1);
+            let dots = b.iter().enumerate().take(before_last).rev();
+            for (i, _) in dots.filter(|(_, &c)| c == b'.') {
                 if let Some(v) = self.trail.get(&name[..=i]) {
                     return Some(v);
                 }
