@@ -39,17 +39,23 @@ impl RequestHead {
     /// The path without the query: origin-form as is, absolute-form reduced to its path
     /// (`/` when empty), `*` stays `*`.
     pub fn path(&self) -> &str {
-        let pq = self.path_and_query();
-        match pq.find('?') {
-            Some(i) => &pq[..i],
-            None => pq,
-        }
+        self.path_query().0
     }
 
     /// What follows the first `?`, if there is one.
     pub fn query(&self) -> Option<&str> {
+        self.path_query().1
+    }
+
+    /// The path and what follows the first `?`, from one scan of the target (the hit
+    /// path asks for both on every request).
+    pub fn path_query(&self) -> (&str, Option<&str>) {
         let pq = self.path_and_query();
-        pq.find('?').map(|i| &pq[i + 1..])
+        match memchr::memchr(b'?', pq.as_bytes()) {
+            // `?` is ASCII: both sides are on character boundaries.
+            Some(i) => (&pq[..i], Some(&pq[i + 1..])),
+            None => (pq, None),
+        }
     }
 
     /// The origin-form target (absolute-form reduced to its path and query).

@@ -77,6 +77,7 @@ impl<'a> Ctx<'a> {
         routed: &'a Routed,
         maps: &'a dyn MapValues,
     ) -> Ctx<'a> {
+        let (path, args) = req.path_query();
         Ctx {
             req,
             client,
@@ -85,8 +86,8 @@ impl<'a> Ctx<'a> {
                 .original_uri
                 .as_deref()
                 .unwrap_or_else(|| req.path_and_query()),
-            uri: routed.uri.as_deref().unwrap_or_else(|| req.path()),
-            args: req.query(),
+            uri: routed.uri.as_deref().unwrap_or(path),
+            args,
             caps: &routed.caps,
             maps,
             log: None,
