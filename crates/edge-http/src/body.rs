@@ -250,7 +250,7 @@ impl BodyDecoder {
             }
         }
         let next = match c {
-            Size { value, digits } => match hex_value(b) {
+            Size { value, digits } => match crate::normalize::hex_digit(b) {
                 Some(d) => {
                     if value > u64::MAX >> 4 {
                         return Err(self.err("chunk size overflows"));
@@ -359,15 +359,6 @@ impl BodyDecoder {
 /// `min(remaining, available)` without truncating casts.
 fn take(remaining: u64, available: usize) -> usize {
     usize::try_from(remaining).map_or(available, |r| r.min(available))
-}
-
-fn hex_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -23,13 +23,20 @@ use std::borrow::Cow;
 /// Most patterns in an `include`/`exclude` list (a config value).
 pub const MAX_ARG_PATTERNS: usize = 256;
 
-fn hex_val(b: u8) -> Option<u8> {
+/// The value of one hex digit, either case (percent-escapes, chunk sizes).
+pub fn hex_digit(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
     }
+}
+
+/// `b` percent-encoded, with upper-case hex digits (RFC 3986 2.1: the normal form).
+pub fn pct_escape(b: u8) -> [u8; 3] {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    [b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]
 }
 
 /// RFC 3986 2.3: the characters that never need escaping.
@@ -54,8 +61,8 @@ pub fn normalize_path(path: &str) -> Cow<'_, str> {
             continue;
         }
         let hex = match (b.get(i + 1), b.get(i + 2)) {
-            (Some(&h), Some(&l)) => hex_val(h)
-                .zip(hex_val(l))
+            (Some(&h), Some(&l)) => hex_digit(h)
+                .zip(hex_digit(l))
                 .map(|(hv, lv)| (h, l, hv * 16 + lv)),
             _ => None,
         };

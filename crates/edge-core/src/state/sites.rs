@@ -370,9 +370,7 @@ fn rewritten(repl: &[u8], args: Option<&str>) -> String {
     let mut out = String::with_capacity(repl.len() + args.map_or(0, |a| a.len() + 1));
     for &b in repl {
         if b <= b' ' || b >= 0x7f || b == b'"' || b == b'<' || b == b'>' || b == b'\\' {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
-            out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
+            out.extend(edge_http::normalize::pct_escape(b).map(char::from));
         } else {
             out.push(char::from(b));
         }

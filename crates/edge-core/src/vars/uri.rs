@@ -2,6 +2,7 @@
 //! `.` and `..` segments resolved and runs of slashes merged. Locations and rewrites
 //! match this path; `$request_uri` and the request sent upstream keep the original.
 
+use edge_http::normalize::{hex_digit, pct_escape};
 use std::borrow::Cow;
 
 /// Why a path cannot be normalized (the request is answered 400, as nginx does).
@@ -59,17 +60,7 @@ fn is_normal(p: &[u8]) -> bool {
 }
 
 fn push_escaped(out: &mut Vec<u8>, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.extend_from_slice(&[b'%', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+    out.extend_from_slice(&pct_escape(b));
 }
 
 /// The normalized form of a request path (without its query), nginx's `$uri`:
@@ -109,8 +100,8 @@ pub fn normalize_uri(path: &str) -> Result<Cow<'_, str>, UriError> {
             continue;
         }
         let (Some(h), Some(l)) = (
-            p.get(i + 1).copied().and_then(hex),
-            p.get(i + 2).copied().and_then(hex),
+            p.get(i + 1).copied().and_then(hex_digit),
+            p.get(i + 2).copied().and_then(hex_digit),
         ) else {
             return Err(UriError::BadEscape);
         };
