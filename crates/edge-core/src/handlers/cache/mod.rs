@@ -97,16 +97,16 @@ pub async fn handle(
         ))
         .await;
     }
-    let key = {
+    // One template context for the key and the upstream affinity (a hash of the key
+    // or of `hash_key`, only for a consistent-hash group).
+    let (key, affinity) = {
         let vars = crate::handlers::context::vars(client, ex, shared);
-        cache_key(key::KeySpec::of(route), &vars)
+        let key = cache_key(key::KeySpec::of(route), &vars);
+        let affinity = key::affinity(&p.upstream, key::KeySpec::default(), &vars, Some(&key));
+        (key, affinity)
     };
     let primary = key_hash(&key);
     let cache = pick(&p.caches, primary);
-    let affinity = {
-        let vars = crate::handlers::context::vars(client, ex, shared);
-        key::affinity(&p.upstream, key::KeySpec::default(), &vars, Some(&key))
-    };
     let ctx = Ctx {
         w,
         shared,
