@@ -51,6 +51,24 @@ pub struct HeaderMap {
     entries: Vec<Entry>,
     /// Bytes in `buf` no longer referenced by any entry.
     dead: usize,
+    /// A one-word filter of the names present: bit [`name_bit`] of every entry's name
+    /// is set (bits of removed names may stay set). A lookup of an absent name, the
+    /// common case on the hit path (conditionals, `Via`, `Range`, `Cache-Control`), is
+    /// answered without a scan.
+    names: u64,
+}
+
+/// The filter bit of a field name: from its length and its first and last bytes, case
+/// folded, so that the names a request usually carries fall on different bits.
+#[inline]
+fn name_bit(name: &[u8]) -> u64 {
+    let (Some(&first), Some(&last)) = (name.first(), name.last()) else {
+        return 1;
+    };
+    let h = name.len() as u32 * 31
+        + u32::from(first.to_ascii_lowercase()) * 7
+        + u32::from(last.to_ascii_lowercase());
+    1u64 << (h % 64)
 }
 
 impl HeaderMap {
@@ -66,12 +84,25 @@ impl HeaderMap {
             buf: Vec::with_capacity(bytes),
             entries: Vec::with_capacity(fields),
             dead: 0,
+            names: 0,
         }
+    }
+
+    /// Whether the filter admits `name` (false: it is certainly absent).
+    #[inline]
+    fn may_have(&self, name: &[u8]) -> bool {
+        self.names & name_bit(name) != 0
     }
 
     fn find<'a>(&'a self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a Entry> + 'a {
         let name = name.as_bytes();
-        self.entries.iter().filter(move |e| {
+        // An absent name scans nothing.
+        let entries = if self.may_have(name) {
+            &self.entries[..]
+        } else {
+            &[]
+        };
+        entries.iter().filter(move |e| {
             e.name_len == name.len() && e.name(&self.buf).eq_ignore_ascii_case(name)
         })
     }
@@ -84,6 +115,9 @@ impl HeaderMap {
     /// The `n`-th value of `name` (0 is the first), compared as bytes.
     pub fn get_nth(&self, name: &str, n: usize) -> Option<&[u8]> {
         let want = name.as_bytes();
+        if !self.may_have(want) {
+            return None;
+        }
         self.entries
             .iter()
             .filter(|e| e.name_len == want.len() && e.name(&self.buf).eq_ignore_ascii_case(want))
@@ -125,6 +159,7 @@ impl HeaderMap {
             value_start: name_start + name.len(),
             value_len: value.len(),
         });
+        self.names |= name_bit(name);
     }
 
     /// Builds the map of a parsed head with one copy: the bytes from the first field name
@@ -144,6 +179,7 @@ impl HeaderMap {
         self.buf.clear();
         self.entries.clear();
         self.dead = 0;
+        self.names = 0;
         let base = buf.as_ptr() as usize;
         // Offset of `part` in `buf`, if it lies inside it.
         let offset = |part: &[u8]| {
@@ -176,6 +212,7 @@ impl HeaderMap {
                     value_start,
                     value_len: h.value.len(),
                 });
+                self.names |= name_bit(h.name.as_bytes());
             }
             if self.entries.len() == fields.len() {
                 let live: usize = self.entries.iter().map(Entry::live).sum();
@@ -395,6 +432,52 @@ mod tests {
             m.append(*n, *v);
         }
         m
+    }
+
+    #[test]
+    fn the_name_filter_never_hides_a_field() {
+        // Every mutation keeps each present name findable, in any case; absent names
+        // stay absent.
+        let names = [
+            "Host",
+            "via",
+            "If-None-Match",
+            "cache-control",
+            "Range",
+            "X-Y",
+            "a",
+            "A-B-C",
+            "If-Modified-Since",
+            "Accept-Encoding",
+            "Cookie",
+            "pragma",
+        ];
+        let mut m = HeaderMap::new();
+        let check = |m: &HeaderMap, present: &[&str]| {
+            for n in names {
+                let want = present.iter().any(|p| p.eq_ignore_ascii_case(n));
+                assert_eq!(m.contains(n), want, "{n}");
+                assert_eq!(m.contains(&n.to_ascii_uppercase()), want, "{n}");
+                assert_eq!(m.get_nth(&n.to_ascii_lowercase(), 0).is_some(), want, "{n}");
+            }
+        };
+        check(&m, &[]);
+        m.append("HOST", "h");
+        m.append("via", "1.1 x");
+        check(&m, &["host", "via"]);
+        m.insert("range", "bytes=0-1");
+        m.insert("Via", "2");
+        check(&m, &["host", "via", "range"]);
+        m.remove("via");
+        check(&m, &["host", "range"]);
+        m.retain(|n, _| !n.eq_ignore_ascii_case("host"));
+        check(&m, &["range"]);
+        let mut req = [httparse::EMPTY_HEADER; 4];
+        let wire = b"GET / HTTP/1.1\r\nIf-None-Match: \"x\"\r\nCookie: a=b\r\n\r\n";
+        let mut parsed = httparse::Request::new(&mut req);
+        parsed.parse(wire).unwrap();
+        m.refill_from_parsed(wire, parsed.headers);
+        check(&m, &["if-none-match", "cookie"]);
     }
 
     #[test]

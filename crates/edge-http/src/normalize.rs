@@ -143,11 +143,16 @@ impl ArgPattern {
 
     #[inline(always)]
     pub fn matches(&self, name: &str) -> bool {
+        self.matches_bytes(name.as_bytes())
+    }
+
+    #[inline(always)]
+    fn matches_bytes(&self, name: &[u8]) -> bool {
         match self {
-            ArgPattern::Exact(s) => name == &**s,
-            ArgPattern::Prefix(s) => name.starts_with(&**s),
-            ArgPattern::Suffix(s) => name.ends_with(&**s),
-            ArgPattern::Contains(s) => name.contains(&**s),
+            ArgPattern::Exact(s) => name == s.as_bytes(),
+            ArgPattern::Prefix(s) => name.starts_with(s.as_bytes()),
+            ArgPattern::Suffix(s) => name.ends_with(s.as_bytes()),
+            ArgPattern::Contains(s) => memchr::memmem::find(name, s.as_bytes()).is_some(),
             ArgPattern::Any => true,
         }
     }
@@ -168,12 +173,17 @@ impl ArgsPolicy {
     /// Whether an argument called `name` stays in the key.
     #[inline(always)]
     pub fn keeps(&self, name: &str) -> bool {
+        self.keeps_bytes(name.as_bytes())
+    }
+
+    #[inline(always)]
+    fn keeps_bytes(&self, name: &[u8]) -> bool {
         if let Some(inc) = &self.include {
-            if !inc.iter().any(|p| p.matches(name)) {
+            if !inc.iter().any(|p| p.matches_bytes(name)) {
                 return false;
             }
         }
-        !self.exclude.iter().any(|p| p.matches(name))
+        !self.exclude.iter().any(|p| p.matches_bytes(name))
     }
 
     /// The query as the key sees it: arguments filtered, then sorted when `sort`, empty
@@ -210,65 +220,57 @@ impl ArgsPolicy {
     /// returns) to `out`, without allocating for up to 8 kept arguments.
     pub fn push_kept(&self, query: &str, out: &mut String) {
         const STACK: usize = 8;
-        // A kept piece: its start, its end and the end of its name, in `query` (u32:
-        // a smaller array to clear; a longer query takes the allocating path).
-        type Piece = (u32, u32, u32);
-        if query.len() > u32::MAX as usize {
+        let b = query.as_bytes();
+        if b.len() > u32::MAX as usize {
             out.push_str(&self.apply(query));
             return;
         }
-        let mut stack: [Piece; STACK] = [(0, 0, 0); STACK];
-        let mut heap: Vec<Piece> = Vec::new();
+        // A kept piece: its start, its end and the end of its name, in `query`.
+        let mut kept = [(0u32, 0u32, 0u32); STACK];
         let mut n = 0;
-        let b = query.as_bytes();
-        let mut start = 0;
-        while start <= b.len() {
-            let mut end = start;
-            let mut name = usize::MAX;
-            while end < b.len() && b[end] != b'&' {
-                if b[end] == b'=' && name == usize::MAX {
-                    name = end;
+        let mut s = 0;
+        // Plain byte loops and byte comparisons: queries are short, and this runs on
+        // every hit of a location with `cache_key_args`.
+        while s <= b.len() {
+            let mut e = s;
+            while e < b.len() && b[e] != b'&' {
+                e += 1;
+            }
+            if e > s {
+                let mut ne = s;
+                while ne < e && b[ne] != b'=' {
+                    ne += 1;
                 }
-                end += 1;
-            }
-            let (s, e, ne) = (start, end, name.min(end));
-            start = end + 1;
-            // '&' and '=' are ASCII: the ends are char boundaries.
-            if s == e || !self.keeps(&query[s..ne]) {
-                continue;
-            }
-            let piece = (s as u32, e as u32, ne as u32);
-            if n < STACK {
-                stack[n] = piece;
-            } else {
-                if heap.is_empty() {
-                    heap.extend_from_slice(&stack);
+                if self.keeps_bytes(&b[s..ne]) {
+                    if n == STACK {
+                        // Many arguments: the allocating path.
+                        out.push_str(&self.apply(query));
+                        return;
+                    }
+                    kept[n] = (s as u32, e as u32, ne as u32);
+                    n += 1;
                 }
-                heap.push(piece);
             }
-            n += 1;
+            s = e + 1;
         }
-        let kept: &mut [Piece] = if n <= STACK {
-            &mut stack[..n]
-        } else {
-            &mut heap
-        };
+        let kept = &mut kept[..n];
         if self.sort {
             // Insertion sort by name: stable, and few arguments.
-            let name = |p: &Piece| &b[p.0 as usize..p.2 as usize];
+            let name = |p: (u32, u32, u32)| &b[p.0 as usize..p.2 as usize];
             for i in 1..kept.len() {
                 let mut j = i;
-                while j > 0 && name(&kept[j - 1]) > name(&kept[j]) {
+                while j > 0 && name(kept[j - 1]) > name(kept[j]) {
                     kept.swap(j - 1, j);
                     j -= 1;
                 }
             }
         }
-        for (i, p) in kept.iter().enumerate() {
+        for (i, &(s, e, _)) in kept.iter().enumerate() {
             if i > 0 {
                 out.push('&');
             }
-            out.push_str(&query[p.0 as usize..p.1 as usize]);
+            // '&' and '=' are ASCII: the ends are char boundaries.
+            out.push_str(&query[s as usize..e as usize]);
         }
     }
 }
@@ -276,11 +278,23 @@ impl ArgsPolicy {
 /// Appends [`normalize_pq`] of `pq` to `out` (no allocation unless the path has an
 /// escape to rewrite).
 pub fn push_normalized_pq(out: &mut String, pq: &str, args: Option<&ArgsPolicy>) {
-    let (path, query) = match memchr::memchr(b'?', pq.as_bytes()) {
-        Some(i) => (&pq[..i], Some(&pq[i + 1..])),
-        None => (pq, None),
+    // One search finds the query and tells whether the path has an escape at all (the
+    // common case: none, and the path is copied as it is).
+    let b = pq.as_bytes();
+    let (path, query, escaped) = match memchr::memchr2(b'?', b'%', b) {
+        Some(i) if b[i] == b'%' => match memchr::memchr(b'?', &b[i..]) {
+            Some(q) => (&pq[..i + q], Some(&pq[i + q + 1..]), true),
+            None => (pq, None, true),
+        },
+        // '?' and '%' are ASCII: char boundaries.
+        Some(i) => (&pq[..i], Some(&pq[i + 1..]), false),
+        None => (pq, None, false),
     };
-    out.push_str(&normalize_path(path));
+    if escaped {
+        out.push_str(&normalize_path(path));
+    } else {
+        out.push_str(path);
+    }
     match (query, args) {
         (Some(q), Some(a)) => {
             let at = out.len();

@@ -68,8 +68,20 @@ impl RequestHead {
     pub fn host(&self) -> Option<&str> {
         match target::form(&self.target) {
             Form::Absolute => Some(target::split_absolute(&self.target).0),
-            _ => self.headers.get_str("host"),
+            _ => self.headers.get("host").and_then(as_str),
         }
+    }
+}
+
+/// `v` as text when it is UTF-8. A parsed Host is ASCII (the parser admits only
+/// authority bytes), which is checked word by word, far cheaper than UTF-8 validation
+/// on the short strings this sees on every request.
+fn as_str(v: &[u8]) -> Option<&str> {
+    if v.is_ascii() {
+        // SAFETY: every ASCII byte string is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(v) })
+    } else {
+        std::str::from_utf8(v).ok()
     }
 }
 

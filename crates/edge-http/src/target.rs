@@ -55,30 +55,44 @@ pub(crate) fn split_absolute(target: &str) -> (&str, &str) {
 /// reg-name characters (unreserved, pct-encoded, sub-delims), `:` for the port and
 /// `[`/`]` for IPv6 literals. No `@` (userinfo), `/`, `?`, `#`, whitespace or controls,
 /// so a Host can never smuggle a path or a second authority into a cache key.
+#[inline]
 pub(crate) fn is_authority_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'%'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'['
-                | b']'
-        )
+    // A table: this runs for every byte of every Host.
+    AUTHORITY[usize::from(b)]
 }
+
+/// [`is_authority_byte`] for every byte value, built at compile time.
+static AUTHORITY: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'['
+                    | b']'
+            );
+        b += 1;
+    }
+    t
+};
 
 /// Checks the target against the method; returns its form.
 pub(crate) fn validate(method: &Method, target: &str) -> Result<Form, ParseError> {

@@ -477,3 +477,73 @@ fn the_three_sites_example_is_accepted_and_routes_as_documented() {
     let b = raw_get(addr, "/obj/1k/2?v=2", "assets.example.com");
     assert_eq!(cache_status(&b), "HIT", "{b}");
 }
+
+/// Reads one response with a `Content-Length` body from a keep-alive connection.
+fn read_response(c: &mut TcpStream) -> (u16, String) {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1, "the connection closed");
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&raw).to_string();
+    let len: usize = common::head_field(&head, "content-length")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = vec![0; len];
+    c.read_exact(&mut body).unwrap();
+    (
+        head[9..12].parse().unwrap(),
+        String::from_utf8(body).unwrap(),
+    )
+}
+
+#[test]
+fn one_keep_alive_connection_changing_host_and_a_reload_route_every_request_anew() {
+    // The server a connection's last Host chose is kept for its next request with the
+    // same Host: another Host on the same connection, and a reload that moves a name to
+    // another server, must still route by the request in hand.
+    let config = |a: &str, b: &str| {
+        format!(
+            "[[listen]]\naddr = \"{{listen}}\"\n[admin]\nlisten = \"{{admin}}\"\n\
+             [[server]]\nnames = [{a}]\n[[server.location]]\nprefix = \"/\"\n\
+             return = {{ status = 200, body = \"A\" }}\n\
+             [[server]]\nnames = [{b}]\n[[server.location]]\nprefix = \"/\"\n\
+             return = {{ status = 200, body = \"B\" }}\n"
+        )
+    };
+    let first = config("'a.test'", "'b.test', '~^r(?<n>[0-9])\\.test$'");
+    let (p, addr, admin) = edgecache(&first);
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut ask = |c: &mut TcpStream, host: &str| {
+        write!(c, "GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+        read_response(c).1
+    };
+    let hosts = [
+        "a.test",
+        "a.test",
+        "b.test",
+        "A.TEST",
+        "b.test:80",
+        "r1.test",
+        "r1.test",
+        "a.test",
+        "zz.test",
+    ];
+    let want = ["A", "A", "B", "A", "B", "B", "B", "A", "A"];
+    for (h, w) in hosts.iter().zip(want) {
+        assert_eq!(ask(&mut c, h), w, "{h}");
+    }
+    // The same open connection after a reload that swaps the names.
+    common::reload(&p, addr, admin, &config("'b.test'", "'a.test'"));
+    assert_eq!(
+        ask(&mut c, "a.test"),
+        "B",
+        "a reload must not leave a stale choice"
+    );
+    assert_eq!(ask(&mut c, "a.test"), "B");
+    assert_eq!(ask(&mut c, "b.test"), "A");
+}

@@ -37,7 +37,7 @@ pub async fn dispatch(
 ) -> Result<(), ExchangeError> {
     let sites = &shared.sites;
     let listen = conn.info.listen as usize;
-    let Some(server) = sites.select(listen, ex.req.host(), &mut ex.routed.caps) else {
+    let Some(server) = select_server(conn, ex, shared) else {
         return finish_without_body(conn, ex, &shared.timeouts, 404).await;
     };
     ex.routed.server = server;
@@ -134,4 +134,37 @@ pub async fn dispatch(
         Handler::Return(r) => simple::handle_return(conn, ex, shared, r).await,
         Handler::EmptyGif => simple::handle_empty_gif(conn, ex, shared).await,
     }
+}
+
+/// The request's server ([`crate::state::sites::Sites::select`]), through the
+/// connection's [`crate::http::conn::HostMemo`] when its previous request sent the same
+/// Host under the same config generation.
+fn select_server(conn: &mut Conn, ex: &mut Exchange, shared: &Shared) -> Option<u16> {
+    let sites = &shared.sites;
+    let listen = conn.info.listen as usize;
+    if !sites.looks_up(listen) {
+        return sites.select(listen, None, &mut ex.routed.caps);
+    }
+    let host = ex.req.host();
+    if let (Some(m), Some(h)) = (&conn.host_memo, host) {
+        if m.generation == shared.generation && m.host == h {
+            return Some(m.server);
+        }
+    }
+    let server = sites.select(listen, host, &mut ex.routed.caps)?;
+    // A choice with regex captures is not kept: they must be found again.
+    if let Some(h) = host.filter(|_| ex.routed.caps.is_empty()) {
+        let m = conn.host_memo.get_or_insert_with(|| {
+            Box::new(crate::http::conn::HostMemo {
+                generation: 0,
+                host: String::new(),
+                server: 0,
+            })
+        });
+        m.generation = shared.generation;
+        m.host.clear();
+        m.host.push_str(h);
+        m.server = server;
+    }
+    Some(server)
 }

@@ -28,6 +28,21 @@ pub struct Conn {
     /// listener, else `peer` (see [`super::client_addr`]; a request's own client, after
     /// `real_ip`, is [`super::Exchange::client_addr`]).
     pub client: SocketAddr,
+    /// The server its latest request's Host chose (see [`HostMemo`]).
+    pub host_memo: Option<Box<HostMemo>>,
+}
+
+/// The server a connection's latest request chose by its Host. A keep-alive connection
+/// nearly always sends one Host: the next request with the same Host bytes, under the
+/// same config generation, takes the same server without the name lookup. Only a
+/// choice that left no regex captures is kept. A parked connection drops it (idle
+/// connections hold nothing more), and a request with another Host replaces it.
+#[derive(Debug)]
+pub struct HostMemo {
+    pub generation: u64,
+    /// The Host as the request sent it (compared byte for byte).
+    pub host: String,
+    pub server: u16,
 }
 
 /// What the connection arrived on: the `[[listen]]` (its index in the config generation
@@ -139,6 +154,7 @@ impl Conn {
             rbuf: BytesMut::new(),
             peer,
             client: peer,
+            host_memo: None,
         }
     }
 

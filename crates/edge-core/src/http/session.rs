@@ -234,6 +234,7 @@ pub async fn serve_conn<S: Service>(
                     peer,
                     info,
                     client,
+                    host_memo: _,
                 } = conn;
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
@@ -262,6 +263,11 @@ pub async fn serve_conn<S: Service>(
                 return None;
             }
             HeadOutcome::Request(mut req, n) => {
+                // The config as it is now: a reload while this keep-alive connection
+                // waited for the request applies to it (the head was read under the
+                // limits of the config it was waiting under).
+                let cfg = w.config();
+                let params = S::params(&cfg);
                 conn.rbuf.advance(n);
                 served += 1;
                 // One exchange per HTTP/2 stream; its head was written as HTTP/1.1.

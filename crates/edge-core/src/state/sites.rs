@@ -158,6 +158,14 @@ impl Sites {
         })
     }
 
+    /// Whether choosing a server on listener `listen` looks at the host (more than one
+    /// server answers there).
+    pub fn looks_up(&self, listen: usize) -> bool {
+        self.listeners
+            .get(listen)
+            .is_some_and(|on| !on.names.is_empty())
+    }
+
     /// The server for a request's host on listener `listen`; a regex name's captures go
     /// to `caps`. None when no server answers on the listener.
     pub fn select(&self, listen: usize, host: Option<&str>, caps: &mut Captures) -> Option<u16> {
@@ -312,8 +320,15 @@ impl Sites {
 /// The normalized path (`$uri`) and the query of a path and query. A target that is not
 /// a path (`*`) is left as it is.
 fn normal_path(pq: &str) -> Result<(Cow<'_, str>, Option<&str>), crate::vars::UriError> {
-    let (path, args) = match pq.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
+    // The common case in one pass: a normal path, ended by the query or the target's end.
+    if let Some(end) = crate::vars::normal_path_len(pq.as_bytes()) {
+        // `?` is ASCII: a char boundary.
+        let args = (end < pq.len()).then(|| &pq[end + 1..]);
+        return Ok((Cow::Borrowed(&pq[..end]), args));
+    }
+    let (path, args) = match memchr::memchr(b'?', pq.as_bytes()) {
+        // '?' is ASCII: a char boundary.
+        Some(i) => (&pq[..i], Some(&pq[i + 1..])),
         None => (pq, None),
     };
     if !path.starts_with('/') {

@@ -46,7 +46,7 @@ pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed
 pub use map::{Map, Maps};
 pub use names::{compile_regex, NameMap, NamePattern, NameTable};
 pub use template::{Piece, Template, TemplateError};
-pub use uri::{normalize_uri, UriError};
+pub use uri::{normal_path_len, normalize_uri, UriError};
 pub use var::{Known, Var};
 
 #[cfg(test)]

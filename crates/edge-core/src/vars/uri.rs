@@ -36,27 +36,68 @@ fn keep_encoded(b: u8) -> bool {
 
 /// Whether `path` is already normal: starts with `/`, no escape, no control byte, no
 /// `//`, no `.` or `..` segment. One pass, no allocation.
+const ORDINARY: u8 = 0;
+const SLASH: u8 = 1;
+const DOT: u8 = 2;
+/// `%` and control bytes: the path is not normal.
+const ESCAPE: u8 = 3;
+/// `?`: the path ends (for [`normal_path_len`]; [`is_normal`] never sees one in a path
+/// that was split at its query).
+const QUERY: u8 = 4;
+
+/// What each byte is to [`is_normal`] (one table load per byte).
+static CLASS: [u8; 256] = {
+    let mut t = [ORDINARY; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = ESCAPE;
+        b += 1;
+    }
+    t[0x7f] = ESCAPE;
+    t[b'%' as usize] = ESCAPE;
+    t[b'/' as usize] = SLASH;
+    t[b'.' as usize] = DOT;
+    t[b'?' as usize] = QUERY;
+    t
+};
+
 fn is_normal(p: &[u8]) -> bool {
+    normal_path_len(p) == Some(p.len())
+}
+
+/// The length of the path of `pq` (a path and query: up to the first `?`) when that
+/// path is already normal (see [`is_normal`]); None when it is not. One pass over the
+/// path, which is all the hit path pays for routing on `$uri`.
+pub fn normal_path_len(p: &[u8]) -> Option<usize> {
     if p.first() != Some(&b'/') {
-        return false;
+        return None;
     }
-    let mut i = 0;
-    while i < p.len() {
-        let b = p[i];
-        if b == b'%' || b < 0x20 || b == 0x7f {
-            return false;
-        }
-        if b == b'/' {
-            let rest = &p[i + 1..];
-            let seg_end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
-            let seg = &rest[..seg_end];
-            if (seg.is_empty() && seg_end < rest.len()) || seg == b"." || seg == b".." {
-                return false;
+    // The segment since the last `/`: its length, and how many of its bytes are dots.
+    let (mut len, mut dots) = (0usize, 0usize);
+    let mut end = p.len();
+    for (i, &b) in p.iter().enumerate().skip(1) {
+        match CLASS[usize::from(b)] {
+            ORDINARY => len += 1,
+            DOT => {
+                len += 1;
+                dots += 1;
             }
+            SLASH => {
+                // `//`, `/./` or `/../`.
+                if len == dots && len <= 2 {
+                    return None;
+                }
+                (len, dots) = (0, 0);
+            }
+            QUERY => {
+                end = i;
+                break;
+            }
+            _ => return None,
         }
-        i += 1;
     }
-    true
+    // A last segment `.` or `..` (an empty one is a trailing slash: normal).
+    (!(len > 0 && len == dots && len <= 2)).then_some(end)
 }
 
 fn push_escaped(out: &mut Vec<u8>, b: u8) {
@@ -238,6 +279,62 @@ mod tests {
                 assert_eq!(n(&once).as_deref(), Ok(once.as_str()), "{p}");
                 assert!(once.starts_with('/'));
             }
+        }
+    }
+
+    #[test]
+    fn normal_path_len_stops_at_the_query() {
+        assert_eq!(normal_path_len(b"/a/b?x=1"), Some(4));
+        assert_eq!(normal_path_len(b"/a?/./..//%zz"), Some(2));
+        assert_eq!(normal_path_len(b"/?"), Some(1));
+        assert_eq!(normal_path_len(b"/"), Some(1));
+        assert_eq!(normal_path_len(b"/a/..?x"), None);
+        assert_eq!(normal_path_len(b"/a/.?x"), None);
+        assert_eq!(normal_path_len(b"/a//b?x"), None);
+        assert_eq!(normal_path_len(b"/a%41?x"), None);
+        assert_eq!(normal_path_len(b"a?x"), None);
+        assert_eq!(normal_path_len(b"*"), None);
+    }
+
+    #[test]
+    fn is_normal_agrees_with_a_segment_by_segment_check() {
+        // The one-pass check against the definition: every path over a small alphabet,
+        // up to 6 bytes long.
+        fn reference(p: &[u8]) -> bool {
+            let Some(rest) = p.strip_prefix(b"/") else {
+                return false;
+            };
+            if rest.iter().any(|&b| b == b'%' || b < 0x20 || b == 0x7f) {
+                return false;
+            }
+            let segs: Vec<&[u8]> = rest.split(|&b| b == b'/').collect();
+            let last = segs.len() - 1;
+            segs.iter()
+                .enumerate()
+                .all(|(i, s)| !(*s == b"." || *s == b".." || (s.is_empty() && i < last)))
+        }
+        let alphabet = b"/.a%";
+        let mut paths: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut all = Vec::new();
+        for _ in 0..6 {
+            let mut next = Vec::new();
+            for p in &paths {
+                for &c in alphabet {
+                    let mut q = p.clone();
+                    q.push(c);
+                    next.push(q);
+                }
+            }
+            all.extend(next.iter().cloned());
+            paths = next;
+        }
+        for p in all {
+            assert_eq!(
+                is_normal(&p),
+                reference(&p),
+                "{:?}",
+                String::from_utf8_lossy(&p)
+            );
         }
     }
 }

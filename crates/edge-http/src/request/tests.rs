@@ -384,3 +384,14 @@ fn optional_whitespace_around_values_is_not_part_of_them() {
     assert_eq!(h.headers.get("x-empty"), Some(&b""[..]));
     assert_eq!(h.headers.get("y"), Some(&b""[..]));
 }
+
+#[test]
+fn host_is_text_ascii_or_utf8() {
+    // The ASCII fast path and the UTF-8 fallback (a head built by hand, as the HTTP/2
+    // path builds them, need not be ASCII); bytes that are not UTF-8 give None.
+    let (r, _) = ok(b"GET / HTTP/1.1\r\nHost: Example.COM:8080\r\n\r\n");
+    assert_eq!(r.host(), Some("Example.COM:8080"));
+    assert_eq!(as_str(b"caf\xc3\xa9"), Some("caf\u{e9}"));
+    assert_eq!(as_str(b"caf\xe9"), None);
+    assert_eq!(as_str(b""), Some(""));
+}

@@ -49,6 +49,39 @@ pub fn affinity(
     Some(h)
 }
 
+/// The request's cache key and its upstream affinity ([`affinity`]). The template
+/// context (`vars`, made on demand) is built only when a template is rendered: the
+/// default key on an upstream that does not hash (the common case) needs none.
+pub fn key_and_affinity<'a>(
+    route: &crate::state::route::Route,
+    group: &crate::upstream::UpstreamGroup,
+    req: &edge_http::RequestHead,
+    vars: impl FnOnce() -> Ctx<'a>,
+) -> (String, Option<u64>) {
+    let spec = KeySpec::of(route);
+    if spec.template.is_none() && group.balance != crate::config::Balance::ConsistentHash {
+        let host = req.host().unwrap_or("");
+        return (default_key(host, req.path_and_query(), spec.args), None);
+    }
+    let vars = vars();
+    let key = cache_key(spec, &vars);
+    let affinity = affinity(group, KeySpec::default(), &vars, Some(&key));
+    (key, affinity)
+}
+
+/// The default key: `http://` + the host lower-cased + the path and query normalized.
+/// One allocation, the host lower-cased in place, the path and query normalized into
+/// the key itself.
+fn default_key(host: &str, pq: &str, args: Option<&ArgsPolicy>) -> String {
+    let mut k = String::with_capacity(7 + host.len() + pq.len());
+    k.push_str("http://");
+    let at = k.len();
+    k.push_str(host);
+    k[at..].make_ascii_lowercase();
+    push_normalized_pq(&mut k, pq, args);
+    k
+}
+
 /// The primary cache key: the location's `cache_key` template rendered, or by default
 /// `http://` + the Host header lower-cased (port kept) + the path and query (the key
 /// every earlier version used, so caches on disk stay valid).
@@ -61,15 +94,7 @@ pub fn cache_key(spec: KeySpec<'_>, vars: &Ctx<'_>) -> String {
 /// form): the key a GET of that URI would be cached under.
 pub fn cache_key_for(spec: KeySpec<'_>, vars: &Ctx<'_>, host: &str, pq: &str) -> String {
     let Some(t) = spec.template else {
-        // The common case: one allocation, the host lower-cased in place, the path and
-        // query normalized into the key itself.
-        let mut k = String::with_capacity(7 + host.len() + pq.len());
-        k.push_str("http://");
-        let at = k.len();
-        k.push_str(host);
-        k[at..].make_ascii_lowercase();
-        push_normalized_pq(&mut k, pq, spec.args);
-        return k;
+        return default_key(host, pq, spec.args);
     };
     let pq = normalize_pq(pq, spec.args);
     let pq = &*pq;

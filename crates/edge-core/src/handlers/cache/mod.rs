@@ -44,7 +44,6 @@ use crate::state::Shared;
 use ctx::{mark, CacheStatus, Ctx, MayStore};
 use edge_cache::{key_hash, pick, policy, HitBody, HitEntry, Join, Lookup};
 use edge_http::Method;
-use key::cache_key;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -97,14 +96,11 @@ pub async fn handle(
         ))
         .await;
     }
-    // One template context for the key and the upstream affinity (a hash of the key
-    // or of `hash_key`, only for a consistent-hash group).
-    let (key, affinity) = {
-        let vars = crate::handlers::context::vars(client, ex, shared);
-        let key = cache_key(key::KeySpec::of(route), &vars);
-        let affinity = key::affinity(&p.upstream, key::KeySpec::default(), &vars, Some(&key));
-        (key, affinity)
-    };
+    // The key and the upstream affinity (a hash of the key or of `hash_key`, only for
+    // a consistent-hash group), from one template context when they need one.
+    let (key, affinity) = key::key_and_affinity(route, &p.upstream, &ex.req, || {
+        crate::handlers::context::vars(client, ex, shared)
+    });
     let primary = key_hash(&key);
     let cache = pick(&p.caches, primary);
     let ctx = Ctx {
