@@ -12,6 +12,7 @@
 //! - [`tls`]: rustls configs (listeners and https upstreams) and their counters.
 //! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
 //!   once; [`state::sites`] holds the servers, locations and rewrites.
+//! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
@@ -24,6 +25,7 @@ pub mod log;
 pub mod metrics;
 pub mod net;
 pub mod rt;
+pub mod secure_link;
 pub mod server;
 pub mod state;
 pub mod tls;

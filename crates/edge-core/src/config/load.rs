@@ -21,7 +21,9 @@ pub fn load(path: &Path) -> Result<(Config, Source), ConfigError> {
         key: "file".into(),
         message: format!("cannot read: {e}"),
     })?;
-    let cfg = parse(&name, &text)?;
+    // Relative `secure_link.secret_file`s are under the config file's directory.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let cfg = parse_in(&name, &text, dir)?;
     Ok((cfg, Source { name, text }))
 }
 
@@ -38,13 +40,19 @@ pub fn embedded_default() -> (Config, Source) {
     )
 }
 
-/// Parses and validates config text. `name` is used in error messages.
+/// Parses and validates config text. `name` is used in error messages; relative
+/// secret files are read from the working directory.
 pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
+    parse_in(name, text, None)
+}
+
+/// [`parse`], with relative secret files under `dir` (None: the working directory).
+pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, ConfigError> {
     let mut cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
     for s in &mut cfg.server {
         s.inherit();
     }
-    validate::validate(&cfg).map_err(|e| ConfigError {
+    let located = |e: super::verr::VErr| ConfigError {
         file: name.into(),
         line: match e.span {
             Some(span) => line_of(text, span.start),
@@ -52,7 +60,9 @@ pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
         },
         key: e.key,
         message: e.message,
-    })?;
+    };
+    validate::validate(&cfg).map_err(located)?;
+    super::secure_link::load_secrets(&mut cfg, dir).map_err(located)?;
     Ok(cfg)
 }
 

@@ -9,14 +9,18 @@
 mod load;
 pub mod logs;
 pub mod memory;
+pub mod secure_link;
 pub mod sites;
 pub mod units;
 pub mod validate;
 mod verr;
 
-pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
+pub use load::{
+    embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
+};
 pub use logs::{LogEscape, LogFormatCfg};
 pub use memory::MemSize;
+pub use secure_link::SecureLinkCfg;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -847,6 +851,9 @@ pub struct ServerCfg {
     /// false: `X-Cache-Status` and `Cache-Status` are not sent (None: true).
     #[serde(default)]
     pub cache_status_header: Option<bool>,
+    /// Signed URLs for the locations that set none (`docs/limits.md`).
+    #[serde(default)]
+    pub secure_link: Option<Spanned<SecureLinkCfg>>,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -871,6 +878,9 @@ impl ServerCfg {
             }
             l.add_header_always = l.add_header_always.or(f.add_header_always);
             l.cache_status_header = l.cache_status_header.or(f.cache_status_header);
+            if l.secure_link.is_none() {
+                l.secure_link = f.secure_link.clone();
+            }
         }
         self.location = locations;
     }
@@ -1081,6 +1091,9 @@ pub struct Location {
     /// Which query arguments the cache key uses, and whether they are sorted.
     #[serde(default)]
     pub cache_key_args: Option<Spanned<CacheKeyArgs>>,
+    /// Signed URLs (`docs/limits.md`): a request needs a valid, unexpired signature.
+    #[serde(default)]
+    pub secure_link: Option<Spanned<SecureLinkCfg>>,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).

@@ -447,6 +447,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     }
 
     let known = super::sites::validate(cfg)?;
+    super::secure_link::validate(cfg, &known)?;
     super::logs::validate(cfg, &known)?;
     let all_locations = cfg
         .location

@@ -108,6 +108,20 @@ pub async fn dispatch(
         }
     };
     context::apply_fields(client, ex, shared, route);
+    // `PURGE` of a cached location has its own gate (`admin.allow`) and names the
+    // object without a signature.
+    let purge = ex.req.method == edge_http::Method::Purge
+        && matches!(&route.handler, Handler::Proxy(p) if !p.caches.is_empty());
+    if let Some(link) = route.secure_link.as_ref().filter(|_| !purge) {
+        // Signed URLs: 403 for a bad or missing signature, 410 for an expired link.
+        let verdict = link.verify(
+            &context::vars(client, ex, shared),
+            crate::secure_link::unix_now(),
+        );
+        if let Some(status) = verdict.status() {
+            return finish_without_body(conn, ex, &shared.timeouts, status).await;
+        }
+    }
     if matches!(route.handler, Handler::Proxy(_))
         && crate::http::node::looped(ex.req.headers.get_all("via"))
     {

@@ -91,6 +91,8 @@ pub struct Route {
     pub rewrites: Vec<Rewrite>,
     /// The access log of requests served here (the location's, else its server's).
     pub log: super::logs::LogRef,
+    /// `secure_link`: the signed-URL check a request passes before the handler.
+    pub secure_link: Option<crate::secure_link::Verifier>,
 }
 
 /// One compiled `rewrite`.
@@ -213,16 +215,22 @@ fn route_for(
             })
         })
         .collect::<Result<Vec<_>, StateError>>()?;
+    let secure_link = secure_link_for(loc, env.known)?;
+    let mut key_args = loc
+        .cache_key_args
+        .as_ref()
+        .map(|a| crate::config::sites::args_policy(a.get_ref()))
+        .transpose()
+        .map_err(|m| StateError::BadValue(BadValue(m)))?;
+    if let Some(v) = &secure_link {
+        // Every signature of one object is one cache object.
+        key_args = Some(v.key_args(key_args));
+    }
     let route = Route {
         pattern,
         handler,
         fields: super::fields::RouteFields::compile(loc, env.known)?,
-        key_args: loc
-            .cache_key_args
-            .as_ref()
-            .map(|a| crate::config::sites::args_policy(a.get_ref()))
-            .transpose()
-            .map_err(|m| StateError::BadValue(BadValue(m)))?,
+        key_args,
         cache_key: loc
             .cache_key
             .as_ref()
@@ -232,8 +240,34 @@ fn route_for(
         log: env
             .logs
             .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
+        secure_link,
     };
     Ok((route, loc.exact.is_some()))
+}
+
+/// A location's `secure_link`, compiled: HMAC keys from the secrets the config load
+/// read, and the `include` templates.
+fn secure_link_for(
+    loc: &Location,
+    known: &Known,
+) -> Result<Option<crate::secure_link::Verifier>, StateError> {
+    let Some(sl) = &loc.secure_link else {
+        return Ok(None);
+    };
+    let sl = sl.get_ref();
+    if sl.secrets.0.is_empty() {
+        return Err(StateError::BadValue(BadValue(
+            "secure_link: the secret files were not read".into(),
+        )));
+    }
+    let include = crate::config::secure_link::include_templates(sl, known)
+        .map_err(|m| StateError::BadValue(BadValue(m)))?;
+    Ok(Some(crate::secure_link::Verifier::new(
+        &sl.secrets.0,
+        sl.expires_arg.get_ref(),
+        sl.signature_arg.get_ref(),
+        include,
+    )))
 }
 
 impl Router {
