@@ -136,7 +136,11 @@ pub fn command(cli: &Cli, bench_dir: &Path, script: &str, quick: &[&str]) -> Res
         }
         cmd.arg("--repetitions").arg(n.to_string());
     }
-    if let Some(c) = cli.cpus.as_deref().filter(|_| entry.is_some_and(|e| e.cpus)) {
+    if let Some(c) = cli
+        .cpus
+        .as_deref()
+        .filter(|_| entry.is_some_and(|e| e.cpus))
+    {
         cmd.arg("--cpus").arg(c);
     }
     if cli.keep {
@@ -298,7 +302,10 @@ mod tests {
         assert_eq!(&args(&cmd)[1..], ["--quick", "--out", "docs/results"]);
         for bad in ["none", "varnish"] {
             let c = Cli::parse_from(["edgebench", "limits", "--peers", bad, "--bin-dir", d]);
-            assert_eq!(command(&c, bench, script, quick).unwrap_err().exit_code(), 2);
+            assert_eq!(
+                command(&c, bench, script, quick).unwrap_err().exit_code(),
+                2
+            );
         }
         // tls takes no --cpus: edgebench's is not passed on.
         let (tls, tls_quick) = lookup("tls").unwrap();

@@ -378,7 +378,10 @@ mod tests {
             .collect::<Vec<_>>()
             .join(",");
         let h = header(&cfg(&["--source", &long]));
-        assert!(h.contains("  Source addresses: 38 (127.0.0.2,127.0.0.3,"), "{h}");
+        assert!(
+            h.contains("  Source addresses: 38 (127.0.0.2,127.0.0.3,"),
+            "{h}"
+        );
         assert!(h.contains("...), round robin"), "{h}");
     }
 
