@@ -591,11 +591,9 @@ def check(row, a):
     if row["cpu_s"] is not None and row["wall_s"]:
         busy = sum(row["cpu_busy_s"].get(str(c), 0) for c in a.server_cpus) / row["wall_s"]
         own = row["cpu_s"] / row["wall_s"]
-        if busy - own > SHARED_CPU * len(a.server_cpus):
-            row["warnings"].append(
-                f"the server CPUs were {busy:.2f} cores busy, the server's own time "
-                f"{own:.2f}: {busy - own:.2f} cores went to other processes (or softirq "
-                "work outside the server's time)")
+        # Cores of the server CPUs that went to other processes (summed up in one
+        # warning for the whole run by `shared_cpu_warning`).
+        row["others_cores"] = round(busy - own, 3)
 
 
 def server_rejected(row):
@@ -607,6 +605,23 @@ def server_rejected(row):
     got = [v for k, v in m.items() if k.startswith("edgecache_limit_req_total{")
            and 'result="rejected"' in k]
     return sum(got) if got else None
+
+
+def shared_cpu_warning(rows, a):
+    """One warning for the phases where other processes took more than SHARED_CPU of
+    the server CPUs (each phase's figure is `others_cores` in the JSON)."""
+    over = [r for r in rows if r.get("others_cores") is not None
+            and r["others_cores"] > SHARED_CPU * len(a.server_cpus)]
+    if not over:
+        return []
+    xs = [r["others_cores"] for r in over]
+    return [f"in {len(over)} of {len(rows)} phases other processes (or softirq work outside "
+            f"the servers' time) took more than {SHARED_CPU:.0%} of the server CPUs: "
+            f"{statistics.median(xs):.2f} cores in the median, {max(xs):.2f} at most "
+            "(`others_cores` per phase in limits.json)"
+            + (f". The servers ran at nice {a.nice}, ahead of them, but their latencies "
+               "still include waits for those processes' time slices." if a.nice < 0
+               else ": the servers competed with them for CPU time.")]
 
 
 # ---- derived figures ----
@@ -1086,6 +1101,7 @@ def main():
     for r in rows:
         problems += [f"{r['phase']} rep {r['rep']} {r['server']}: {p}" for p in r["problems"]]
         warnings += [f"{r['phase']} rep {r['rep']} {r['server']}: {w}" for w in r["warnings"]]
+    warnings += shared_cpu_warning(rows, a)
     md = write_report(a, rows, problems, warnings, logs, info, started, limits, note)
     if a.keep:
         print(f"run directory kept: {work}", file=sys.stderr)
