@@ -496,7 +496,11 @@ def warm(s, work):
         if rc != 0 or not os.path.exists(js):
             problems.append(f"warm-up of {name} failed (exit {rc}): {out.strip()[-300:]}")
             continue
-        r = summarize(js)
+        try:
+            r = summarize(js)
+        except (OSError, ValueError, KeyError) as e:
+            problems.append(f"warm-up of {name}: no readable JSON: {e}")
+            continue
         if r["ok"] != IDS or r["errors"] or r["rejected"] or r["other_status"]:
             problems.append(f"warm-up of {name}: {r['ok']} of {IDS} answered 2xx, "
                             f"{r['rejected']} 429, {r['other_status']} other statuses, "
@@ -544,10 +548,10 @@ def measure(plan, phase, s, rep, oport):
         js = cmd[cmd.index("--json") + 1]
         if rc != 0:
             row["problems"].append(f"{role} client exited ({rc}): {out.strip()[-300:]}")
-        if not os.path.exists(js):
-            row["problems"].append(f"no JSON from the {role} client")
-            continue
-        row[role] = summarize(js)
+        try:
+            row[role] = summarize(js)
+        except (OSError, ValueError, KeyError) as e:
+            row["problems"].append(f"no readable JSON from the {role} client: {e}")
     check(row, plan.a)
     return row
 
