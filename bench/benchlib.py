@@ -109,3 +109,91 @@ def busiest(work, pid, tag):
         if m:
             best = max(best, int(m.group(1)))
     return best
+
+
+# Process groups, CPU time and child processes (bench/limits.py; bench/tls.py has its
+# own copies of the first four).
+
+def group_pids(pgid):
+    """Every process of the process group `pgid`."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.getpgid(int(d)) == pgid:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def group_cpu_s(pgid):
+    """User + system CPU seconds of every process of the group, all threads, plus what
+    the children they reaped used (cutime, cstime: a child exiting mid-measure, such as
+    nginx's cache loader, keeps its time in the sum), from /proc/<pid>/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])
+        except OSError:
+            pass
+    return total / tick
+
+
+def cpu_busy():
+    """Per CPU, (busy seconds so far: all but idle, iowait and steal; of which softirq),
+    from /proc/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = {}
+    with open("/proc/stat") as f:
+        for ln in f:
+            name, *vals = ln.split()
+            if name.startswith("cpu") and name != "cpu":
+                v = [int(x) for x in vals]
+                busy[int(name[3:])] = ((sum(v[:8]) - v[3] - v[4] - v[7]) / tick, v[6] / tick)
+    return busy
+
+
+def stop_group(proc, grace=5):
+    """SIGTERM to proc's process group, SIGKILL after grace seconds (workers that outlive
+    their master go too)."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def parse_cpu_list(text):
+    """'0-2,5' -> [0, 1, 2, 5]; ValueError on anything else."""
+    cpus = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = part.split("-", 1)
+            a, b = int(a), int(b)
+            if a > b:
+                raise ValueError(f"{part}: the range runs backwards")
+            cpus.extend(range(a, b + 1))
+        else:
+            cpus.append(int(part))
+    if not cpus:
+        raise ValueError("empty CPU list")
+    return cpus

@@ -38,7 +38,7 @@ pub struct Cli {
     #[arg(long, value_name = "D")]
     pub duration: Option<String>,
     /// Repetitions per cell (overrides the file).
-    #[arg(long, value_name = "N")]
+    #[arg(long, alias = "reps", value_name = "N")]
     pub repetitions: Option<u32>,
     /// CPUs for the server under test and the load generator (lists allowed: 0-1:2,3).
     /// Default: the first two CPUs this process may use (0:1 on most machines).

@@ -11,6 +11,7 @@
 //!
 //! ```text
 //! edgebench tier [--quick] [--duration 10s] [--out docs/results]   (bench/tier.py)
+//! edgebench limits [--quick] [--duration 10s] [--reps 3] [--cpus 0:1]   (bench/limits.py)
 //! edgebench hits [--quick] [--peers nginx,varnish,ats] [--out docs/results]
 //!                [--duration 10s] [--repetitions 3] [--cpus 0:1] [--loadgen edgeload|wrk]
 //! ```

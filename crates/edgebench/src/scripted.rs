@@ -2,11 +2,13 @@
 //! parents, a parent killed and restarted mid-run) needs four servers under test at once
 //! and a fault in the middle of a phase, which the cell runner does not model; `edgebench
 //! tls` (cache hits over TLS with h2load and edgeload, and handshakes) makes its own
-//! certificates and drives two load generators. Such an experiment is a script under
+//! certificates and drives two load generators; `edgebench limits` (rate limits under
+//! attack) runs an attacker and 50 legitimate clients at once, from many loopback
+//! addresses, in four phases per server. Such an experiment is a script under
 //! `bench/` that writes its report to `--out` itself; edgebench finds it, hands it the
 //! binaries it would use and maps its own flags: `--quick` (a short run), `--duration`
-//! (the time of each phase or cell), `--repetitions` (where the script takes it),
-//! `--out`, `--keep`.
+//! (the time of each phase or cell), `--repetitions` and `--cpus` (where the script
+//! takes them), `--out`, `--keep`.
 //!
 //! How it fits: `main_with` asks [`lookup`] before resolving an experiment file.
 
@@ -33,6 +35,9 @@ struct Scripted {
     /// The script takes `--repetitions N`: edgebench's `--repetitions` is passed on
     /// (else it is not used).
     repetitions: bool,
+    /// The script takes `--cpus SERVER:CLIENT`: edgebench's `--cpus` is passed on (else
+    /// it is not used).
+    cpus: bool,
 }
 
 const SCRIPTED: &[Scripted] = &[
@@ -42,6 +47,7 @@ const SCRIPTED: &[Scripted] = &[
         quick: &["--seconds", "4", "--rate", "400", "--ids", "500"],
         peers: &[],
         repetitions: false,
+        cpus: false,
     },
     Scripted {
         name: "tls",
@@ -49,6 +55,15 @@ const SCRIPTED: &[Scripted] = &[
         quick: &["--quick"],
         peers: &["nginx"],
         repetitions: true,
+        cpus: false,
+    },
+    Scripted {
+        name: "limits",
+        script: "limits.py",
+        quick: &["--quick"],
+        peers: &["nginx"],
+        repetitions: true,
+        cpus: true,
     },
 ];
 
@@ -120,6 +135,13 @@ pub fn command(cli: &Cli, bench_dir: &Path, script: &str, quick: &[&str]) -> Res
             return Err(Error::usage("--repetitions: must be at least 1"));
         }
         cmd.arg("--repetitions").arg(n.to_string());
+    }
+    if let Some(c) = cli
+        .cpus
+        .as_deref()
+        .filter(|_| entry.is_some_and(|e| e.cpus))
+    {
+        cmd.arg("--cpus").arg(c);
     }
     if cli.keep {
         cmd.arg("--keep");
@@ -234,6 +256,62 @@ mod tests {
                 .exit_code(),
             2
         );
+    }
+
+    #[test]
+    fn limits_maps_its_flags_onto_the_script() {
+        let bench = bench_dir();
+        assert!(bench.join("limits.py").is_file());
+        let (script, quick) = lookup("limits").unwrap();
+        assert_eq!((script, quick), ("limits.py", &["--quick"][..]));
+        assert!(names().any(|n| n == "limits"));
+        let dir = stand_ins();
+        let d = dir.path().to_str().unwrap();
+        let cli = Cli::parse_from([
+            "edgebench",
+            "limits",
+            "--duration",
+            "10s",
+            "--reps",
+            "5",
+            "--cpus",
+            "0-1:2",
+            "--out",
+            "/tmp/r",
+            "--bin-dir",
+            d,
+        ]);
+        let cmd = command(&cli, bench, script, quick).unwrap();
+        let a = args(&cmd);
+        assert!(a[0].ends_with("bench/limits.py"));
+        assert_eq!(
+            &a[1..],
+            [
+                "--seconds",
+                "10",
+                "--repetitions",
+                "5",
+                "--cpus",
+                "0-1:2",
+                "--out",
+                "/tmp/r"
+            ]
+        );
+        let full = Cli::parse_from(["edgebench", "limits", "--quick", "--bin-dir", d]);
+        let cmd = command(&full, bench, script, quick).unwrap();
+        assert_eq!(&args(&cmd)[1..], ["--quick", "--out", "docs/results"]);
+        for bad in ["none", "varnish"] {
+            let c = Cli::parse_from(["edgebench", "limits", "--peers", bad, "--bin-dir", d]);
+            assert_eq!(
+                command(&c, bench, script, quick).unwrap_err().exit_code(),
+                2
+            );
+        }
+        // tls takes no --cpus: edgebench's is not passed on.
+        let (tls, tls_quick) = lookup("tls").unwrap();
+        let t = Cli::parse_from(["edgebench", "tls", "--cpus", "0:1", "--bin-dir", d]);
+        let cmd = command(&t, bench, tls, tls_quick).unwrap();
+        assert!(!args(&cmd).contains(&"--cpus"));
     }
 
     #[test]

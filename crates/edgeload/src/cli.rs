@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS, MAX_ZIPF};
+use crate::source::Sources;
 use crate::target::{check_header, Class, Ids, Scheme, Url};
 use crate::tls::{TlsClient, TlsOptions, Verify};
 
@@ -96,6 +97,10 @@ pub struct Args {
     /// https: no session resumption, every connection makes a full handshake.
     #[arg(long = "tls-no-resume")]
     pub tls_no_resume: bool,
+    /// Bind client sockets round robin to these local addresses before connecting:
+    /// A-B (an IPv4 range), A, or a comma list (127.0.0.2-127.0.0.254: 253 clients).
+    #[arg(long = "source", value_name = "ADDRS")]
+    pub source: Option<String>,
     /// http://host[:port]/path or https://host[:port]/path
     pub url: String,
 }
@@ -165,6 +170,8 @@ pub struct Config {
     pub sequential: bool,
     /// True when `--mix` or `--paths` was given (the report adds a class table).
     pub show_classes: bool,
+    /// `--source`: the local addresses sockets are bound to, round robin.
+    pub source: Option<Sources>,
 }
 
 /// Why the command line was refused.
@@ -299,7 +306,18 @@ where
         args.no_keepalive,
     )
     .map_err(usage)?;
-    let addr = url.resolve().map_err(CliError::Runtime)?;
+    let source = match &args.source {
+        None => None,
+        Some(spec) => Some(crate::source::parse(spec).map_err(usage)?),
+    };
+    let addr = match &source {
+        None => url.resolve(),
+        Some(s) => url.resolve_family(s.is_ipv4()),
+    }
+    .map_err(CliError::Runtime)?;
+    if let Some(s) = &source {
+        s.check_bindable().map_err(CliError::Runtime)?;
+    }
     Ok(Config {
         threads: args.threads,
         connections: args.connections,
@@ -322,6 +340,7 @@ where
         addr,
         tls,
         classes,
+        source,
     })
 }
 
@@ -431,6 +450,33 @@ mod tests {
         .unwrap();
         assert_eq!(c.addr.port(), 443, "https defaults to port 443");
         assert!(!c.tls.unwrap().options.resume);
+    }
+
+    #[test]
+    fn source_flag() {
+        let c = parse(["edgeload", "http://127.0.0.1:1/"]).unwrap();
+        assert!(c.source.is_none());
+        let c = parse([
+            "edgeload",
+            "--source",
+            "127.0.0.2-127.0.0.4,127.0.0.9",
+            "http://127.0.0.1:1/",
+        ])
+        .unwrap();
+        let s = c.source.unwrap();
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.spec, "127.0.0.2-127.0.0.4,127.0.0.9");
+        assert!(usage_err(&["--source", "nope", "http://127.0.0.1:1/"]).contains("--source nope"));
+        // The target in the other family, or an address this host lacks: exit 1.
+        for (src, want) in [
+            ("::1", "no IPv6 address"),
+            ("192.0.2.1", "--source 192.0.2.1: cannot bind"),
+        ] {
+            match parse(["edgeload", "--source", src, "http://127.0.0.1:1/"]) {
+                Err(CliError::Runtime(m)) => assert!(m.contains(want), "{src}: {m}"),
+                other => panic!("{src}: {other:?}"),
+            }
+        }
     }
 
     #[test]

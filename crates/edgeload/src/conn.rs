@@ -19,7 +19,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -239,6 +239,8 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
     sleep_until(open_at.into()).await;
     let mut scheduled = open_at;
     let mut backoff = RETRY_BACKOFF;
+    // Sockets this connection has opened: picks its `--source` address.
+    let mut sockets: u64 = 0;
     loop {
         if c.shared.cfg.requests.is_some() && !c.held_ticket {
             if !c.ticket() {
@@ -247,7 +249,14 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
             c.held_ticket = true;
         }
         let t0 = Instant::now();
-        let fd = match connect(c.shared.cfg.addr, t0 + c.shared.cfg.timeout).await {
+        let source = c
+            .shared
+            .cfg
+            .source
+            .as_ref()
+            .map(|s| s.pick(g, sockets, c.shared.cfg.connections));
+        sockets += 1;
+        let fd = match connect(c.shared.cfg.addr, source, t0 + c.shared.cfg.timeout).await {
             Ok(fd) => fd,
             Err(e) => {
                 {
@@ -307,14 +316,22 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
     }
 }
 
-/// Non-blocking connect, timed to writability; `deadline` bounds the handshake.
-async fn connect(addr: SocketAddr, deadline: Instant) -> Result<AsyncFd<TcpStream>, ConnectError> {
+/// Non-blocking connect, timed to writability; `deadline` bounds the handshake. With a
+/// `source` address (`--source`) the socket is bound to it first.
+async fn connect(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    deadline: Instant,
+) -> Result<AsyncFd<TcpStream>, ConnectError> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(|_| ConnectError::Failed)?;
     sock.set_nonblocking(true)
         .map_err(|_| ConnectError::Failed)?;
     sock.set_tcp_nodelay(true)
         .map_err(|_| ConnectError::Failed)?;
+    if let Some(ip) = source {
+        crate::source::bind(&sock, ip).map_err(|_| ConnectError::Failed)?;
+    }
     match sock.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -709,7 +726,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         rt().block_on(async {
-            let fd = connect(addr, Instant::now() + Duration::from_secs(2))
+            let fd = connect(addr, None, Instant::now() + Duration::from_secs(2))
                 .await
                 .ok()
                 .expect("connect");
@@ -724,7 +741,31 @@ mod tests {
         drop(l);
         // Nobody listens any more: refused, not a timeout.
         rt().block_on(async {
-            let r = connect(addr, Instant::now() + Duration::from_secs(2)).await;
+            let r = connect(addr, None, Instant::now() + Duration::from_secs(2)).await;
+            assert!(matches!(r, Err(ConnectError::Failed)));
+        });
+    }
+
+    #[test]
+    fn connect_binds_the_source_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        for src in ["127.0.0.3", "127.0.0.77"] {
+            let ip: IpAddr = src.parse().unwrap();
+            rt().block_on(async {
+                let _fd = connect(addr, Some(ip), Instant::now() + Duration::from_secs(2))
+                    .await
+                    .ok()
+                    .expect("connect");
+                let (_srv, peer) = l.accept().unwrap();
+                assert_eq!(peer.ip(), ip);
+                assert_ne!(peer.port(), 0);
+            });
+        }
+        // An address this host does not have: a connect failure, not a panic.
+        rt().block_on(async {
+            let ip: IpAddr = "192.0.2.1".parse().unwrap();
+            let r = connect(addr, Some(ip), Instant::now() + Duration::from_secs(2)).await;
             assert!(matches!(r, Err(ConnectError::Failed)));
         });
     }

@@ -63,6 +63,10 @@ pub struct JsonReport {
     pub delay_us: Summary,
     pub req_per_sec_per_thread: Summary,
     pub classes: Vec<JsonClass>,
+    /// `--source` as given, if any.
+    pub source: Option<String>,
+    /// How many addresses `--source` names (0 without it).
+    pub source_addresses: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -128,6 +132,8 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
                 latency_us: Summary::of(&s.latency),
             })
             .collect(),
+        source: cfg.source.as_ref().map(|s| s.spec.clone()),
+        source_addresses: cfg.source.as_ref().map_or(0, |s| s.len()),
     }
 }
 
@@ -182,6 +188,8 @@ mod tests {
         assert_eq!(v["classes"][0]["url"], "/");
         assert_eq!(v["verify"]["ok"], 1);
         assert!(v["paths"].is_null() && v["zipf"].is_null());
+        assert!(v["source"].is_null());
+        assert_eq!(v["source_addresses"], 0);
         for k in ["tls_handshakes", "tls_resumed", "tls_failed"] {
             assert_eq!(v[k], 0, "{k}");
         }

@@ -16,6 +16,7 @@ pub mod json;
 pub mod mix;
 pub mod report;
 pub mod run;
+pub mod source;
 pub mod stats;
 pub mod target;
 pub mod tls;

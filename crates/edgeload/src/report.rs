@@ -47,6 +47,14 @@ pub fn header(cfg: &Config) -> String {
     if let Some(r) = cfg.ramp {
         let _ = writeln!(out, "  Ramp: {r:.2} connections/sec");
     }
+    if let Some(s) = &cfg.source {
+        let _ = writeln!(
+            out,
+            "  Source addresses: {} ({}), round robin",
+            s.len(),
+            short(&s.spec, MAX_CLASS_NAME)
+        );
+    }
     if let (Some(a), Some(n)) = (cfg.zipf, cfg.paths) {
         let _ = writeln!(out, "  Zipf {a:.2} popularity over paths 1..{n}");
     }
@@ -158,6 +166,7 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
     }
     if e.status > 0 {
         let _ = writeln!(out, "  Non-2xx or 3xx responses: {}", e.status);
+        out.push_str(&status_line(st));
     }
     if cfg.verify {
         let v = &st.verify;
@@ -174,6 +183,30 @@ pub fn render(cfg: &Config, st: &ThreadStats, runtime: Duration) -> String {
         units::binary(st.bytes as f64 / secs)
     );
     out
+}
+
+/// `  Status codes: 200 1012, 429 98765` (every code seen, ascending), printed under the
+/// Non-2xx line so that a run that is mostly rejected (429s from a rate limit) says
+/// how many of each it got; the JSON has the same counts under `status`.
+fn status_line(st: &ThreadStats) -> String {
+    let mut line = String::from("  Status codes:");
+    let mut first = true;
+    for (code, n) in st.status.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let _ = write!(line, "{} {code} {n}", if first { "" } else { "," });
+        first = false;
+    }
+    line.push('\n');
+    line
+}
+
+/// `s` cut to `max` characters, with `...` when cut.
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(max).collect();
+    t.push_str("...");
+    t
 }
 
 /// The per-URL-class table (`--mix`, `--paths`).
@@ -310,13 +343,46 @@ mod tests {
         assert_eq!(lines[9], "  99.99%   12.01ms");
         assert_eq!(lines[10], "  6 requests in 10.10s, 5.86KB read");
         assert_eq!(lines[11], "  Non-2xx or 3xx responses: 1");
+        assert_eq!(lines[12], "  Status codes: 200 5, 500 1");
         assert_eq!(
-            lines[12],
+            lines[13],
             "  Verify: 5 ok, 0 mismatched, 1 without checksum"
         );
-        assert_eq!(lines[13], "Requests/sec:      0.59");
-        assert_eq!(lines[14], "Transfer/sec:     594.06B");
+        assert_eq!(lines[14], "Requests/sec:      0.59");
+        assert_eq!(lines[15], "Transfer/sec:     594.06B");
         assert!(!r.contains("Socket errors"));
+        // All 2xx: no Non-2xx line, no status line (wrk's report as it was).
+        let mut ok = ThreadStats::new(1);
+        ok.response(
+            0,
+            204,
+            0,
+            Verdict::Skipped,
+            Duration::from_micros(10),
+            Duration::from_micros(10),
+        );
+        let r = render(&c, &ok, Duration::from_secs(1));
+        assert!(!r.contains("Non-2xx") && !r.contains("Status codes"), "{r}");
+    }
+
+    #[test]
+    fn source_adds_a_header_line() {
+        let c = cfg(&["--source", "127.0.0.2-127.0.0.254"]);
+        assert!(
+            header(&c).ends_with("  Source addresses: 253 (127.0.0.2-127.0.0.254), round robin\n"),
+            "{}",
+            header(&c)
+        );
+        let long = (2..40)
+            .map(|i| format!("127.0.0.{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = header(&cfg(&["--source", &long]));
+        assert!(
+            h.contains("  Source addresses: 38 (127.0.0.2,127.0.0.3,"),
+            "{h}"
+        );
+        assert!(h.contains("...), round robin"), "{h}");
     }
 
     #[test]

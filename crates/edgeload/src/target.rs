@@ -122,6 +122,28 @@ impl Url {
             .ok_or_else(|| format!("'{}' resolved to no address", self.host))
     }
 
+    /// The first address of the host in one family (`--source` binds IPv4 or IPv6
+    /// addresses, and a socket connects within its family).
+    pub fn resolve_family(&self, ipv4: bool) -> Result<SocketAddr, String> {
+        let addrs = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve '{}': {e}", self.host))?;
+        let mut found = None;
+        for a in addrs {
+            if a.is_ipv4() == ipv4 {
+                found = Some(a);
+                break;
+            }
+        }
+        let family = if ipv4 { "IPv4" } else { "IPv6" };
+        found.ok_or_else(|| {
+            format!(
+                "'{}' has no {family} address, and the --source addresses are {family}",
+                self.host
+            )
+        })
+    }
+
     /// `http[s]://authority/path`, for the report.
     pub fn to_url_string(&self) -> String {
         format!("{}://{}{}", self.scheme.as_str(), self.authority, self.path)

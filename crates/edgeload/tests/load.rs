@@ -701,3 +701,166 @@ fn verifies_edgeorigin_bodies_over_a_size_mix() {
         r.stdout
     );
 }
+
+/// `--source`: connection g's first socket binds address g mod N, so the server sees
+/// every address of the range, each for C / N connections.
+#[test]
+fn source_binds_connections_round_robin_over_the_range() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "2",
+            "-c",
+            "8",
+            "--requests",
+            "400",
+            "--source",
+            "127.0.0.2-127.0.0.5",
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/s"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("  Source addresses: 4 (127.0.0.2-127.0.0.5), round robin\n"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(srv.requests(), 400);
+    let mut peers: Vec<String> = srv
+        .seen
+        .peers
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|ip| ip.to_string())
+        .collect();
+    peers.sort();
+    assert_eq!(
+        peers,
+        [
+            "127.0.0.2",
+            "127.0.0.2",
+            "127.0.0.3",
+            "127.0.0.3",
+            "127.0.0.4",
+            "127.0.0.4",
+            "127.0.0.5",
+            "127.0.0.5"
+        ]
+    );
+    let v = json_of(&json);
+    assert_eq!(v["source"], "127.0.0.2-127.0.0.5");
+    assert_eq!(v["source_addresses"], 4);
+    assert_eq!(v["connections_opened"], 8);
+}
+
+/// Reconnects move on by C addresses: one connection without keep-alive walks the whole
+/// list (a comma list here, with a single address and a range in it), in order.
+#[test]
+fn source_reconnects_walk_every_address() {
+    let srv = TestServer::start(Framing::Length, None);
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "1",
+            "--no-keepalive",
+            "--requests",
+            "9",
+            "--source",
+            "127.0.0.7,127.0.0.3-127.0.0.4",
+            &srv.url("/w"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(srv.requests(), 9);
+    let peers: Vec<String> = srv
+        .seen
+        .peers
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|ip| ip.to_string())
+        .collect();
+    let want: Vec<String> = ["127.0.0.7", "127.0.0.3", "127.0.0.4"]
+        .iter()
+        .cycle()
+        .take(9)
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(peers, want);
+}
+
+/// An address the host does not have is one clear error (exit 1) before anything runs;
+/// a malformed list is a usage error (exit 2).
+#[test]
+fn source_that_cannot_bind_exits_before_the_run() {
+    let srv = TestServer::start(Framing::Length, None);
+    let r = edgeload(&["--source", "192.0.2.1", "-d", "1s", &srv.url("/")], LIMIT);
+    assert_eq!(r.code, Some(1), "stdout: {}", r.stdout);
+    assert!(
+        r.stderr.contains("--source 192.0.2.1: cannot bind"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(srv.connections(), 0);
+    let r = edgeload(&["--source", "127.0.0.9-127.0.0.2", &srv.url("/")], LIMIT);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("backwards"), "{}", r.stderr);
+}
+
+/// 429s (a rate limit's rejections) are counted per status, in the JSON and on a
+/// `Status codes` line, and do not stop the run or change the exit code.
+#[test]
+fn rejections_are_counted_per_status_and_do_not_abort() {
+    let srv = TestServer::start(Framing::Length, None);
+    let dir = tempfile::tempdir().unwrap();
+    let mix = dir.path().join("mix");
+    std::fs::write(&mix, "1 /ok\n3 /429/limited\n").unwrap();
+    let json = dir.path().join("out.json");
+    let r = edgeload(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "4",
+            "--requests",
+            "2000",
+            "--mix",
+            mix.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            &srv.url("/"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(srv.requests(), 2000);
+    // Keep-alive survives a 429: no reconnects.
+    assert_eq!(srv.connections(), 4);
+    let v = json_of(&json);
+    let ok = v["status"]["200"].as_u64().unwrap();
+    let limited = v["status"]["429"].as_u64().unwrap();
+    assert_eq!(ok + limited, 2000);
+    assert!(ok > 0 && limited > ok, "200: {ok}, 429: {limited}");
+    assert_eq!(v["errors"]["status"].as_u64(), Some(limited));
+    for k in ["connect", "read", "write", "timeout"] {
+        assert_eq!(v["errors"][k], 0, "{k}");
+    }
+    assert!(
+        r.stdout
+            .contains(&format!("  Status codes: 200 {ok}, 429 {limited}\n")),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(v["classes"][1]["requests"].as_u64(), Some(limited));
+}

@@ -37,6 +37,8 @@ pub struct Seen {
     pub close_requests: AtomicU64,
     pub paths: Mutex<HashMap<String, u64>>,
     pub accepted_at: Mutex<Vec<Instant>>,
+    /// Connections per peer address (`--source` tests), in accept order too.
+    pub peers: Mutex<Vec<std::net::IpAddr>>,
 }
 
 pub struct TestServer {
@@ -57,6 +59,9 @@ impl TestServer {
                 let Ok(stream) = stream else { continue };
                 s.connections.fetch_add(1, Ordering::SeqCst);
                 s.accepted_at.lock().unwrap().push(Instant::now());
+                if let Ok(peer) = stream.peer_addr() {
+                    s.peers.lock().unwrap().push(peer.ip());
+                }
                 let s = s.clone();
                 std::thread::spawn(move || serve(stream, framing, corrupt_every, &s));
             }
@@ -74,6 +79,16 @@ impl TestServer {
 
     pub fn connections(&self) -> u64 {
         self.seen.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// The status line for a path: `/429...` is rate limited (a client that counts 429s
+/// apart is tested against it), anything else 200.
+fn status_for(path: &str) -> &'static str {
+    if path.starts_with("/429") {
+        "429 Too Many Requests"
+    } else {
+        "200 OK"
     }
 }
 
@@ -126,7 +141,7 @@ fn serve(mut stream: TcpStream, framing: Framing, corrupt_every: Option<u64>, se
             };
             let mut out = match framing {
                 Framing::Length => {
-                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Checksum: {sum}\r\n{conn}\r\n", body.len())
+                    format!("HTTP/1.1 {}\r\nContent-Length: {}\r\nX-Checksum: {sum}\r\n{conn}\r\n", status_for(&path), body.len())
                         .into_bytes()
                 }
                 Framing::Chunked => {
