@@ -12,6 +12,8 @@
 //! - [`tls`]: rustls configs (listeners and https upstreams) and their counters.
 //! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
 //!   once; [`state::sites`] holds the servers, locations and rewrites.
+//! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
+//!   `limit_conn`), lock-free.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
@@ -20,6 +22,7 @@ pub mod compress;
 pub mod config;
 pub mod handlers;
 pub mod http;
+pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod net;

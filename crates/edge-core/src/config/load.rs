@@ -44,6 +44,7 @@ pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
     for s in &mut cfg.server {
         s.inherit();
     }
+    super::limits::inherit(&mut cfg);
     validate::validate(&cfg).map_err(|e| ConfigError {
         file: name.into(),
         line: match e.span {

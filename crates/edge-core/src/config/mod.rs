@@ -6,6 +6,7 @@
 //! (`deny_unknown_fields` everywhere): a typo must never be silently ignored.
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
+pub mod limits;
 mod load;
 pub mod logs;
 pub mod memory;
@@ -847,6 +848,12 @@ pub struct ServerCfg {
     /// false: `X-Cache-Status` and `Cache-Status` are not sent (None: true).
     #[serde(default)]
     pub cache_status_header: Option<bool>,
+    /// `limit_req` for the locations that set none; None: the top level's.
+    #[serde(default)]
+    pub limit_req: limits::LimitReqList,
+    /// `limit_conn` for the locations that set none; None: the top level's.
+    #[serde(default)]
+    pub limit_conn: limits::LimitConnList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1081,6 +1088,13 @@ pub struct Location {
     /// Which query arguments the cache key uses, and whether they are sorted.
     #[serde(default)]
     pub cache_key_args: Option<Spanned<CacheKeyArgs>>,
+    /// Request rate limits (`[{ zone, burst, nodelay, delay, status, dry_run }]`);
+    /// None: its server's (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_req: limits::LimitReqList,
+    /// Connection limits (`{ zone, max, status }` or a list); None: its server's.
+    #[serde(default)]
+    pub limit_conn: limits::LimitConnList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1207,6 +1221,18 @@ pub struct Config {
     /// The request's client address from a trusted proxy (`docs/client-address.md`).
     #[serde(default)]
     pub real_ip: Option<Spanned<RealIpCfg>>,
+    /// Request rate zones (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_req_zone: Vec<limits::LimitReqZoneCfg>,
+    /// Connection count zones (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_conn_zone: Vec<limits::LimitConnZoneCfg>,
+    /// `limit_req` for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub limit_req: limits::LimitReqList,
+    /// `limit_conn` for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub limit_conn: limits::LimitConnList,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

@@ -448,6 +448,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
 
     let known = super::sites::validate(cfg)?;
     super::logs::validate(cfg, &known)?;
+    super::limits::validate(cfg, &known)?;
     let all_locations = cfg
         .location
         .iter()

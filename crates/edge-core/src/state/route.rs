@@ -91,6 +91,8 @@ pub struct Route {
     pub rewrites: Vec<Rewrite>,
     /// The access log of requests served here (the location's, else its server's).
     pub log: super::logs::LogRef,
+    /// `limit_req` and `limit_conn` (the location's, else inherited).
+    pub limits: crate::limit::RouteLimits,
 }
 
 /// One compiled `rewrite`.
@@ -129,6 +131,8 @@ pub struct Env<'a> {
     pub caches: &'a Caches,
     pub known: &'a Known,
     pub logs: &'a super::logs::LogTable,
+    /// The limit zones locations name.
+    pub zones: &'a crate::limit::Zones,
 }
 
 fn template(src: &str, known: &Known) -> Result<Template, StateError> {
@@ -232,6 +236,8 @@ fn route_for(
         log: env
             .logs
             .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
+        limits: crate::limit::RouteLimits::compile(&loc.limit_req, &loc.limit_conn, env.zones)
+            .map_err(|m| StateError::BadValue(BadValue(m)))?,
     };
     Ok((route, loc.exact.is_some()))
 }
@@ -343,6 +349,7 @@ mod tests {
             logs: &crate::state::logs::LogTable::default(),
             caches: &HashMap::new(),
             known: &known,
+            zones: &Default::default(),
         };
         Router::build(&cfg.location, &env, &Default::default()).unwrap()
     }
