@@ -28,6 +28,9 @@ pub struct Conn {
     /// listener, else `peer` (see [`super::client_addr`]; a request's own client, after
     /// `real_ip`, is [`super::Exchange::client_addr`]).
     pub client: SocketAddr,
+    /// The `limit_conn` counts this connection holds, given back when it closes (an
+    /// HTTP/2 stream's are its connection's: [`Conn::held`]).
+    pub held: crate::limit::Held,
 }
 
 /// What the connection arrived on: the `[[listen]]` (its index in the config generation
@@ -139,6 +142,16 @@ impl Conn {
             rbuf: BytesMut::new(),
             peer,
             client: peer,
+            held: crate::limit::Held::default(),
+        }
+    }
+
+    /// The `limit_conn` counts of the connection this request came on: this
+    /// connection's, or an HTTP/2 stream's connection's.
+    pub fn held(&self) -> &crate::limit::Held {
+        match &self.io {
+            ClientIo::H2(s) => s.held(),
+            _ => &self.held,
         }
     }
 
