@@ -50,13 +50,24 @@ pub async fn apply(
     route: &Route,
 ) -> Option<u16> {
     let limits = &route.limits;
-    let client = super::context::client_of(conn, ex, shared);
     let mut buf = w.take_buf(64);
     let (refused, outcome) = {
-        let ctx = super::context::vars(client, ex, shared);
+        let exr: &Exchange = ex;
+        let ip = exr.client_addr().ip();
+        // The template context, built only for a key that is not the address alone.
+        let mut ctx = None;
+        let mut key_of = |k: &crate::limit::Key| {
+            if k.addr_only() {
+                return Some(crate::limit::Key::hash_addr(ip));
+            }
+            let ctx = ctx.get_or_insert_with(|| {
+                super::context::vars(super::context::client_of(conn, exr, shared), exr, shared)
+            });
+            k.hash(ctx, &mut buf)
+        };
         let mut refused = None;
         for rule in limits.conn.iter() {
-            let Some(h) = rule.key.hash(&ctx, &mut buf) else {
+            let Some(h) = key_of(&rule.key) else {
                 continue;
             };
             if conn.held().check(rule, h, w.id).is_err() {
@@ -65,15 +76,9 @@ pub async fn apply(
             }
         }
         let outcome = if refused.is_none() && !limits.req.is_empty() {
-            let now = crate::limit::clock(ex.started);
+            let now = crate::limit::clock(exr.started);
             let may_delay = DELAYED.with(|d| d.get() < MAX_DELAYED);
-            crate::limit::check_req(
-                &limits.req,
-                |k| k.hash(&ctx, &mut buf),
-                now,
-                w.id,
-                may_delay,
-            )
+            crate::limit::check_req(&limits.req, key_of, now, w.id, may_delay)
         } else {
             crate::limit::ReqOutcome::default()
         };

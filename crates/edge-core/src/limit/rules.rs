@@ -331,7 +331,12 @@ pub fn admit(
     let ctx = Ctx::new(&req, client, "", &routed, &NoMaps);
     let mut guards = Vec::with_capacity(rules.len());
     for r in rules {
-        let Some(h) = r.key.hash(&ctx, buf) else {
+        let h = if r.key.addr_only() {
+            Some(Key::hash_addr(client.peer.ip()))
+        } else {
+            r.key.hash(&ctx, buf)
+        };
+        let Some(h) = h else {
             continue;
         };
         guards.push(r.zone.acquire(h, r.max, worker)?);
