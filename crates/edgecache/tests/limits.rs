@@ -332,6 +332,78 @@ fn limit_conn_at_the_server_level_closes_the_extra_connection_at_accept() {
     assert_eq!(a.get("/", &[]).status, 200);
 }
 
+/// On a `proxy_protocol` listener the count is taken after the PROXY header, for the
+/// client it names: two connections through the same balancer are two clients.
+#[test]
+fn limit_conn_at_accept_counts_the_proxy_protocol_client() {
+    let cfg = config(
+        "workers = 1\nlimit_conn = { zone = \"addr\", max = 1 }",
+        ADDR_ZONE,
+        "",
+        "",
+    )
+    .replace(
+        "addr = \"{listen}\"",
+        "addr = \"{listen}\"\nproxy_protocol = true",
+    );
+    let (_p, addr, admin) = edgecache(&cfg);
+    let open = |client: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let pp = format!("PROXY TCP4 {client} 127.0.0.1 5000 80\r\n");
+        s.write_all(pp.as_bytes()).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        s
+    };
+    let first_line = |s: &mut TcpStream| {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n") {
+            match s.read(&mut byte) {
+                Ok(1) => got.push(byte[0]),
+                _ => break,
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let mut a = open("203.0.113.9");
+    assert!(first_line(&mut a).starts_with("HTTP/1.1 200"));
+    // The same client through the balancer again: over its limit, closed unanswered.
+    let mut b = open("203.0.113.9");
+    assert_eq!(read_all(&mut b), b"");
+    // Another client through the same balancer.
+    let mut c = open("203.0.113.10");
+    assert!(first_line(&mut c).starts_with("HTTP/1.1 200"));
+    assert_eq!(conn_total(admin, "addr", "rejected"), 1);
+    assert_eq!(conn_total(admin, "addr", "passed"), 2);
+}
+
+/// A proxy that `real_ip` trusts to name its clients in `X-Forwarded-For` is not
+/// counted at accept: its requests are, each for the client it names.
+#[test]
+fn a_trusted_proxy_is_counted_per_named_client_not_at_accept() {
+    let top = "workers = 1\nlimit_conn = { zone = \"addr\", max = 1 }\n\
+               real_ip = { from = [\"127.0.0.0/8\"], header = \"X-Forwarded-For\" }";
+    let (_p, addr, admin) = edgecache(&config(top, ADDR_ZONE, "", ""));
+    let mut a = edge_testkit::Client::connect(addr);
+    let mut b = edge_testkit::Client::connect(addr);
+    assert_eq!(a.get("/", &["X-Forwarded-For: 203.0.113.9"]).status, 200);
+    assert_eq!(b.get("/", &["X-Forwarded-For: 203.0.113.10"]).status, 200);
+    // A third connection of the proxy, for the first client: that client has one.
+    let mut c = edge_testkit::Client::connect(addr);
+    let r = c.get("/", &["X-Forwarded-For: 203.0.113.9"]);
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("connection"), Some("close"));
+    // The first connection now speaks for another client: its count moves.
+    assert_eq!(a.get("/", &["X-Forwarded-For: 203.0.113.11"]).status, 200);
+    let mut d = edge_testkit::Client::connect(addr);
+    assert_eq!(d.get("/", &["X-Forwarded-For: 203.0.113.9"]).status, 200);
+    assert_eq!(
+        metric(admin, "edgecache_limit_conn_active{zone=\"addr\"}"),
+        3
+    );
+}
+
 /// A TCP connection from `src` (another loopback address) to `to`.
 fn connect_from(src: &str, to: SocketAddr) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread()
