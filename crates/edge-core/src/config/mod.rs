@@ -15,6 +15,7 @@ pub mod units;
 pub mod validate;
 mod verr;
 
+pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
 pub use logs::{LogEscape, LogFormatCfg};
 pub use memory::MemSize;
@@ -850,10 +851,10 @@ pub struct ServerCfg {
     pub cache_status_header: Option<bool>,
     /// `limit_req` for the locations that set none; None: the top level's.
     #[serde(default)]
-    pub limit_req: limits::LimitReqList,
+    pub limit_req: LimitReqList,
     /// `limit_conn` for the locations that set none; None: the top level's.
     #[serde(default)]
-    pub limit_conn: limits::LimitConnList,
+    pub limit_conn: LimitConnList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1091,10 +1092,10 @@ pub struct Location {
     /// Request rate limits (`[{ zone, burst, nodelay, delay, status, dry_run }]`);
     /// None: its server's (`docs/limits.md`).
     #[serde(default)]
-    pub limit_req: limits::LimitReqList,
+    pub limit_req: LimitReqList,
     /// Connection limits (`{ zone, max, status }` or a list); None: its server's.
     #[serde(default)]
-    pub limit_conn: limits::LimitConnList,
+    pub limit_conn: LimitConnList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1223,16 +1224,16 @@ pub struct Config {
     pub real_ip: Option<Spanned<RealIpCfg>>,
     /// Request rate zones (`docs/limits.md`).
     #[serde(default)]
-    pub limit_req_zone: Vec<limits::LimitReqZoneCfg>,
+    pub limit_req_zone: Vec<LimitReqZoneCfg>,
     /// Connection count zones (`docs/limits.md`).
     #[serde(default)]
-    pub limit_conn_zone: Vec<limits::LimitConnZoneCfg>,
+    pub limit_conn_zone: Vec<LimitConnZoneCfg>,
     /// `limit_req` for the servers and top-level locations that set none.
     #[serde(default)]
-    pub limit_req: limits::LimitReqList,
+    pub limit_req: LimitReqList,
     /// `limit_conn` for the servers and top-level locations that set none.
     #[serde(default)]
-    pub limit_conn: limits::LimitConnList,
+    pub limit_conn: LimitConnList,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

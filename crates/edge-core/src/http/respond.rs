@@ -73,7 +73,11 @@ pub fn error_page_shared(status: u16) -> Option<&'static [u8]> {
     static PAGES: std::sync::OnceLock<Box<[Box<[u8]>]>> = std::sync::OnceLock::new();
     let i = usize::from(status.checked_sub(400)?);
     PAGES
-        .get_or_init(|| (400..600).map(|s| error_page(s).into_boxed_slice()).collect())
+        .get_or_init(|| {
+            (400..600)
+                .map(|s| error_page(s).into_boxed_slice())
+                .collect()
+        })
         .get(i)
         .map(|p| &**p)
 }

@@ -3,8 +3,8 @@
 //! collide in a table.
 
 use crate::vars::{Ctx, Known, Piece, Template, Var};
-use std::net::IpAddr;
 use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::OnceLock;
 
 /// A compiled `key`.

@@ -464,7 +464,9 @@ fn the_address_fast_path_hashes_what_the_template_renders() {
     assert!(!Key::compile("$binary_remote_addr:$server_port", &known)
         .unwrap()
         .addr_only());
-    assert!(!Key::compile("x$binary_remote_addr", &known).unwrap().addr_only());
+    assert!(!Key::compile("x$binary_remote_addr", &known)
+        .unwrap()
+        .addr_only());
     let req = crate::testutil::parse("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     let routed = crate::vars::Routed::default();
     let maps = crate::vars::Maps::default();
@@ -477,6 +479,10 @@ fn the_address_fast_path_hashes_what_the_template_renders() {
             server_port: 80,
         };
         let ctx = crate::vars::Ctx::new(&req, client, "", &routed, &maps);
-        assert_eq!(addr.hash(&ctx, &mut buf), Some(Key::hash_addr(peer.ip())), "{peer}");
+        assert_eq!(
+            addr.hash(&ctx, &mut buf),
+            Some(Key::hash_addr(peer.ip())),
+            "{peer}"
+        );
     }
 }
