@@ -13,6 +13,8 @@
 //! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
 //!   once; [`state::sites`] holds the servers, locations and rewrites.
 //! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
+//! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
+//!   `limit_conn`), lock-free.
 //! - [`log`], [`metrics`], [`admin`]: observability.
 pub mod admin;
 pub mod affinity;
@@ -21,6 +23,7 @@ pub mod compress;
 pub mod config;
 pub mod handlers;
 pub mod http;
+pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod net;

@@ -371,6 +371,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         "memory_cache": memory_json(shared),
         "caches": caches_json(shared),
         "upstreams": upstreams_json(shared),
+        "limits": limits_json(shared),
     });
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');
@@ -826,10 +827,136 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
         m.sum(|w| &w.upstream_bad_responses),
     );
     cache_metrics(&mut o, m, shared);
+    limit_metrics(&mut o, shared);
     local_metrics(&mut o, m);
     aio_metrics(&mut o, m, ctx.aio.queue_depth());
     compress_metrics(&mut o, m, &ctx.compress);
     o
+}
+
+/// The `limit_req` and `limit_conn` families of `/metrics`, per zone (summed over
+/// workers). Zone names hold no quote or backslash (`-t` checks), so they go into
+/// labels as they are.
+fn limit_metrics(o: &mut String, shared: &Shared) {
+    use crate::limit::zone::conn_counter;
+    use crate::limit::ReqResult;
+    let zones = &shared.limit_zones;
+    if !zones.req.is_empty() {
+        prom_header(
+            o,
+            "edgecache_limit_req_total",
+            "counter",
+            "Requests to locations with limit_req, by zone and result ($limit_req_status).",
+        );
+        for (z, _) in &zones.req {
+            for r in ReqResult::ALL {
+                prom(
+                    o,
+                    "edgecache_limit_req_total",
+                    &format!("zone=\"{}\",result=\"{}\"", z.name, r.label()),
+                    z.total(r),
+                );
+            }
+        }
+        prom_header(
+            o,
+            "edgecache_limit_req_keys",
+            "gauge",
+            "Keys a limit_req zone holds (at most its slots).",
+        );
+        for (z, _) in &zones.req {
+            let zone = format!("zone=\"{}\"", z.name);
+            prom(
+                o,
+                "edgecache_limit_req_keys",
+                &zone,
+                z.keys().min(z.slots() as u64),
+            );
+        }
+        prom_header(
+            o,
+            "edgecache_limit_req_evictions_total",
+            "counter",
+            "Keys a limit_req zone dropped for new ones (the least recently seen), being full.",
+        );
+        for (z, _) in &zones.req {
+            let zone = format!("zone=\"{}\"", z.name);
+            prom(
+                o,
+                "edgecache_limit_req_evictions_total",
+                &zone,
+                z.evictions(),
+            );
+        }
+    }
+    if !zones.conn.is_empty() {
+        prom_header(
+            o,
+            "edgecache_limit_conn_total",
+            "counter",
+            "Connections counted by limit_conn, by zone and result (rejected: over max; full: the zone's table held no room for a new key).",
+        );
+        for (z, _) in &zones.conn {
+            for (label, which) in [
+                ("passed", conn_counter::PASSED),
+                ("rejected", conn_counter::REJECTED),
+                ("full", conn_counter::FULL),
+            ] {
+                prom(
+                    o,
+                    "edgecache_limit_conn_total",
+                    &format!("zone=\"{}\",result=\"{label}\"", z.name),
+                    z.total(which),
+                );
+            }
+        }
+        prom_header(
+            o,
+            "edgecache_limit_conn_active",
+            "gauge",
+            "Connections a limit_conn zone counts now.",
+        );
+        for (z, _) in &zones.conn {
+            let zone = format!("zone=\"{}\"", z.name);
+            prom(
+                o,
+                "edgecache_limit_conn_active",
+                &zone,
+                z.total(conn_counter::ACTIVE),
+            );
+        }
+    }
+}
+
+/// The `limit_req` and `limit_conn` zones in `/status`.
+fn limits_json(shared: &Shared) -> serde_json::Value {
+    use crate::limit::zone::conn_counter;
+    use crate::limit::ReqResult;
+    let z = &shared.limit_zones;
+    serde_json::json!({
+        "req": z.req.iter().map(|(z, _)| serde_json::json!({
+            "name": z.name,
+            "rate": z.rate.to_string(),
+            "size": z.size,
+            "slots": z.slots(),
+            "keys": z.keys().min(z.slots() as u64),
+            "evictions": z.evictions(),
+            "passed": z.total(ReqResult::Passed),
+            "delayed": z.total(ReqResult::Delayed),
+            "rejected": z.total(ReqResult::Rejected),
+            "delayed_dry_run": z.total(ReqResult::DelayedDryRun),
+            "rejected_dry_run": z.total(ReqResult::RejectedDryRun),
+        })).collect::<Vec<_>>(),
+        "conn": z.conn.iter().map(|(z, _)| serde_json::json!({
+            "name": z.name,
+            "size": z.size,
+            "slots": z.slots(),
+            "active": z.total(conn_counter::ACTIVE),
+            "passed": z.total(conn_counter::PASSED),
+            "rejected": z.total(conn_counter::REJECTED),
+            "full": z.total(conn_counter::FULL),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The compression families of `/metrics` (sums over workers; the pool's queue).

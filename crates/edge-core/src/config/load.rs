@@ -52,6 +52,7 @@ pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, Co
     for s in &mut cfg.server {
         s.inherit();
     }
+    super::limits::inherit(&mut cfg);
     let located = |e: super::verr::VErr| ConfigError {
         file: name.into(),
         line: match e.span {

@@ -6,6 +6,7 @@
 //! (`deny_unknown_fields` everywhere): a typo must never be silently ignored.
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
+pub mod limits;
 mod load;
 pub mod logs;
 pub mod memory;
@@ -15,6 +16,7 @@ pub mod units;
 pub mod validate;
 mod verr;
 
+pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
 pub use load::{
     embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
 };
@@ -854,6 +856,12 @@ pub struct ServerCfg {
     /// Signed URLs for the locations that set none (`docs/limits.md`).
     #[serde(default)]
     pub secure_link: Option<Spanned<SecureLinkCfg>>,
+    /// `limit_req` for the locations that set none; None: the top level's.
+    #[serde(default)]
+    pub limit_req: LimitReqList,
+    /// `limit_conn` for the locations that set none; None: the top level's.
+    #[serde(default)]
+    pub limit_conn: LimitConnList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1094,6 +1102,13 @@ pub struct Location {
     /// Signed URLs (`docs/limits.md`): a request needs a valid, unexpired signature.
     #[serde(default)]
     pub secure_link: Option<Spanned<SecureLinkCfg>>,
+    /// Request rate limits (`[{ zone, burst, nodelay, delay, status, dry_run }]`);
+    /// None: its server's (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_req: LimitReqList,
+    /// Connection limits (`{ zone, max, status }` or a list); None: its server's.
+    #[serde(default)]
+    pub limit_conn: LimitConnList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1220,6 +1235,18 @@ pub struct Config {
     /// The request's client address from a trusted proxy (`docs/client-address.md`).
     #[serde(default)]
     pub real_ip: Option<Spanned<RealIpCfg>>,
+    /// Request rate zones (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_req_zone: Vec<LimitReqZoneCfg>,
+    /// Connection count zones (`docs/limits.md`).
+    #[serde(default)]
+    pub limit_conn_zone: Vec<LimitConnZoneCfg>,
+    /// `limit_req` for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub limit_req: LimitReqList,
+    /// `limit_conn` for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub limit_conn: LimitConnList,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

@@ -449,6 +449,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     let known = super::sites::validate(cfg)?;
     super::secure_link::validate(cfg, &known)?;
     super::logs::validate(cfg, &known)?;
+    super::limits::validate(cfg, &known)?;
     let all_locations = cfg
         .location
         .iter()

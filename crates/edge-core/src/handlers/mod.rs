@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod context;
+pub mod limits;
 pub mod proxy;
 pub mod services;
 pub mod simple;
@@ -26,9 +27,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The router: picks the request's server by host ([`crate::state::sites`]), its
-/// location and rewrites, and answers with the location's handler (404 when no location
+/// location and rewrites, applies the location's `limit_conn` and `limit_req`
+/// ([`limits`]), and answers with the location's handler (404 when no location
 /// matches, 421 when a TLS connection's certificate does not cover the host, 500 on a
-/// rewrite cycle, 301/302 for a redirecting rewrite).
+/// rewrite cycle, 301/302 for a redirecting rewrite, the limit's status when one
+/// refuses).
 pub async fn dispatch(
     w: &Rc<Services>,
     conn: &mut Conn,
@@ -108,6 +111,11 @@ pub async fn dispatch(
         }
     };
     context::apply_fields(client, ex, shared, route);
+    if !route.limits.is_empty() {
+        if let Some(status) = limits::apply(w, conn, ex, shared, route).await {
+            return finish_without_body(conn, ex, &shared.timeouts, status).await;
+        }
+    }
     // `PURGE` of a cached location has its own gate (`admin.allow`) and names the
     // object without a signature.
     let purge = ex.req.method == edge_http::Method::Purge

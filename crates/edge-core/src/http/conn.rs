@@ -30,6 +30,9 @@ pub struct Conn {
     pub client: SocketAddr,
     /// The server its latest request's Host chose (see [`HostMemo`]).
     pub host_memo: Option<Box<HostMemo>>,
+    /// The `limit_conn` counts this connection holds, given back when it closes (an
+    /// HTTP/2 stream's are its connection's: [`Conn::held`]).
+    pub held: crate::limit::Held,
 }
 
 /// The server a connection's latest request chose by its Host. A keep-alive connection
@@ -155,6 +158,16 @@ impl Conn {
             peer,
             client: peer,
             host_memo: None,
+            held: crate::limit::Held::default(),
+        }
+    }
+
+    /// The `limit_conn` counts of the connection this request came on: this
+    /// connection's, or an HTTP/2 stream's connection's.
+    pub fn held(&self) -> &crate::limit::Held {
+        match &self.io {
+            ClientIo::H2(s) => s.held(),
+            _ => &self.held,
         }
     }
 

@@ -68,9 +68,16 @@ pub const RESET_FLOOD: u64 = 200;
 /// Serves one HTTP/2 connection (after TLS and ALPN, or h2c with prior knowledge).
 ///
 /// `client` is the connection's client address ([`Conn::client`]): its `peer`, or a
-/// PROXY header's source.
-pub async fn serve<S, T>(w: Rc<S>, io: T, peer: SocketAddr, client: SocketAddr, info: ConnInfo)
-where
+/// PROXY header's source; `held`, the `limit_conn` counts it took when accepted (kept
+/// with the connection's state, for all its streams, until it closes).
+pub async fn serve<S, T>(
+    w: Rc<S>,
+    io: T,
+    peer: SocketAddr,
+    client: SocketAddr,
+    info: ConnInfo,
+    held: crate::limit::Held,
+) where
     S: Service + 'static,
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -106,6 +113,7 @@ where
         Err(_) => return,
     };
     let state = Rc::new(ConnState::default());
+    state.held.absorb(held);
     if client != peer {
         state.client.set(Some(client));
     }

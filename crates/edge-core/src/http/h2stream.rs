@@ -109,6 +109,9 @@ pub struct ConnState {
     all_done: RefCell<Option<Waker>>,
     /// The connection's client address ([`super::Conn::client`]), when not its peer.
     pub client: Cell<Option<std::net::SocketAddr>>,
+    /// The connection's `limit_conn` counts: an HTTP/2 connection counts once, for
+    /// all its streams, until it closes.
+    pub held: crate::limit::Held,
 }
 
 impl ConnState {
@@ -251,6 +254,11 @@ fn broken(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl StreamIo {
+    /// The `limit_conn` counts of the stream's connection.
+    pub fn held(&self) -> &crate::limit::Held {
+        &self.state.held
+    }
+
     /// Notes an error of the stream; a reset by the client counts towards the
     /// connection's rapid-reset tally.
     fn failed(&mut self, e: h2::Error) -> io::Error {

@@ -66,6 +66,22 @@ pub async fn write_response(
     Ok(())
 }
 
+/// The error page of a 4xx or 5xx status, built once per process: the pages answered
+/// most (404s, and the 429s of `limit_req` to a client over its rate) are not
+/// formatted again for each request.
+pub fn error_page_shared(status: u16) -> Option<&'static [u8]> {
+    static PAGES: std::sync::OnceLock<Box<[Box<[u8]>]>> = std::sync::OnceLock::new();
+    let i = usize::from(status.checked_sub(400)?);
+    PAGES
+        .get_or_init(|| {
+            (400..600)
+                .map(|s| error_page(s).into_boxed_slice())
+                .collect()
+        })
+        .get(i)
+        .map(|p| &**p)
+}
+
 /// An error page for `status`, after consuming the request body.
 pub async fn finish_without_body(
     conn: &mut Conn,
@@ -73,8 +89,13 @@ pub async fn finish_without_body(
     t: &Timeouts,
     status: u16,
 ) -> Result<(), ExchangeError> {
-    let page = error_page(status);
-    respond(conn, ex, t, status, "text/html", &page, b"").await
+    match error_page_shared(status) {
+        Some(page) => respond(conn, ex, t, status, "text/html", page, b"").await,
+        None => {
+            let page = error_page(status);
+            respond(conn, ex, t, status, "text/html", &page, b"").await
+        }
+    }
 }
 
 #[cfg(test)]
@@ -85,5 +106,15 @@ mod tests {
     fn error_pages_name_the_status() {
         let p = String::from_utf8(error_page(404)).unwrap();
         assert!(p.contains("404 Not Found"));
+    }
+
+    #[test]
+    fn shared_pages_are_the_same_pages() {
+        for s in [400, 404, 429, 503, 599] {
+            assert_eq!(error_page_shared(s), Some(&error_page(s)[..]));
+        }
+        for s in [0, 200, 399, 600, u16::MAX] {
+            assert_eq!(error_page_shared(s), None);
+        }
     }
 }

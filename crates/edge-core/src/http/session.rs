@@ -166,6 +166,8 @@ pub struct Parked {
     pub nodelay: bool,
     /// What is left of its idle timeout.
     pub idle_left: std::time::Duration,
+    /// [`Conn::held`]: its `limit_conn` counts stay while it is parked.
+    pub held: crate::limit::Held,
 }
 
 enum HeadOutcome {
@@ -199,6 +201,7 @@ impl Start {
             Start::Resume(p) => {
                 let mut conn = Conn::over(p.io, p.peer, p.info);
                 conn.client = p.client;
+                conn.held = p.held;
                 (conn, p.served, p.nodelay)
             }
         }
@@ -235,6 +238,7 @@ pub async fn serve_conn<S: Service>(
                     info,
                     client,
                     host_memo: _,
+                    held,
                 } = conn;
                 if rbuf.capacity() > 0 {
                     w.recycle_rbuf(rbuf);
@@ -247,6 +251,7 @@ pub async fn serve_conn<S: Service>(
                     served,
                     nodelay,
                     idle_left,
+                    held,
                 });
             }
             HeadOutcome::Error(status) => {

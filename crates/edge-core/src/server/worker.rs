@@ -11,6 +11,7 @@ use crate::handlers::services::Services;
 use crate::http::idle::IdleTimers;
 use crate::http::session::{self, Service, SessionParams};
 use crate::http::{Conn, ConnInfo, Exchange, ExchangeError};
+use crate::limit::Held;
 use crate::log::access::LogBuffers;
 use crate::metrics::{Metrics, WorkerStats};
 use crate::net::{Sock, WorkerAcceptor};
@@ -354,6 +355,24 @@ impl Worker {
     /// if need be), else closed at once and counted (`refused` in /status): a client
     /// beyond `worker_connections` gets a prompt close, not a hang in the backlog.
     fn admit(self: &Rc<Self>, stream: std::net::TcpStream, peer: SocketAddr, listen: usize) {
+        // The client's `limit_conn` counts first: a connection over its limit must not
+        // make room by closing other clients' idle connections. On a PROXY listener the
+        // client is known only once its header is read (`proxied_session`).
+        let held = {
+            let cfg = self.config();
+            let proxied = cfg.listeners.get(listen).is_some_and(|l| l.proxy_protocol);
+            if proxied {
+                Held::default()
+            } else {
+                match self.accept_limits(&cfg, peer, listen) {
+                    Some(held) => held,
+                    None => {
+                        drop(stream);
+                        return;
+                    }
+                }
+            }
+        };
         if self.full() && !self.make_room() {
             self.svc.stats().refused.fetch_add(1, Relaxed);
             let now = std::time::Instant::now();
@@ -369,7 +388,43 @@ impl Worker {
             drop(stream);
             return;
         }
-        start_session(self, stream, peer, listen);
+        start_session(self, stream, peer, listen, held);
+    }
+
+    /// The `limit_conn` counts a new connection of `client` on listener `listen` takes
+    /// before its first request ([`crate::limit::accept_rules`]); None: over a limit,
+    /// close it now (counted in the zone; no response: there is no request yet, and
+    /// on TLS no session). A connection from a proxy `real_ip` trusts to name its
+    /// clients in a request field is not counted here: its requests are, each for
+    /// the client it names.
+    fn accept_limits(&self, cfg: &Shared, client: SocketAddr, listen: usize) -> Option<Held> {
+        let rules = match cfg.accept_limits.get(listen) {
+            Some(r) if !r.is_empty() => r,
+            _ => return Some(Held::default()),
+        };
+        let by_field = cfg.real_ip.as_ref().is_some_and(|r| {
+            matches!(r.source, crate::http::client_addr::RealIpSource::Header(_))
+                && r.trusts(client.ip())
+        });
+        if by_field {
+            return Some(Held::default());
+        }
+        let proto = cfg.listeners.get(listen);
+        let facts = crate::vars::Client {
+            peer: client,
+            tls: proto.is_some_and(|l| l.tls.is_some()),
+            server_port: proto.map_or(0, |l| l.addr.port()),
+        };
+        let mut buf = self.svc.take_buf(64);
+        let held = crate::limit::admit(rules, facts, &mut buf, self.id);
+        self.svc.give_buf(buf);
+        match held {
+            Ok(h) => Some(h),
+            Err(why) => {
+                tracing::debug!("client {client}: limit_conn at accept: {why:?}, closing");
+                None
+            }
+        }
     }
 }
 
@@ -498,6 +553,7 @@ fn start_session(
     stream: std::net::TcpStream,
     peer: std::net::SocketAddr,
     listen: usize,
+    held: Held,
 ) {
     // TCP_NODELAY is set by the session on the first kept-alive exchange.
     let stats = w.svc.stats();
@@ -550,7 +606,13 @@ fn start_session(
                 listen: listen as u16,
                 ..ConnInfo::default()
             };
-            run_session(w, session::Start::New(sock, peer, info))
+            if held.is_empty() {
+                run_session(w, session::Start::New(sock, peer, info))
+            } else {
+                let mut conn = crate::http::Conn::new(sock, peer, info);
+                conn.held = held;
+                run_session(w, session::Start::Conn(conn))
+            }
         }
         Some(p) => match tokio::net::TcpStream::from_std(stream) {
             Ok(stream) => {
@@ -566,6 +628,7 @@ fn start_session(
                     peer,
                     p,
                     info,
+                    held,
                 )));
             }
             Err(e) => {
@@ -603,11 +666,21 @@ async fn proxied_session(
                 // UNKNOWN, LOCAL (a health check), AF_UNIX: the connection's own.
                 None => peer,
             };
+            let held = {
+                let cfg = w.config();
+                w.accept_limits(&cfg, client, info.listen as usize)
+            };
+            let Some(held) = held else {
+                drop(stream);
+                w.connections_closed(1);
+                return;
+            };
             match proto {
-                Some(p) => secure_session(w, stream, peer, client, p, info).await,
+                Some(p) => secure_session(w, stream, peer, client, p, info, held).await,
                 None => {
                     let mut conn = crate::http::Conn::new(Sock::registered(stream), peer, info);
                     conn.client = client;
+                    conn.held = held;
                     session_loop(w, session::Start::Conn(conn)).await;
                 }
             }
@@ -627,7 +700,8 @@ async fn proxied_session(
 /// when idle like plain ones (TLS ones when the session holds nothing unread); HTTP/2
 /// connections keep their task.
 ///
-/// `client` is the connection's client address (`peer`, or a PROXY header's source).
+/// `client` is the connection's client address (`peer`, or a PROXY header's source);
+/// `held`, the `limit_conn` counts it took when accepted.
 async fn secure_session(
     w: Rc<Worker>,
     stream: tokio::net::TcpStream,
@@ -635,6 +709,7 @@ async fn secure_session(
     client: SocketAddr,
     proto: crate::tls::ListenerProto,
     mut info: ConnInfo,
+    held: Held,
 ) {
     let timeout = w.config().timeouts.client_header;
     let stats = w.svc.stats();
@@ -666,13 +741,15 @@ async fn secure_session(
                                         prefix: plaintext,
                                         sock,
                                     };
-                                    crate::http::h2::serve(w.clone(), io, peer, client, info).await;
+                                    crate::http::h2::serve(w.clone(), io, peer, client, info, held)
+                                        .await;
                                     w.connections_closed(1);
                                 } else {
                                     // A plain socket to the session from here on
                                     // (sendfile included), parked like one.
                                     let mut conn = crate::http::Conn::new(sock, peer, info);
                                     conn.client = client;
+                                    conn.held = held;
                                     conn.rbuf = plaintext;
                                     session_loop(w, session::Start::Conn(conn)).await;
                                 }
@@ -692,13 +769,14 @@ async fn secure_session(
                     }
                     if h2 {
                         let _ = tls.get_ref().0.tcp().set_nodelay(true);
-                        crate::http::h2::serve(w.clone(), tls, peer, client, info).await;
+                        crate::http::h2::serve(w.clone(), tls, peer, client, info, held).await;
                     } else {
                         // HTTP/1.1: the ordinary session, parked like a plain
                         // connection when idle; it counts the close itself.
                         let io = crate::http::conn::ClientIo::Tls(tls);
                         let mut conn = crate::http::Conn::over(io, peer, info);
                         conn.client = client;
+                        conn.held = held;
                         session_loop(w, session::Start::Conn(conn)).await;
                         return;
                     }
@@ -716,12 +794,13 @@ async fn secure_session(
         None => match h2c_preface(&stream, timeout).await {
             Some(true) => {
                 let _ = stream.set_nodelay(true);
-                crate::http::h2::serve(w.clone(), stream, peer, client, info).await;
+                crate::http::h2::serve(w.clone(), stream, peer, client, info, held).await;
             }
             Some(false) => {
                 // HTTP/1.1 on a listener that also takes h2c: the ordinary session.
                 let mut conn = crate::http::Conn::new(Sock::registered(stream), peer, info);
                 conn.client = client;
+                conn.held = held;
                 run_session(&w, session::Start::Conn(conn));
                 return;
             }

@@ -50,6 +50,11 @@ pub struct Shared {
     pub listeners: Vec<crate::tls::ListenerProto>,
     /// `real_ip` (`docs/client-address.md`).
     pub real_ip: Option<RealIp>,
+    /// The `[[limit_req_zone]]`s and `[[limit_conn_zone]]`s (kept across reloads while
+    /// unchanged: `docs/limits.md`).
+    pub limit_zones: crate::limit::Zones,
+    /// Per `[[listen]]`: the `limit_conn`s counted when a connection is accepted.
+    pub accept_limits: Vec<Vec<crate::limit::ConnRule>>,
 }
 
 /// What each worker keeps of the cache for itself (`edge_cache::local`): the RAM tier
@@ -129,6 +134,11 @@ impl Shared {
         }
         let known = crate::config::sites::known(cfg);
         let logs = logs::LogTable::build(cfg, &known)?;
+        // Before the sites: the zones' keys are templates of this generation.
+        let limit_zones = crate::limit::Zones::build(cfg, &known, previous.map(|p| &p.limit_zones))
+            .map_err(|m| StateError::BadValue(crate::config::validate::BadValue(m)))?;
+        let accept_limits = crate::limit::accept_rules(cfg, &limit_zones)
+            .map_err(|m| StateError::BadValue(crate::config::validate::BadValue(m)))?;
         let sites = Sites::build(
             cfg,
             &route::Env {
@@ -136,6 +146,7 @@ impl Shared {
                 caches: &caches,
                 known: &known,
                 logs: &logs,
+                zones: &limit_zones,
             },
         )?;
         let listeners = cfg
@@ -223,6 +234,8 @@ impl Shared {
             local: LocalSettings::from_config(cfg),
             listeners,
             real_ip,
+            limit_zones,
+            accept_limits,
         })
     }
 

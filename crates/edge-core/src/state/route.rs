@@ -93,6 +93,8 @@ pub struct Route {
     pub log: super::logs::LogRef,
     /// `secure_link`: the signed-URL check a request passes before the handler.
     pub secure_link: Option<crate::secure_link::Verifier>,
+    /// `limit_req` and `limit_conn` (the location's, else inherited).
+    pub limits: crate::limit::RouteLimits,
 }
 
 /// One compiled `rewrite`.
@@ -131,6 +133,8 @@ pub struct Env<'a> {
     pub caches: &'a Caches,
     pub known: &'a Known,
     pub logs: &'a super::logs::LogTable,
+    /// The limit zones locations name.
+    pub zones: &'a crate::limit::Zones,
 }
 
 fn template(src: &str, known: &Known) -> Result<Template, StateError> {
@@ -241,6 +245,8 @@ fn route_for(
             .logs
             .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
         secure_link,
+        limits: crate::limit::RouteLimits::compile(&loc.limit_req, &loc.limit_conn, env.zones)
+            .map_err(|m| StateError::BadValue(BadValue(m)))?,
     };
     Ok((route, loc.exact.is_some()))
 }
@@ -377,6 +383,7 @@ mod tests {
             logs: &crate::state::logs::LogTable::default(),
             caches: &HashMap::new(),
             known: &known,
+            zones: &Default::default(),
         };
         Router::build(&cfg.location, &env, &Default::default()).unwrap()
     }

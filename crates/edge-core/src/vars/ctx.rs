@@ -61,6 +61,8 @@ pub struct Ctx<'a> {
     pub caps: &'a Captures,
     pub maps: &'a dyn MapValues,
     pub log: Option<&'a LogFacts<'a>>,
+    /// `$limit_req_status` ([`Routed::limit_req`]).
+    pub limit_req_status: Option<&'static str>,
     /// How many `[[map]]` evaluations are nested (a map whose value names a map): bounded
     /// so a cycle renders empty instead of looping.
     pub(super) depth: u8,
@@ -91,6 +93,7 @@ impl<'a> Ctx<'a> {
             caps: &routed.caps,
             maps,
             log: None,
+            limit_req_status: routed.limit_req,
             depth: 0,
         }
     }
@@ -131,6 +134,9 @@ pub struct Routed {
     /// `$uri`, the normalized path ([`super::normalize_uri`]) of the current target, when
     /// it differs from the target's path (None: the path is already normal).
     pub uri: Option<Box<str>>,
+    /// What the location's `limit_req` zones did (`$limit_req_status`: `PASSED`,
+    /// `DELAYED`, `REJECTED`, `DELAYED_DRY_RUN`, `REJECTED_DRY_RUN`); None: none applied.
+    pub limit_req: Option<&'static str>,
 }
 
 /// One regex match: a copy of the subject and the group spans.

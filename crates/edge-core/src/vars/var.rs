@@ -67,6 +67,8 @@ pub enum Var {
     RemoteUser,
     /// `$server_protocol`: `HTTP/1.1` (`HTTP/2.0` on HTTP/2).
     ServerProtocol,
+    /// `$limit_req_status`: what the location's `limit_req` did (nginx's values).
+    LimitReqStatus,
 }
 
 /// The variable names a config defines besides the built-ins: its `[[map]]` variables
@@ -134,6 +136,7 @@ impl Var {
             "upstream_response_time" => Var::UpstreamResponseTime,
             "remote_user" => Var::RemoteUser,
             "server_protocol" => Var::ServerProtocol,
+            "limit_req_status" => Var::LimitReqStatus,
             _ => {
                 if let Some(i) = known.maps.get(name) {
                     return Some(Var::Map(*i));
@@ -297,6 +300,11 @@ impl Var {
                 }
             }
             Var::ServerProtocol => out.extend_from_slice(ctx.req.version.as_str().as_bytes()),
+            Var::LimitReqStatus => {
+                if let Some(s) = ctx.limit_req_status {
+                    out.extend_from_slice(s.as_bytes());
+                }
+            }
         }
     }
 

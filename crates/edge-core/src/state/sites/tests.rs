@@ -10,6 +10,7 @@ fn sites(text: &str) -> Sites {
         caches: &HashMap::new(),
         known: &known,
         logs: &crate::state::logs::LogTable::default(),
+        zones: &Default::default(),
     };
     Sites::build(&cfg, &env).unwrap()
 }
