@@ -13,6 +13,8 @@
 //! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
 //!   once; [`state::sites`] holds the servers, locations and rewrites.
 //! - [`log`], [`metrics`], [`admin`]: observability.
+//! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
+pub mod access;
 pub mod admin;
 pub mod affinity;
 pub mod aio;
