@@ -44,7 +44,8 @@ pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
     for s in &mut cfg.server {
         s.inherit();
     }
-    validate::validate(&cfg).map_err(|e| ConfigError {
+    super::access::inherit(&mut cfg);
+    let located = |e: super::verr::VErr| ConfigError {
         file: name.into(),
         line: match e.span {
             Some(span) => line_of(text, span.start),
@@ -52,7 +53,11 @@ pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
         },
         key: e.key,
         message: e.message,
-    })?;
+    };
+    validate::validate(&cfg).map_err(located)?;
+    // Geo files are relative to the config file's directory.
+    let base = Path::new(name).parent().unwrap_or(Path::new(""));
+    super::geo::load(&cfg, base).map_err(located)?;
     Ok(cfg)
 }
 

@@ -6,6 +6,8 @@
 //! (`deny_unknown_fields` everywhere): a typo must never be silently ignored.
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
+pub mod access;
+pub mod geo;
 mod load;
 pub mod logs;
 pub mod memory;
@@ -14,6 +16,8 @@ pub mod units;
 pub mod validate;
 mod verr;
 
+pub use access::AccessRuleCfg;
+pub use geo::GeoCfg;
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
 pub use logs::{LogEscape, LogFormatCfg};
 pub use memory::MemSize;
@@ -847,6 +851,13 @@ pub struct ServerCfg {
     /// false: `X-Cache-Status` and `Cache-Status` are not sent (None: true).
     #[serde(default)]
     pub cache_status_header: Option<bool>,
+    /// Access rules (`config::access`) for the locations that set none.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    #[serde(default)]
+    pub access_rules: access::RuleList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1081,6 +1092,15 @@ pub struct Location {
     /// Which query arguments the cache key uses, and whether they are sorted.
     #[serde(default)]
     pub cache_key_args: Option<Spanned<CacheKeyArgs>>,
+    /// Access rules (nginx `allow`/`deny`, `config::access`): networks allowed, then
+    /// networks denied; the first match decides, 403 for a deny. None: the server's.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    /// The ordered form: `[{ allow = "..." }, { deny = "..." }]` (not with allow/deny).
+    #[serde(default)]
+    pub access_rules: access::RuleList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1207,6 +1227,16 @@ pub struct Config {
     /// The request's client address from a trusted proxy (`docs/client-address.md`).
     #[serde(default)]
     pub real_ip: Option<Spanned<RealIpCfg>>,
+    /// Access rules for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    #[serde(default)]
+    pub access_rules: access::RuleList,
+    /// `[[geo]]`: variables looked up by address.
+    #[serde(default)]
+    pub geo: Vec<GeoCfg>,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

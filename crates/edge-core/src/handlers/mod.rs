@@ -8,6 +8,7 @@
 //! [`Services`] (counters, upstream pool, file I/O backend), the config snapshot
 //! ([`Shared`]) and the connection and exchange. Nothing below this layer calls up.
 
+pub mod access;
 pub mod cache;
 pub mod context;
 pub mod proxy;
@@ -26,8 +27,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The router: picks the request's server by host ([`crate::state::sites`]), its
-/// location and rewrites, and answers with the location's handler (404 when no location
-/// matches, 421 when a TLS connection's certificate does not cover the host, 500 on a
+/// location and rewrites, checks the location's `allow`/`deny` rules, and answers with
+/// the location's handler (404 when no location matches, 403 when the rules deny the
+/// client, 421 when a TLS connection's certificate does not cover the host, 500 on a
 /// rewrite cycle, 301/302 for a redirecting rewrite).
 pub async fn dispatch(
     w: &Rc<Services>,
@@ -108,6 +110,15 @@ pub async fn dispatch(
         }
     };
     context::apply_fields(client, ex, shared, route);
+    if let Some(rules) = &route.access {
+        if !access::allowed(rules, client, ex, shared) {
+            w.stats()
+                .access_denied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            access::log_denied(client, ex, shared);
+            return finish_without_body(conn, ex, &shared.timeouts, 403).await;
+        }
+    }
     if matches!(route.handler, Handler::Proxy(_))
         && crate::http::node::looped(ex.req.headers.get_all("via"))
     {

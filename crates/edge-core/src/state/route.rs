@@ -91,6 +91,9 @@ pub struct Route {
     pub rewrites: Vec<Rewrite>,
     /// The access log of requests served here (the location's, else its server's).
     pub log: super::logs::LogRef,
+    /// `allow`/`deny` (the location's, else its server's, else the top level's); None:
+    /// everyone may come in.
+    pub access: Option<crate::access::rules::AccessList<crate::vars::Var>>,
 }
 
 /// One compiled `rewrite`.
@@ -232,6 +235,8 @@ fn route_for(
         log: env
             .logs
             .resolve(loc.access_log.as_ref().map(|a| a.get_ref()), server_log),
+        access: crate::config::access::compile(loc, env.known)
+            .map_err(|e| StateError::BadValue(BadValue(format!("{}: {}", e.key, e.message))))?,
     };
     Ok((route, loc.exact.is_some()))
 }
