@@ -16,6 +16,8 @@
 //! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
 //!   `limit_conn`), lock-free.
 //! - [`log`], [`metrics`], [`admin`]: observability.
+//! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
+pub mod access;
 pub mod admin;
 pub mod affinity;
 pub mod aio;

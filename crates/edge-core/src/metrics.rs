@@ -27,6 +27,8 @@ pub struct WorkerStats {
     pub proxy_protocol_errors: AtomicU64,
     /// Requests refused with 508: they had already passed through this node (`Via`).
     pub loops: AtomicU64,
+    /// Requests refused with 403 by a location's `allow`/`deny` rules.
+    pub access_denied: AtomicU64,
     pub status: [AtomicU64; 5], // 1xx..5xx
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,

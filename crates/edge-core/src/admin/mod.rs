@@ -686,6 +686,18 @@ fn metrics_text(ctx: &AdminCtx, shared: &Shared) -> String {
     prom(&mut o, "edgecache_loops_total", "", m.sum(|w| &w.loops));
     prom_header(
         &mut o,
+        "edgecache_access_denied_total",
+        "counter",
+        "Requests refused with 403 by allow/deny rules.",
+    );
+    prom(
+        &mut o,
+        "edgecache_access_denied_total",
+        "",
+        m.sum(|w| &w.access_denied),
+    );
+    prom_header(
+        &mut o,
         "edgecache_connections_refused_total",
         "counter",
         "New connections closed at once: worker_connections open and none idle.",

@@ -53,6 +53,7 @@ pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, Co
         s.inherit();
     }
     super::limits::inherit(&mut cfg);
+    super::access::inherit(&mut cfg);
     let located = |e: super::verr::VErr| ConfigError {
         file: name.into(),
         line: match e.span {
@@ -64,6 +65,9 @@ pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, Co
     };
     validate::validate(&cfg).map_err(located)?;
     super::secure_link::load_secrets(&mut cfg, dir).map_err(located)?;
+    // Geo files, like secret files, are relative to the config file's directory.
+    let base = dir.unwrap_or_else(|| Path::new(name).parent().unwrap_or(Path::new("")));
+    super::geo::load(&cfg, base).map_err(located)?;
     Ok(cfg)
 }
 

@@ -7,6 +7,8 @@
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
 pub mod limits;
+pub mod access;
+pub mod geo;
 mod load;
 pub mod logs;
 pub mod memory;
@@ -17,6 +19,8 @@ pub mod validate;
 mod verr;
 
 pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
+pub use access::AccessRuleCfg;
+pub use geo::GeoCfg;
 pub use load::{
     embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
 };
@@ -862,6 +866,13 @@ pub struct ServerCfg {
     /// `limit_conn` for the locations that set none; None: the top level's.
     #[serde(default)]
     pub limit_conn: LimitConnList,
+    /// Access rules (`config::access`) for the locations that set none.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    #[serde(default)]
+    pub access_rules: access::RuleList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1109,6 +1120,15 @@ pub struct Location {
     /// Connection limits (`{ zone, max, status }` or a list); None: its server's.
     #[serde(default)]
     pub limit_conn: LimitConnList,
+    /// Access rules (nginx `allow`/`deny`, `config::access`): networks allowed, then
+    /// networks denied; the first match decides, 403 for a deny. None: the server's.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    /// The ordered form: `[{ allow = "..." }, { deny = "..." }]` (not with allow/deny).
+    #[serde(default)]
+    pub access_rules: access::RuleList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1247,6 +1267,16 @@ pub struct Config {
     /// `limit_conn` for the servers and top-level locations that set none.
     #[serde(default)]
     pub limit_conn: LimitConnList,
+    /// Access rules for the servers and top-level locations that set none.
+    #[serde(default)]
+    pub allow: access::NetList,
+    #[serde(default)]
+    pub deny: access::NetList,
+    #[serde(default)]
+    pub access_rules: access::RuleList,
+    /// `[[geo]]`: variables looked up by address.
+    #[serde(default)]
+    pub geo: Vec<GeoCfg>,
 }
 fn default_shutdown_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))

@@ -49,6 +49,8 @@ fn collect_known(cfg: &Config) -> Result<Known, VErr> {
             k.add_captures(&re);
         }
     }
+    // Geo variables first: map templates may read them.
+    super::geo::declare(cfg, &mut k)?;
     if cfg.map.len() > MAX_MAPS {
         return err(None, "map", format!("at most {MAX_MAPS} maps"));
     }

@@ -97,61 +97,12 @@ pub fn parse_server(s: &str) -> Result<ServerTarget, BadValue> {
     })
 }
 
-/// A parsed `allow` entry: an address prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: std::net::IpAddr,
-    pub prefix: u8,
-}
+/// A parsed `allow` entry: an address prefix (`crate::access::cidr`).
+pub use crate::access::cidr::Cidr;
 
-impl Cidr {
-    pub fn parse(s: &str) -> Result<Cidr, BadValue> {
-        let (ip, len) = match s.split_once('/') {
-            Some((ip, len)) => (ip, Some(len)),
-            None => (s, None),
-        };
-        let addr: std::net::IpAddr = ip
-            .trim()
-            .parse()
-            .map_err(|_| BadValue(format!("invalid address {s:?}")))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match len {
-            None => max,
-            Some(l) => l
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|&p| p <= max)
-                .ok_or_else(|| BadValue(format!("invalid prefix length in {s:?}")))?,
-        };
-        Ok(Cidr { addr, prefix })
-    }
-
-    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
-        use std::net::IpAddr::*;
-        let ip = match ip {
-            V6(v6) => v6.to_ipv4_mapped().map(V4).unwrap_or(V6(v6)),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (V4(a), V4(b)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix)
-                };
-                u32::from(a) & mask == u32::from(b) & mask
-            }
-            (V6(a), V6(b)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix)
-                };
-                u128::from(a) & mask == u128::from(b) & mask
-            }
-            _ => false,
-        }
+impl From<crate::access::cidr::CidrError> for BadValue {
+    fn from(e: crate::access::cidr::CidrError) -> BadValue {
+        BadValue(e.0)
     }
 }
 
@@ -450,6 +401,8 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
     super::secure_link::validate(cfg, &known)?;
     super::logs::validate(cfg, &known)?;
     super::limits::validate(cfg, &known)?;
+    super::geo::validate(cfg, &known)?;
+    super::access::validate(cfg, &known)?;
     let all_locations = cfg
         .location
         .iter()

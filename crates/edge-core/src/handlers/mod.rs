@@ -8,6 +8,7 @@
 //! [`Services`] (counters, upstream pool, file I/O backend), the config snapshot
 //! ([`Shared`]) and the connection and exchange. Nothing below this layer calls up.
 
+pub mod access;
 pub mod cache;
 pub mod context;
 pub mod limits;
@@ -28,10 +29,11 @@ use std::sync::Arc;
 
 /// The router: picks the request's server by host ([`crate::state::sites`]), its
 /// location and rewrites, applies the location's `limit_conn` and `limit_req`
-/// ([`limits`]), and answers with the location's handler (404 when no location
-/// matches, 421 when a TLS connection's certificate does not cover the host, 500 on a
-/// rewrite cycle, 301/302 for a redirecting rewrite, the limit's status when one
-/// refuses).
+/// ([`limits`]), its `allow`/`deny` rules and its `secure_link`, and answers with the
+/// location's handler (404 when no location matches, 403 when the rules deny the
+/// client or a signature is bad, 410 for an expired link, 421 when a TLS connection's
+/// certificate does not cover the host, 500 on a rewrite cycle, 301/302 for a
+/// redirecting rewrite, the limit's status when one refuses).
 pub async fn dispatch(
     w: &Rc<Services>,
     conn: &mut Conn,
@@ -114,6 +116,15 @@ pub async fn dispatch(
     if !route.limits.is_empty() {
         if let Some(status) = limits::apply(w, conn, ex, shared, route).await {
             return finish_without_body(conn, ex, &shared.timeouts, status).await;
+        }
+    }
+    if let Some(rules) = &route.access {
+        if !access::allowed(rules, client, ex, shared) {
+            w.stats()
+                .access_denied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            access::log_denied(client, ex, shared);
+            return finish_without_body(conn, ex, &shared.timeouts, 403).await;
         }
     }
     // `PURGE` of a cached location has its own gate (`admin.allow`) and names the

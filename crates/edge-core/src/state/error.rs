@@ -44,6 +44,12 @@ impl std::fmt::Display for StateError {
 
 impl std::error::Error for StateError {}
 
+impl From<crate::access::cidr::CidrError> for StateError {
+    fn from(e: crate::access::cidr::CidrError) -> Self {
+        StateError::BadValue(BadValue(e.0))
+    }
+}
+
 impl From<BadValue> for StateError {
     fn from(b: BadValue) -> Self {
         StateError::BadValue(b)

@@ -95,6 +95,9 @@ pub struct Route {
     pub secure_link: Option<crate::secure_link::Verifier>,
     /// `limit_req` and `limit_conn` (the location's, else inherited).
     pub limits: crate::limit::RouteLimits,
+    /// `allow`/`deny` (the location's, else its server's, else the top level's); None:
+    /// everyone may come in.
+    pub access: Option<crate::access::rules::AccessList<crate::vars::Var>>,
 }
 
 /// One compiled `rewrite`.
@@ -247,6 +250,8 @@ fn route_for(
         secure_link,
         limits: crate::limit::RouteLimits::compile(&loc.limit_req, &loc.limit_conn, env.zones)
             .map_err(|m| StateError::BadValue(BadValue(m)))?,
+        access: crate::config::access::compile(loc, env.known)
+            .map_err(|e| StateError::BadValue(BadValue(format!("{}: {}", e.key, e.message))))?,
     };
     Ok((route, loc.exact.is_some()))
 }

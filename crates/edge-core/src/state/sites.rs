@@ -100,6 +100,27 @@ impl Sites {
                 },
             });
         }
+        for g in &cfg.geo {
+            let t0 = std::time::Instant::now();
+            let table = g.table().map_err(bad)?;
+            tracing::info!(
+                "geo ${}: {} networks, {} values, {} KiB ({:?})",
+                g.name(),
+                table.networks(),
+                table.values(),
+                table.heap_bytes() / 1024,
+                t0.elapsed()
+            );
+            maps.geo.push(crate::vars::Geo {
+                source: crate::config::geo::source(g, env.known).map_err(bad)?,
+                table,
+                default: g
+                    .default
+                    .as_ref()
+                    .map_or("", |d| d.get_ref().as_str())
+                    .into(),
+            });
+        }
         let mut servers = Vec::new();
         let mut listeners: Vec<OnListener> =
             cfg.listen.iter().map(|_| OnListener::default()).collect();

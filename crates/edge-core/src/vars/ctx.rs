@@ -43,6 +43,11 @@ pub struct LogFacts<'a> {
 pub trait MapValues {
     /// Appends map `i`'s value for this request.
     fn write(&self, i: usize, ctx: &Ctx<'_>, out: &mut Vec<u8>);
+    /// Appends `[[geo]]` `i`'s value for this request (nothing by default: a table of
+    /// maps only).
+    fn write_geo(&self, i: usize, ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+        let _ = (i, ctx, out);
+    }
 }
 
 /// Everything a template may read for one request.

@@ -18,10 +18,20 @@ pub struct Map {
     pub default: Template,
 }
 
-/// Every `[[map]]` of the config, by [`super::Var::Map`] index.
+/// Every `[[map]]` of the config, by [`super::Var::Map`] index, and every `[[geo]]`,
+/// by [`super::Var::Geo`] index.
 #[derive(Debug, Clone, Default)]
 pub struct Maps {
     pub list: Vec<Map>,
+    pub geo: Vec<super::Geo>,
+}
+
+impl Maps {
+    /// `[[geo]]` `i`'s value for this request, without copying it.
+    #[inline]
+    pub fn geo_value(&self, i: usize, ctx: &Ctx<'_>) -> Option<&str> {
+        self.geo.get(i).map(|g| g.value(ctx))
+    }
 }
 
 impl MapValues for Maps {
@@ -45,6 +55,12 @@ impl MapValues for Maps {
         match found.and_then(|&v| m.values.get(v as usize)) {
             Some(t) => t.render(&inner, out),
             None => m.default.render(&inner, out),
+        }
+    }
+
+    fn write_geo(&self, i: usize, ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+        if let Some(v) = self.geo_value(i, ctx) {
+            out.extend_from_slice(v.as_bytes());
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! # API for the layers built on it
 //! - [`Known`]: the variable names a config defines besides the built-ins (`[[map]]`
-//!   variables, named captures of its regexes). `config::validate::known(cfg)` builds it.
+//!   and `[[geo]]` variables, named captures of its regexes). `config::validate::known(cfg)` builds it.
 //! - [`Template::compile`]`(src, &known)`: parse once; an unknown variable is
 //!   [`TemplateError::Unknown`] (`unknown variable "$request_url"`).
 //! - [`Template::render`]`(&ctx, &mut Vec<u8>)` / [`Template::render_string`]: evaluate.
@@ -30,11 +30,13 @@
 //!
 //! # Cost
 //! Nothing is looked up by name at request time. Built-in variables read the request
-//! head in place; `$host` lower-cases while it writes. Only `[[map]]` variables (which
-//! render their source into a buffer) and regex matches with capture groups (which copy
-//! the subject) allocate.
+//! head in place; `$host` lower-cases while it writes. A `[[geo]]` variable of the
+//! client address is a table lookup (tens of ns). Only `[[map]]` variables (which
+//! render their source into a buffer), `[[geo]]` variables with another source (the
+//! same) and regex matches with capture groups (which copy the subject) allocate.
 
 mod ctx;
+mod geo;
 mod map;
 mod names;
 pub mod regex_index;
@@ -43,6 +45,7 @@ mod uri;
 mod var;
 
 pub use ctx::{normalize_host, Captures, Client, Ctx, LogFacts, MapValues, Routed};
+pub use geo::Geo;
 pub use map::{Map, Maps};
 pub use names::{compile_regex, NameMap, NamePattern, NameTable};
 pub use template::{Piece, Template, TemplateError};

@@ -162,6 +162,7 @@ fn maps_in_nginx_order_with_template_values() {
             values,
             default: Template::compile("none", &k).unwrap(),
         }],
+        geo: Vec::new(),
     };
     let kind = |ua: &str| {
         let r = req("/", &[("User-Agent", ua), ("X", "y")]);
@@ -187,6 +188,7 @@ fn a_map_cycle_renders_empty_instead_of_looping() {
             values: vec![],
             default: Template::compile("[$a]", &k).unwrap(),
         }],
+        geo: Vec::new(),
     };
     let r = req("/", &[]);
     let out = render("$a", &r, &k, &maps);

@@ -43,6 +43,8 @@ pub enum Var {
     Named(Box<str>),
     /// A `[[map]]` variable, by its index in [`super::Maps`].
     Map(u16),
+    /// A `[[geo]]` variable, by its index in [`super::Maps::geo`].
+    Geo(u16),
     // Log-time variables: empty unless the context carries `LogFacts`.
     /// `$status`: the response status.
     Status,
@@ -81,6 +83,7 @@ pub enum Var {
 #[derive(Debug, Clone, Default)]
 pub struct Known {
     maps: HashMap<String, u16>,
+    geos: HashMap<String, u16>,
     captures: HashSet<String>,
     reads_captures: std::cell::Cell<bool>,
 }
@@ -91,7 +94,12 @@ impl Known {
         self.maps.insert(name.to_string(), i);
     }
 
-    /// Whether `name` is already a variable (built-in, map or capture).
+    /// Declares a `[[geo]]` variable (name without `$`), index `i` in the geo tables.
+    pub fn add_geo(&mut self, name: &str, i: u16) {
+        self.geos.insert(name.to_string(), i);
+    }
+
+    /// Whether `name` is already a variable (built-in, map, geo or capture).
     pub fn defines(&self, name: &str) -> bool {
         Var::resolve(name, self).is_some()
     }
@@ -140,6 +148,9 @@ impl Var {
             _ => {
                 if let Some(i) = known.maps.get(name) {
                     return Some(Var::Map(*i));
+                }
+                if let Some(i) = known.geos.get(name) {
+                    return Some(Var::Geo(*i));
                 }
                 if known.captures.contains(name) {
                     known.reads_captures.set(true);
@@ -236,6 +247,7 @@ impl Var {
                 }
             }
             Var::Map(i) => ctx.maps.write(*i as usize, ctx, out),
+            Var::Geo(i) => ctx.maps.write_geo(*i as usize, ctx, out),
             Var::Status => {
                 if let Some(l) = ctx.log {
                     edge_http::write_decimal(out, u64::from(l.status));
@@ -316,7 +328,7 @@ impl Var {
             Var::Http(name) => ctx.req.headers.get(name).is_some(),
             Var::Cookie(name) => cookie(&ctx.req.headers, name).is_some(),
             Var::Arg(name) => arg(ctx.args.unwrap_or(""), name).is_some(),
-            Var::Map(_) => true,
+            Var::Map(_) | Var::Geo(_) => true,
             _ => false,
         }
     }

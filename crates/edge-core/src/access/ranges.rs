@@ -1,0 +1,743 @@
+//! Longest-prefix match without a trie: prefixes flattened into a sorted table of
+//! non-overlapping ranges, then searched one of two ways.
+//!
+//! Flattening ([`flatten`]). Every address of the family belongs to exactly one range;
+//! a range carries the value of the longest prefix that covers it (or none). A table of
+//! `n` prefixes has at most `2n + 1` ranges, stored as their first addresses (sorted)
+//! beside their values, and a lookup is "the last start at or below the address".
+//! Building sorts the prefixes (parents before children) and sweeps them with a stack
+//! of the prefixes that contain the current address: `O(n log n)`. Of two equal
+//! prefixes the one given last wins.
+//!
+//! Searching. A plain binary search takes one cache miss per level once the table
+//! outgrows the caches, so:
+//! - [`RangeTable`] (small tables): a static B-tree of fences. Level 1 holds every
+//!   `FANOUT`-th start, level 2 every `FANOUT`-th of level 1, and so on until a level
+//!   fits in one block; a lookup scans one block per level with a branch-free count.
+//! - [`DirTable`] (big tables, from [`DIR_MIN_RANGES`] ranges): DIR-16 style. The
+//!   starts share some leading bits (none for a world-wide IPv4 table, `2000::/3` for
+//!   IPv6); the next 16 bits index a directory of 65,536 buckets, each the ranges that
+//!   start under it, searched by a scan (a binary search when long). A lookup reads one
+//!   directory entry (256 KiB, cache-resident on a busy node), one or two cache lines
+//!   of keys, and a value fetched while the keys are scanned. `cargo bench -p edge-core
+//!   --bench geo` measures both (`docs/limits.md` has the numbers).
+
+use std::fmt::Debug;
+
+/// The value of a range that no prefix covers.
+pub const NONE: u32 = u32::MAX;
+
+/// Ranges from which [`Table`] uses a [`DirTable`]: its directory (256 KiB) pays off
+/// only for big tables.
+pub const DIR_MIN_RANGES: usize = 16 * 1024;
+
+/// Bits of the directory index of a [`DirTable`].
+const DIR_BITS: u32 = 16;
+
+/// Ranges of a [`DirTable`] bucket scanned one by one before a binary search pays off.
+const SCAN: usize = 32;
+
+/// An address family as an unsigned integer.
+pub trait Key: Copy + Ord + Debug + Send + Sync + 'static {
+    /// Width in bits.
+    const BITS: u8;
+    const ZERO: Self;
+    const MAX: Self;
+    /// Keys per block of a [`RangeTable`]: one or two cache lines.
+    const FANOUT: usize;
+    /// The first address of the prefix of `self` with `len` bits.
+    fn network(self, len: u8) -> Self;
+    /// The last address of the prefix of `self` with `len` bits.
+    fn last(self, len: u8) -> Self;
+    /// `self + 1`; never called on `MAX`.
+    fn succ(self) -> Self;
+    /// Leading bits `self` and `other` share.
+    fn common_bits(self, other: Self) -> u32;
+    /// Bits `from..from + n` (counted from the top; `from + n <= BITS`, `n <= 32`).
+    fn bits(self, from: u32, n: u32) -> usize;
+    /// The address whose top `from` bits are `self`'s, the next `n` bits `index` and the
+    /// rest zero (the first address of bucket `index`).
+    fn with_bits(self, from: u32, n: u32, index: usize) -> Self;
+}
+
+macro_rules! key {
+    ($t:ty, $fanout:expr) => {
+        impl Key for $t {
+            const BITS: u8 = <$t>::BITS as u8;
+            const ZERO: $t = 0;
+            const MAX: $t = <$t>::MAX;
+            const FANOUT: usize = $fanout;
+            #[inline]
+            fn network(self, len: u8) -> $t {
+                let len = u32::from(len).min(<$t>::BITS);
+                // `checked_shl`: a shift by the full width (len 0) is no mask at all.
+                self & <$t>::MAX.checked_shl(<$t>::BITS - len).unwrap_or(0)
+            }
+            #[inline]
+            fn last(self, len: u8) -> $t {
+                let len = u32::from(len).min(<$t>::BITS);
+                self | !<$t>::MAX.checked_shl(<$t>::BITS - len).unwrap_or(0)
+            }
+            #[inline]
+            fn succ(self) -> $t {
+                self + 1
+            }
+            #[inline]
+            fn common_bits(self, other: $t) -> u32 {
+                (self ^ other).leading_zeros()
+            }
+            #[inline]
+            fn bits(self, from: u32, n: u32) -> usize {
+                // `checked_shl`: a shift by the full width is zero, not a panic.
+                let top = self.checked_shl(from).unwrap_or(0);
+                top.checked_shr(<$t>::BITS - n).unwrap_or(0) as usize
+            }
+            #[inline]
+            fn with_bits(self, from: u32, n: u32, index: usize) -> $t {
+                let keep = !(<$t>::MAX.checked_shr(from).unwrap_or(0));
+                let low = (index as $t)
+                    .checked_shl(<$t>::BITS - from - n)
+                    .unwrap_or(0);
+                (self & keep) | low
+            }
+        }
+    };
+}
+
+key!(u32, 16);
+key!(u64, 16);
+key!(u128, 8);
+
+/// Asks the CPU to fetch the cache line of `x` now. A hint: results do not depend on it.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no effect on memory; `x` is a valid
+    // reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const T).cast::<i8>(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// The ranges being built: starts and values, adjacent ranges of equal value merged.
+struct Out<K> {
+    starts: Vec<K>,
+    vals: Vec<u32>,
+}
+
+impl<K: Key> Out<K> {
+    /// From `start` on, the value is `val`.
+    fn emit(&mut self, start: K, val: u32) {
+        let n = self.starts.len();
+        if self.starts[n - 1] == start {
+            self.vals[n - 1] = val;
+            if n >= 2 && self.vals[n - 2] == val {
+                self.starts.pop();
+                self.vals.pop();
+            }
+        } else if self.vals[n - 1] != val {
+            self.starts.push(start);
+            self.vals.push(val);
+        }
+    }
+}
+
+/// Prefixes flattened into ranges: (first addresses, sorted, the first zero; values,
+/// [`NONE`] where no prefix covers). The input is (address, prefix length, value):
+/// host bits of the address are ignored, lengths are clamped to the width, of two equal
+/// prefixes the later one wins, and no value may be [`NONE`].
+pub fn flatten<K: Key>(prefixes: Vec<(K, u8, u32)>) -> (Vec<K>, Vec<u32>) {
+    // (first, last, value)
+    let mut p: Vec<(K, K, u32)> = prefixes
+        .into_iter()
+        .map(|(a, len, v)| {
+            let len = len.min(K::BITS);
+            (a.network(len), a.last(len), v)
+        })
+        .collect();
+    // Parents (same first address, larger last) before children; stable, so equal
+    // prefixes stay in input order and the last of each run is kept below.
+    p.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut out = Out {
+        starts: Vec::with_capacity(p.len() * 2 + 1),
+        vals: Vec::with_capacity(p.len() * 2 + 1),
+    };
+    out.starts.push(K::ZERO);
+    out.vals.push(NONE);
+    // The prefixes that contain the current address, innermost last: (last, value).
+    let mut stack: Vec<(K, u32)> = Vec::with_capacity(usize::from(K::BITS) + 1);
+    let mut i = 0;
+    while i < p.len() {
+        // The last of a run of equal prefixes.
+        let mut j = i;
+        while j + 1 < p.len() && p[j + 1].0 == p[i].0 && p[j + 1].1 == p[i].1 {
+            j += 1;
+        }
+        let (first, last, val) = p[j];
+        i = j + 1;
+        while let Some(&(end, _)) = stack.last() {
+            if end >= first {
+                break;
+            }
+            stack.pop();
+            // `end < first <= MAX`: the successor exists.
+            out.emit(end.succ(), stack.last().map_or(NONE, |t| t.1));
+        }
+        out.emit(first, val);
+        stack.push((last, val));
+    }
+    while let Some((end, _)) = stack.pop() {
+        if end < K::MAX {
+            out.emit(end.succ(), stack.last().map_or(NONE, |t| t.1));
+        }
+    }
+    out.starts.shrink_to_fit();
+    out.vals.shrink_to_fit();
+    (out.starts, out.vals)
+}
+
+/// Flattened ranges searched through fence levels: see the module doc.
+#[derive(Clone)]
+pub struct RangeTable<K> {
+    /// First address of each range, sorted; `starts[0]` is zero. Padded with `MAX` to a
+    /// whole number of blocks (the padding is never a result: see [`RangeTable::get`]).
+    starts: Box<[K]>,
+    /// How many of `starts` are ranges (the rest is padding).
+    len: usize,
+    /// The value of each range ([`NONE`]: no prefix covers it).
+    vals: Box<[u32]>,
+    /// Fence levels, the one over `starts` first: `levels[0][i] == starts[i * FANOUT]`,
+    /// `levels[j][i] == levels[j - 1][i * FANOUT]`; the last has at most one block.
+    /// Padded like `starts`.
+    levels: Vec<Box<[K]>>,
+}
+
+impl<K: Key> Debug for RangeTable<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeTable")
+            .field("ranges", &self.len)
+            .field("levels", &self.levels.len())
+            .finish()
+    }
+}
+
+impl<K: Key> Default for RangeTable<K> {
+    fn default() -> Self {
+        RangeTable::build(Vec::new())
+    }
+}
+
+/// `v` padded with `K::MAX` to a multiple of `K::FANOUT` (at least one block).
+fn padded<K: Key>(mut v: Vec<K>) -> Box<[K]> {
+    let blocks = v.len().div_ceil(K::FANOUT).max(1);
+    v.resize(blocks * K::FANOUT, K::MAX);
+    v.into_boxed_slice()
+}
+
+/// In the block of `level` at `base` (`FANOUT` keys, the first one <= k): the index of
+/// the last key <= k.
+#[inline]
+fn last_at_or_below<K: Key>(level: &[K], base: usize, k: K) -> usize {
+    let block = &level[base..base + K::FANOUT];
+    // A block may span two cache lines: ask for the second with the first.
+    prefetch(&block[K::FANOUT - 1]);
+    // Keys <= k, branch-free (the compiler vectorizes it); at least one.
+    let n: usize = block.iter().map(|&x| usize::from(x <= k)).sum();
+    base + n - 1
+}
+
+impl<K: Key> RangeTable<K> {
+    /// The table of `prefixes`, see [`flatten`].
+    pub fn build(prefixes: Vec<(K, u8, u32)>) -> RangeTable<K> {
+        let (starts, vals) = flatten(prefixes);
+        RangeTable::from_ranges(starts, vals)
+    }
+
+    /// The table of ranges [`flatten`] made.
+    fn from_ranges(starts: Vec<K>, vals: Vec<u32>) -> RangeTable<K> {
+        let len = starts.len();
+        let mut levels: Vec<Box<[K]>> = Vec::new();
+        let mut below_len = len;
+        while below_len > K::FANOUT {
+            let below: &[K] = levels.last().map_or(&starts[..], |l| &l[..]);
+            let level: Vec<K> = below[..below_len]
+                .iter()
+                .step_by(K::FANOUT)
+                .copied()
+                .collect();
+            below_len = level.len();
+            levels.push(padded(level));
+        }
+        RangeTable {
+            starts: padded(starts),
+            len,
+            vals: vals.into_boxed_slice(),
+            levels,
+        }
+    }
+
+    /// The value of the range that holds `k`, None when no prefix covers it.
+    #[inline]
+    pub fn get(&self, k: K) -> Option<u32> {
+        let v = self.vals[self.index(k)];
+        (v != NONE).then_some(v)
+    }
+
+    /// The index of the range that holds `k`: the last start at or below it.
+    #[inline]
+    fn index(&self, k: K) -> usize {
+        if k == K::MAX {
+            // The padding equals MAX too: the last real range is the answer.
+            return self.len - 1;
+        }
+        let f = K::FANOUT;
+        // At every level, `i` is the last index whose key is <= k. The top level is one
+        // block; below, the answer lies in the block under the fence found above it
+        // (fence i is key i * f of the level below, fence i + 1 is above k).
+        let mut i = 0usize;
+        for level in self.levels.iter().rev() {
+            i = last_at_or_below(level, i * f, k);
+        }
+        // The values of the bottom block are fetched while its keys are scanned (the
+        // two cache misses of a big table overlap instead of following each other).
+        if let Some(v) = self.vals.get(i * f) {
+            prefetch(v);
+        }
+        last_at_or_below(&self.starts, i * f, k)
+    }
+
+    /// Ranges in the table (adjacent ranges of equal value are one).
+    pub fn ranges(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of the table's arrays.
+    pub fn heap_bytes(&self) -> usize {
+        let k = std::mem::size_of::<K>();
+        self.starts.len() * k
+            + self.vals.len() * 4
+            + self.levels.iter().map(|l| l.len() * k).sum::<usize>()
+    }
+}
+
+/// Flattened ranges searched through a directory: see the module doc.
+#[derive(Clone)]
+pub struct DirTable<K> {
+    /// Leading bits every start but the first (zero) shares; the directory indexes the
+    /// [`DIR_BITS`] bits after them.
+    shared: u32,
+    /// An address with those bits (the first non-zero start).
+    region: K,
+    /// `dir[b]..dir[b + 1]`: bucket `b` in `keys` and `vals`.
+    dir: Box<[u32]>,
+    /// Each bucket starts with its first address (the range holding it), then the
+    /// starts inside it.
+    keys: Box<[K]>,
+    vals: Box<[u32]>,
+    /// Values of an address below the region (range 0) and above it (the last range).
+    below: u32,
+    above: u32,
+}
+
+impl<K: Key> Debug for DirTable<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirTable")
+            .field("shared_bits", &self.shared)
+            .field("entries", &self.keys.len())
+            .finish()
+    }
+}
+
+impl<K: Key> DirTable<K> {
+    /// The directory form of flattened ranges (`starts[0]` is zero).
+    fn from_ranges(starts: &[K], vals: &[u32]) -> DirTable<K> {
+        let bits = u32::from(K::BITS);
+        let (shared, region) = match starts {
+            [_, first, .., last] => (first.common_bits(*last).min(bits - DIR_BITS), *first),
+            [_, only] => (bits - DIR_BITS, *only),
+            _ => (0, K::ZERO),
+        };
+        let buckets = 1usize << DIR_BITS;
+        let mut dir = Vec::with_capacity(buckets + 1);
+        let mut keys = Vec::with_capacity(starts.len() + buckets);
+        let mut out = Vec::with_capacity(starts.len() + buckets);
+        // `r`: the range that holds the current bucket's first address.
+        let mut r = 0usize;
+        for b in 0..buckets {
+            let base = region.with_bits(shared, DIR_BITS, b);
+            while r + 1 < starts.len() && starts[r + 1] <= base {
+                r += 1;
+            }
+            dir.push(keys.len() as u32);
+            keys.push(base);
+            out.push(vals[r]);
+            while r + 1 < starts.len()
+                && starts[r + 1].common_bits(region) >= shared
+                && starts[r + 1].bits(shared, DIR_BITS) == b
+            {
+                r += 1;
+                keys.push(starts[r]);
+                out.push(vals[r]);
+            }
+        }
+        dir.push(keys.len() as u32);
+        DirTable {
+            shared,
+            region,
+            dir: dir.into_boxed_slice(),
+            keys: keys.into_boxed_slice(),
+            vals: out.into_boxed_slice(),
+            below: vals[0],
+            above: vals[vals.len() - 1],
+        }
+    }
+
+    /// The value of the range that holds `k`, None when no prefix covers it.
+    #[inline]
+    pub fn get(&self, k: K) -> Option<u32> {
+        let v = if k.common_bits(self.region) < self.shared {
+            // Outside the region: before every start but zero, or after all of them.
+            if k < self.region {
+                self.below
+            } else {
+                self.above
+            }
+        } else {
+            let b = k.bits(self.shared, DIR_BITS);
+            let (lo, hi) = (self.dir[b] as usize, self.dir[b + 1] as usize);
+            // The values are fetched while the keys are searched.
+            prefetch(&self.vals[lo]);
+            let bucket = &self.keys[lo..hi];
+            // Keys <= k; at least one (the bucket's first key is its first address).
+            let n = if bucket.len() <= SCAN {
+                bucket.iter().map(|&x| usize::from(x <= k)).sum()
+            } else {
+                bucket.partition_point(|&x| x <= k)
+            };
+            self.vals[lo + n - 1]
+        };
+        (v != NONE).then_some(v)
+    }
+
+    /// Bytes of the table's arrays.
+    pub fn heap_bytes(&self) -> usize {
+        self.dir.len() * 4 + self.keys.len() * std::mem::size_of::<K>() + self.vals.len() * 4
+    }
+}
+
+/// Flattened ranges, searched the way that suits their number (see the module doc).
+#[derive(Clone)]
+pub enum Table<K> {
+    Tree(RangeTable<K>),
+    Dir(DirTable<K>),
+}
+
+impl<K: Key> Debug for Table<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Table::Tree(t) => t.fmt(f),
+            Table::Dir(t) => t.fmt(f),
+        }
+    }
+}
+
+impl<K: Key> Default for Table<K> {
+    fn default() -> Self {
+        Table::Tree(RangeTable::default())
+    }
+}
+
+impl<K: Key> Table<K> {
+    /// The table of `prefixes`, see [`flatten`].
+    pub fn build(prefixes: Vec<(K, u8, u32)>) -> Table<K> {
+        let (starts, vals) = flatten(prefixes);
+        if starts.len() < DIR_MIN_RANGES {
+            Table::Tree(RangeTable::from_ranges(starts, vals))
+        } else {
+            Table::Dir(DirTable::from_ranges(&starts, &vals))
+        }
+    }
+
+    /// The value of the range that holds `k`, None when no prefix covers it.
+    #[inline]
+    pub fn get(&self, k: K) -> Option<u32> {
+        match self {
+            Table::Tree(t) => t.get(k),
+            Table::Dir(t) => t.get(k),
+        }
+    }
+
+    /// Bytes of the table's arrays.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Table::Tree(t) => t.heap_bytes(),
+            Table::Dir(t) => t.heap_bytes(),
+        }
+    }
+}
+
+/// An IPv6 table: keyed by the top 64 bits when no prefix is longer than /64 (the
+/// usual geo table: half the memory and cheaper compares), by all 128 otherwise.
+#[derive(Clone, Debug)]
+pub enum Ipv6Table {
+    Narrow(Table<u64>),
+    Wide(Table<u128>),
+}
+
+impl Default for Ipv6Table {
+    fn default() -> Self {
+        Ipv6Table::Narrow(Table::default())
+    }
+}
+
+impl Ipv6Table {
+    /// The table of `prefixes`, see [`flatten`].
+    pub fn build(prefixes: Vec<(u128, u8, u32)>) -> Ipv6Table {
+        if prefixes.iter().all(|&(_, len, _)| len <= 64) {
+            Ipv6Table::Narrow(Table::build(
+                prefixes
+                    .into_iter()
+                    .map(|(a, len, v)| ((a >> 64) as u64, len, v))
+                    .collect(),
+            ))
+        } else {
+            Ipv6Table::Wide(Table::build(prefixes))
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, k: u128) -> Option<u32> {
+        match self {
+            Ipv6Table::Narrow(t) => t.get((k >> 64) as u64),
+            Ipv6Table::Wide(t) => t.get(k),
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Ipv6Table::Narrow(t) => t.heap_bytes(),
+            Ipv6Table::Wide(t) => t.heap_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edge_rand::SplitMix64;
+
+    /// The longest prefix that covers `k` (the last given of equal ones), by a scan.
+    fn brute<K: Key>(prefixes: &[(K, u8, u32)], k: K) -> Option<u32> {
+        let mut best: Option<(u8, u32)> = None;
+        for &(a, len, v) in prefixes {
+            let len = len.min(K::BITS);
+            if k.network(len) == a.network(len) && best.is_none_or(|(l, _)| len >= l) {
+                best = Some((len, v));
+            }
+        }
+        best.map(|(_, v)| v)
+    }
+
+    #[test]
+    fn empty_and_whole_space() {
+        let t: RangeTable<u32> = RangeTable::build(Vec::new());
+        assert_eq!(t.get(0), None);
+        assert_eq!(t.get(u32::MAX), None);
+        assert_eq!(t.ranges(), 1);
+        let t = RangeTable::build(vec![(0u32, 0, 7)]);
+        assert_eq!(t.get(0), Some(7));
+        assert_eq!(t.get(u32::MAX), Some(7));
+        let t = RangeTable::build(vec![(u128::MAX, 128, 1), (0u128, 0, 2)]);
+        assert_eq!(t.get(u128::MAX), Some(1));
+        assert_eq!(t.get(u128::MAX - 1), Some(2));
+        assert_eq!(t.get(0), Some(2));
+    }
+
+    #[test]
+    fn nested_prefixes_and_duplicates() {
+        let ip = |a: u8, b: u8, c: u8, d: u8| u32::from_be_bytes([a, b, c, d]);
+        let t = RangeTable::build(vec![
+            (ip(10, 0, 0, 0), 8, 1),
+            (ip(10, 1, 0, 0), 16, 2),
+            (ip(10, 1, 2, 0), 24, 3),
+            (ip(10, 1, 2, 3), 32, 4),
+            (ip(10, 1, 0, 0), 16, 5), // later: wins over the /16 above
+            (ip(10, 255, 255, 255), 32, 6),
+            (ip(192, 168, 0, 0), 16, 1), // same value as 10/8: its own range
+        ]);
+        assert_eq!(t.get(ip(9, 255, 255, 255)), None);
+        assert_eq!(t.get(ip(10, 0, 0, 0)), Some(1));
+        assert_eq!(t.get(ip(10, 1, 0, 0)), Some(5));
+        assert_eq!(t.get(ip(10, 1, 2, 2)), Some(3));
+        assert_eq!(t.get(ip(10, 1, 2, 3)), Some(4));
+        assert_eq!(t.get(ip(10, 1, 2, 4)), Some(3));
+        assert_eq!(t.get(ip(10, 1, 3, 0)), Some(5));
+        assert_eq!(t.get(ip(10, 2, 0, 0)), Some(1));
+        assert_eq!(t.get(ip(10, 255, 255, 254)), Some(1));
+        assert_eq!(t.get(ip(10, 255, 255, 255)), Some(6));
+        assert_eq!(t.get(ip(11, 0, 0, 0)), None);
+        assert_eq!(t.get(ip(192, 168, 7, 7)), Some(1));
+        assert_eq!(t.get(u32::MAX), None);
+    }
+
+    #[test]
+    fn adjacent_equal_values_merge() {
+        // 10.0.0.0/9 and 10.128.0.0/9 with one value are 10/8: three ranges.
+        let t = RangeTable::build(vec![(0x0a00_0000u32, 9, 1), (0x0a80_0000, 9, 1)]);
+        assert_eq!(t.ranges(), 3);
+    }
+
+    /// Random prefixes of random lengths (keys from `key`, clustered so that they nest
+    /// and collide) and the addresses to probe: random ones, and every prefix's first
+    /// and last address and the one after it.
+    fn random_case<K: Key>(
+        rng: &mut SplitMix64,
+        n: usize,
+        key: &impl Fn(&mut SplitMix64) -> K,
+    ) -> (Vec<(K, u8, u32)>, Vec<K>) {
+        let mut prefixes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = rng.below(u64::from(K::BITS) + 1) as u8;
+            let v = rng.below(8) as u32;
+            prefixes.push((key(rng), len, v));
+        }
+        let mut probes: Vec<K> = (0..300).map(|_| key(rng)).collect();
+        for &(a, len, _) in &prefixes {
+            let (first, last) = (a.network(len), a.last(len));
+            probes.extend([first, last]);
+            if last < K::MAX {
+                probes.push(last.succ());
+            }
+        }
+        probes.extend([K::ZERO, K::MAX]);
+        (prefixes, probes)
+    }
+
+    const SIZES: [usize; 7] = [0, 1, 2, 5, 17, 100, 700];
+
+    /// Random tables against the scan.
+    fn random_tables<K: Key>(rng: &mut SplitMix64, key: impl Fn(&mut SplitMix64) -> K) {
+        for round in 0..40 {
+            let (prefixes, probes) = random_case(rng, SIZES[round % SIZES.len()], &key);
+            let t = RangeTable::build(prefixes.clone());
+            for k in probes {
+                assert_eq!(t.get(k), brute(&prefixes, k), "{k:?} in {prefixes:?}");
+            }
+        }
+    }
+
+    fn v4_key(r: &mut SplitMix64) -> u32 {
+        // Addresses from a few /8s so that prefixes nest and collide.
+        let top = [10u32, 11, 192, 255][r.below(4) as usize] << 24;
+        let low = r.next_u64() as u32 & 0x00ff_ffff;
+        top | if r.below(2) == 0 {
+            low & 0x00ff_0f0f
+        } else {
+            low
+        }
+    }
+
+    fn v6_key(r: &mut SplitMix64) -> u128 {
+        let top = [0x2001_0db8u128, 0x2a00_0000, 0xffff_ffff][r.below(3) as usize] << 96;
+        let low = (u128::from(r.next_u64()) << 32 | u128::from(r.next_u64())) & !(0xffff << 112);
+        top | if r.below(2) == 0 {
+            low & (0xff0f << 64)
+        } else {
+            low
+        }
+    }
+
+    #[test]
+    fn random_v4_tables_match_a_scan() {
+        random_tables::<u32>(&mut SplitMix64::new(0x5eed_0004), v4_key);
+    }
+
+    #[test]
+    fn random_v6_tables_match_a_scan() {
+        random_tables::<u128>(&mut SplitMix64::new(0x5eed_0006), v6_key);
+    }
+
+    /// The directory form, forced on small tables too.
+    fn random_directories<K: Key>(rng: &mut SplitMix64, key: impl Fn(&mut SplitMix64) -> K) {
+        for round in 0..30 {
+            let (prefixes, probes) = random_case(rng, SIZES[round % SIZES.len()], &key);
+            let (starts, vals) = flatten(prefixes.clone());
+            let t = DirTable::from_ranges(&starts, &vals);
+            for k in probes {
+                assert_eq!(
+                    t.get(k),
+                    brute(&prefixes, k),
+                    "{k:?} in {prefixes:?} ({t:?})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn random_directories_match_a_scan() {
+        random_directories::<u32>(&mut SplitMix64::new(0x5eed_0d16), v4_key);
+        random_directories::<u128>(&mut SplitMix64::new(0x5eed_0d17), v6_key);
+        // All under one /32, probed inside and outside it: the shared leading bits.
+        random_directories::<u64>(&mut SplitMix64::new(0x5eed_0d18), |r| {
+            let x = r.next_u64();
+            match r.below(4) {
+                0 => x,
+                _ => (0x2001_0db8 << 32) | (x & 0x0000_0000_ffff_ff0f),
+            }
+        });
+        let one = DirTable::from_ranges(&[0u32, 0x0a00_0000, 0x0b00_0000], &[NONE, 1, NONE]);
+        assert_eq!(one.shared, 7);
+        assert_eq!(one.get(0x0a12_3456), Some(1));
+        assert_eq!((one.get(0x09ff_ffff), one.get(0x0b00_0000)), (None, None));
+        assert_eq!((one.get(0), one.get(u32::MAX)), (None, None));
+    }
+
+    #[test]
+    fn random_v6_narrow_and_wide_tables_match_a_scan() {
+        let mut rng = SplitMix64::new(0x5eed_0664);
+        for round in 0..30 {
+            let (mut prefixes, probes) = random_case(&mut rng, SIZES[round % SIZES.len()], &v6_key);
+            if round % 2 == 0 {
+                // At most /64: keyed by the top 64 bits.
+                for p in &mut prefixes {
+                    p.1 = p.1.min(64);
+                }
+            }
+            let t = Ipv6Table::build(prefixes.clone());
+            let narrow = prefixes.iter().all(|p| p.1 <= 64);
+            assert_eq!(matches!(t, Ipv6Table::Narrow(_)), narrow);
+            for k in probes {
+                assert_eq!(t.get(k), brute(&prefixes, k), "{k:#x} in {prefixes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn large_table_levels() {
+        // Enough ranges for several fence levels; every range's first and last address.
+        let mut rng = SplitMix64::new(7);
+        let prefixes: Vec<(u32, u8, u32)> = (0..50_000)
+            .map(|_| {
+                (
+                    rng.next_u64() as u32,
+                    16 + rng.below(17) as u8,
+                    rng.below(250) as u32,
+                )
+            })
+            .collect();
+        let t = RangeTable::build(prefixes.clone());
+        assert!(t.levels.len() >= 3, "{t:?}");
+        let big = Table::build(prefixes.clone());
+        assert!(matches!(big, Table::Dir(_)), "{big:?}");
+        for &(a, len, _) in prefixes.iter().take(300) {
+            for k in [a.network(len), a.last(len)] {
+                let want = brute(&prefixes, k);
+                assert_eq!((t.get(k), big.get(k)), (want, want));
+            }
+        }
+    }
+}
