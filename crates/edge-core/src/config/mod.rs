@@ -16,7 +16,7 @@ pub mod units;
 pub mod validate;
 mod verr;
 
-pub use access::AccessRuleCfg;
+pub use access::{AccessRuleCfg, NetList, RuleList};
 pub use geo::GeoCfg;
 pub use load::{embedded_default, key_line, key_line_in_table, line_of, load, parse, Source};
 pub use logs::{LogEscape, LogFormatCfg};
@@ -853,11 +853,11 @@ pub struct ServerCfg {
     pub cache_status_header: Option<bool>,
     /// Access rules (`config::access`) for the locations that set none.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1095,12 +1095,12 @@ pub struct Location {
     /// Access rules (nginx `allow`/`deny`, `config::access`): networks allowed, then
     /// networks denied; the first match decides, 403 for a deny. None: the server's.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     /// The ordered form: `[{ allow = "..." }, { deny = "..." }]` (not with allow/deny).
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1229,11 +1229,11 @@ pub struct Config {
     pub real_ip: Option<Spanned<RealIpCfg>>,
     /// Access rules for the servers and top-level locations that set none.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
     /// `[[geo]]`: variables looked up by address.
     #[serde(default)]
     pub geo: Vec<GeoCfg>,
