@@ -458,14 +458,21 @@ fn nginx_binary() -> Option<std::path::PathBuf> {
     found
 }
 
-/// Random rules over 127.0.0.0/22 (where the clients are), in nginx's text order:
-/// (allow?, network); host bits are left set as drawn, as an operator may write them.
-fn random_rules(rng: &mut edge_rand::SplitMix64, n: usize) -> Vec<(bool, String)> {
-    let mut rules: Vec<(bool, String)> = (0..n)
+/// Rules in nginx's text order: (allow?, network or `all`).
+type Rules = Vec<(bool, String)>;
+
+/// Random rules over 127.0.0.0/22 (where the clients are); host bits are left set as
+/// drawn, as an operator may write them.
+fn random_rules(rng: &mut edge_rand::SplitMix64, n: usize) -> Rules {
+    let mut rules: Rules = (0..n)
         .map(|_| {
             let a = 0x7f00_0000u32 | (rng.next_u64() as u32 & 0x3ff);
             // Mostly wide networks, so that a client meets several rules of a list.
-            let len = if rng.below(4) == 0 { 29 + rng.below(4) } else { 22 + rng.below(7) };
+            let len = if rng.below(4) == 0 {
+                29 + rng.below(4)
+            } else {
+                22 + rng.below(7)
+            };
             let net = if len == 32 && rng.below(2) == 0 {
                 std::net::Ipv4Addr::from(a).to_string()
             } else {
@@ -501,7 +508,7 @@ fn access_and_geo_agree_with_nginx() {
     let q = |s: &str| format!("\"{s}\"");
     let server_rules = random_rules(&mut rng, 4);
     // (location, rules; None: inherits the server's; true: written as allow/deny)
-    let mut locations: Vec<(String, Option<Vec<(bool, String)>>, bool)> = Vec::new();
+    let mut locations: Vec<(String, Option<Rules>, bool)> = Vec::new();
     for i in 0..16 {
         let rules = match i % 4 {
             0 => None,
@@ -523,7 +530,10 @@ fn access_and_geo_agree_with_nginx() {
     for i in 0..30 {
         let a = 0x7f00_0000u32 | (rng.next_u64() as u32 & 0x3ff);
         let len = 22 + rng.below(11);
-        let net = format!("{}/{len}", std::net::Ipv4Addr::from(a & (u32::MAX << (32 - len))));
+        let net = format!(
+            "{}/{len}",
+            std::net::Ipv4Addr::from(a & (u32::MAX << (32 - len)))
+        );
         if !geo.iter().any(|(n, _)| *n == net) {
             geo.push((net, format!("v{i}")));
         }
@@ -554,13 +564,18 @@ fn access_and_geo_agree_with_nginx() {
         toml_rules(&server_rules, false)
     );
     for (path, rules, split) in &locations {
-        toml.push_str(&format!("[[location]]\nexact = \"{path}\"\nempty_gif = true\n"));
+        toml.push_str(&format!(
+            "[[location]]\nexact = \"{path}\"\nempty_gif = true\n"
+        ));
         if let Some(r) = rules {
             toml.push_str(&toml_rules(r, *split));
         }
     }
     toml.push_str("[[location]]\nexact = \"/geo\"\nreturn = { status = 200, body = \"$g\" }\nallow = [\"all\"]\n");
-    let ranges: Vec<String> = geo.iter().map(|(n, v)| format!("{} = {}", q(n), q(v))).collect();
+    let ranges: Vec<String> = geo
+        .iter()
+        .map(|(n, v)| format!("{} = {}", q(n), q(v)))
+        .collect();
     toml.push_str(&format!(
         "[[geo]]\nvariable = \"$g\"\ndefault = \"ZZ\"\nranges = {{ {} }}\n",
         ranges.join(", ")
@@ -660,7 +675,10 @@ fn access_and_geo_agree_with_nginx() {
     }
     // The mix must reach both answers, or it compares less than it claims.
     assert!(sources.len() >= 150, "{} clients", sources.len());
-    assert!(seen.contains_key(&(false, 200)) && seen.contains_key(&(false, 403)), "{seen:?}");
+    assert!(
+        seen.contains_key(&(false, 200)) && seen.contains_key(&(false, 403)),
+        "{seen:?}"
+    );
     assert!(
         differ.is_empty(),
         "{} answers differ:\n{}\nconfig:\n{toml}",
