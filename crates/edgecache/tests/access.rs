@@ -446,3 +446,243 @@ fn config_test_names_bad_rules_and_geo_files() {
     );
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// nginx, where the sites differential test finds it.
+fn nginx_binary() -> Option<std::path::PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"])
+        .map(|d| std::path::PathBuf::from(d).join("nginx"))
+        .find(|p| p.is_file());
+    found
+}
+
+/// Rules in nginx's text order: (allow?, network or `all`).
+type Rules = Vec<(bool, String)>;
+
+/// Random rules over 127.0.0.0/22 (where the clients are); host bits are left set as
+/// drawn, as an operator may write them.
+fn random_rules(rng: &mut edge_rand::SplitMix64, n: usize) -> Rules {
+    let mut rules: Rules = (0..n)
+        .map(|_| {
+            let a = 0x7f00_0000u32 | (rng.next_u64() as u32 & 0x3ff);
+            // Mostly wide networks, so that a client meets several rules of a list.
+            let len = if rng.below(4) == 0 {
+                29 + rng.below(4)
+            } else {
+                22 + rng.below(7)
+            };
+            let net = if len == 32 && rng.below(2) == 0 {
+                std::net::Ipv4Addr::from(a).to_string()
+            } else {
+                format!("{}/{len}", std::net::Ipv4Addr::from(a))
+            };
+            (rng.below(2) == 0, net)
+        })
+        .collect();
+    if rng.below(2) == 0 {
+        rules.push((rng.below(3) == 0, "all".into()));
+    }
+    rules
+}
+
+/// Differential test: random access lists and a random geo table, written as an
+/// `nginx.conf` and as TOML, and the same clients (bound to addresses across
+/// 127.0.0.0/22) sent to both. Every status (empty_gif behind the rules: 200 or 403)
+/// and every geo value must agree. Covers interleaved rules (`access_rules` against
+/// nginx's text order), allow-then-deny lists written as `allow`/`deny`, host bits in
+/// rules, `all`, server rules inherited by locations without rules, and longest-prefix
+/// geo lookups. nginx must be installed (`.ci/run` does): without it the test fails,
+/// unless `EDGECACHE_TEST_ALLOW_FALLBACK=1`.
+#[test]
+fn access_and_geo_agree_with_nginx() {
+    let Some(nginx) = nginx_binary() else {
+        edge_testkit::fallback(
+            "access differential test against nginx",
+            "nginx is not installed (apt-get install nginx)",
+        );
+        return;
+    };
+    let mut rng = edge_rand::SplitMix64::new(0x27_acc);
+    let q = |s: &str| format!("\"{s}\"");
+    let server_rules = random_rules(&mut rng, 4);
+    // (location, rules; None: inherits the server's; true: written as allow/deny)
+    let mut locations: Vec<(String, Option<Rules>, bool)> = Vec::new();
+    for i in 0..16 {
+        let rules = match i % 4 {
+            0 => None,
+            1 => {
+                // Allows, then denies: the order `allow`/`deny` keys stand for.
+                let n = 1 + rng.below(6) as usize;
+                let mut r = random_rules(&mut rng, n);
+                r.sort_by_key(|(allow, _)| !*allow);
+                Some(r)
+            }
+            _ => {
+                let n = 1 + rng.below(8) as usize;
+                Some(random_rules(&mut rng, n))
+            }
+        };
+        locations.push((format!("/l{i}"), rules, i % 4 == 1));
+    }
+    let mut geo: Vec<(String, String)> = Vec::new();
+    for i in 0..30 {
+        let a = 0x7f00_0000u32 | (rng.next_u64() as u32 & 0x3ff);
+        let len = 22 + rng.below(11);
+        let net = format!(
+            "{}/{len}",
+            std::net::Ipv4Addr::from(a & (u32::MAX << (32 - len)))
+        );
+        if !geo.iter().any(|(n, _)| *n == net) {
+            geo.push((net, format!("v{i}")));
+        }
+    }
+
+    // edgecache: the server's rules at the top level (top-level locations inherit them).
+    let toml_rules = |rules: &[(bool, String)], split: bool| -> String {
+        if split {
+            let list = |want: bool| {
+                let v: Vec<String> = rules
+                    .iter()
+                    .filter(|(a, _)| *a == want)
+                    .map(|(_, n)| q(n))
+                    .collect();
+                v.join(", ")
+            };
+            format!("allow = [{}]\ndeny = [{}]\n", list(true), list(false))
+        } else {
+            let items: Vec<String> = rules
+                .iter()
+                .map(|(a, n)| format!("{{ {} = {} }}", if *a { "allow" } else { "deny" }, q(n)))
+                .collect();
+            format!("access_rules = [{}]\n", items.join(", "))
+        }
+    };
+    let mut toml = format!(
+        "{HEAD}{}\n[[listen]]\naddr = \"{{listen}}\"\n",
+        toml_rules(&server_rules, false)
+    );
+    for (path, rules, split) in &locations {
+        toml.push_str(&format!(
+            "[[location]]\nexact = \"{path}\"\nempty_gif = true\n"
+        ));
+        if let Some(r) = rules {
+            toml.push_str(&toml_rules(r, *split));
+        }
+    }
+    toml.push_str("[[location]]\nexact = \"/geo\"\nreturn = { status = 200, body = \"$g\" }\nallow = [\"all\"]\n");
+    let ranges: Vec<String> = geo
+        .iter()
+        .map(|(n, v)| format!("{} = {}", q(n), q(v)))
+        .collect();
+    toml.push_str(&format!(
+        "[[geo]]\nvariable = \"$g\"\ndefault = \"ZZ\"\nranges = {{ {} }}\n",
+        ranges.join(", ")
+    ));
+    let (_ec, ec_addr, _) = edgecache(&toml);
+
+    let nginx_rules = |rules: &[(bool, String)]| -> String {
+        rules
+            .iter()
+            .map(|(a, n)| format!("{} {n}; ", if *a { "allow" } else { "deny" }))
+            .collect()
+    };
+    let (_ng, ng_addr) = edge_testkit::start_listening(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = edge_testkit::free_addr();
+        let d = dir.path().display();
+        let mut conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\nhttp {{\n\
+             access_log off;\ndefault_type text/plain;\n\
+             client_body_temp_path {d}/cbt; proxy_temp_path {d}/pt; fastcgi_temp_path {d}/ft;\n\
+             uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\ngeo $g {{ default ZZ; "
+        );
+        for (n, v) in &geo {
+            conf.push_str(&format!("{n} {v}; "));
+        }
+        conf.push_str(&format!(
+            "}}\nserver {{\nlisten {addr};\n{}\n",
+            nginx_rules(&server_rules)
+        ));
+        for (path, rules, _) in &locations {
+            let r = rules.as_deref().map(nginx_rules).unwrap_or_default();
+            conf.push_str(&format!("location = {path} {{ {r}empty_gif; }}\n"));
+        }
+        conf.push_str("location = /geo { allow all; return 200 \"$g\"; }\n}\n}\n");
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let prefix = format!("{d}/");
+        let err = format!("{d}/error.log");
+        let path = path.display().to_string();
+        let mut p =
+            edge_testkit::Proc::spawn_in(&nginx, &["-p", &prefix, "-e", &err, "-c", &path], dir);
+        p.try_wait_port(addr, START).map_err(|mut e| {
+            let log = std::fs::read_to_string(&err).unwrap_or_default();
+            e.port_taken |= log.contains("Address already in use");
+            e.message.push_str(&format!("\nerror.log:\n{log}"));
+            e
+        })?;
+        Ok((p, addr))
+    });
+
+    let paths: Vec<&str> = locations
+        .iter()
+        .map(|(p, _, _)| p.as_str())
+        .chain(["/geo"])
+        .collect();
+    // Clients: at the first and last address of every network of the rules and of the
+    // geo table, just outside them, and at random across the /22.
+    let mut sources: Vec<u32> = Vec::new();
+    let all_rules = locations
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref())
+        .flatten()
+        .chain(&server_rules)
+        .map(|(_, n)| n)
+        .chain(geo.iter().map(|(n, _)| n));
+    for net in all_rules {
+        let Some((a, len)) = net.split_once('/') else {
+            continue;
+        };
+        let (a, len): (std::net::Ipv4Addr, u32) = (a.parse().unwrap(), len.parse().unwrap());
+        let first = u32::from(a) & (u32::MAX << (32 - len));
+        let last = first | !(u32::MAX << (32 - len));
+        sources.extend([first, last, first.wrapping_sub(1), last.wrapping_add(1)]);
+    }
+    sources.extend((0..40).map(|_| 0x7f00_0000u32 | (rng.next_u64() as u32 & 0x3ff)));
+    // Loopback only (127/8; not 127.0.0.0 itself), each once.
+    sources.retain(|a| a >> 24 == 127 && *a != 0x7f00_0000);
+    sources.sort_unstable();
+    sources.dedup();
+    let mut differ = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for &a in &sources {
+        let src = std::net::Ipv4Addr::from(a).to_string();
+        let want = get_all(&src, ng_addr, &paths, &[]);
+        let got = get_all(&src, ec_addr, &paths, &[]);
+        for ((path, w), g) in paths.iter().zip(&want).zip(&got) {
+            *seen.entry((path == &"/geo", w.status)).or_insert(0) += 1;
+            let same = w.status == g.status && (*path != "/geo" || w.body == g.body);
+            if !same {
+                differ.push(format!(
+                    "{src} {path}: nginx {} {:?}, edgecache {} {:?}",
+                    w.status, w.body, g.status, g.body
+                ));
+            }
+        }
+    }
+    // The mix must reach both answers, or it compares less than it claims.
+    assert!(sources.len() >= 150, "{} clients", sources.len());
+    assert!(
+        seen.contains_key(&(false, 200)) && seen.contains_key(&(false, 403)),
+        "{seen:?}"
+    );
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}\nconfig:\n{toml}",
+        differ.len(),
+        differ.join("\n")
+    );
+}

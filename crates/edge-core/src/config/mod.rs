@@ -19,7 +19,7 @@ pub mod validate;
 mod verr;
 
 pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
-pub use access::AccessRuleCfg;
+pub use access::{AccessRuleCfg, NetList, RuleList};
 pub use geo::GeoCfg;
 pub use load::{
     embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
@@ -868,11 +868,11 @@ pub struct ServerCfg {
     pub limit_conn: LimitConnList,
     /// Access rules (`config::access`) for the locations that set none.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
     #[serde(default)]
     pub location: Vec<Location>,
 }
@@ -1123,12 +1123,12 @@ pub struct Location {
     /// Access rules (nginx `allow`/`deny`, `config::access`): networks allowed, then
     /// networks denied; the first match decides, 403 for a deny. None: the server's.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     /// The ordered form: `[{ allow = "..." }, { deny = "..." }]` (not with allow/deny).
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
 }
 
 /// `cache_key_args = { sort = true, exclude = ["utm_*"] }` (or `include = [...]`).
@@ -1269,11 +1269,11 @@ pub struct Config {
     pub limit_conn: LimitConnList,
     /// Access rules for the servers and top-level locations that set none.
     #[serde(default)]
-    pub allow: access::NetList,
+    pub allow: NetList,
     #[serde(default)]
-    pub deny: access::NetList,
+    pub deny: NetList,
     #[serde(default)]
-    pub access_rules: access::RuleList,
+    pub access_rules: RuleList,
     /// `[[geo]]`: variables looked up by address.
     #[serde(default)]
     pub geo: Vec<GeoCfg>,
