@@ -358,18 +358,16 @@ impl Worker {
         // The client's `limit_conn` counts first: a connection over its limit must not
         // make room by closing other clients' idle connections. On a PROXY listener the
         // client is known only once its header is read (`proxied_session`).
-        let held = {
-            let cfg = self.config();
-            let proxied = cfg.listeners.get(listen).is_some_and(|l| l.proxy_protocol);
-            if proxied {
-                Held::default()
-            } else {
-                match self.accept_limits(&cfg, peer, listen) {
-                    Some(held) => held,
-                    None => {
-                        drop(stream);
-                        return;
-                    }
+        let cfg = self.config();
+        let proxied = cfg.listeners.get(listen).is_some_and(|l| l.proxy_protocol);
+        let held = if proxied {
+            Held::default()
+        } else {
+            match self.accept_limits(&cfg, peer, listen) {
+                Some(held) => held,
+                None => {
+                    drop(stream);
+                    return;
                 }
             }
         };
@@ -388,7 +386,7 @@ impl Worker {
             drop(stream);
             return;
         }
-        start_session(self, stream, peer, listen, held);
+        start_session(self, &cfg, stream, peer, listen, held);
     }
 
     /// The `limit_conn` counts a new connection of `client` on listener `listen` takes
@@ -548,8 +546,11 @@ async fn channel_loop(w: Rc<Worker>, mut rx: tokio::sync::mpsc::Receiver<crate::
     }
 }
 
+/// Serves an accepted connection on listener `listen`, under `cfg` (the snapshot
+/// [`Worker::admit`] took); `held`: the `limit_conn` counts it took at accept.
 fn start_session(
     w: &Rc<Worker>,
+    cfg: &Shared,
     stream: std::net::TcpStream,
     peer: std::net::SocketAddr,
     listen: usize,
@@ -559,15 +560,10 @@ fn start_session(
     let stats = w.svc.stats();
     stats.accepted.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
-    let (proto, deferred, proxy_protocol) = {
-        let cfg = w.config();
-        match cfg.listeners.get(listen) {
-            Some(p) if p.tls.is_some() || p.http2 => {
-                (Some(p.clone()), p.deferred, p.proxy_protocol)
-            }
-            Some(p) => (None, p.deferred, p.proxy_protocol),
-            None => (None, false, false),
-        }
+    let (proto, deferred, proxy_protocol) = match cfg.listeners.get(listen) {
+        Some(p) if p.tls.is_some() || p.http2 => (Some(p.clone()), p.deferred, p.proxy_protocol),
+        Some(p) => (None, p.deferred, p.proxy_protocol),
+        None => (None, false, false),
     };
     if proxy_protocol {
         // Its header first, in a task of its own (the fast path below is untouched).
