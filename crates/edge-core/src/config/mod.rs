@@ -6,9 +6,9 @@
 //! (`deny_unknown_fields` everywhere): a typo must never be silently ignored.
 //! The embedded default (`default.toml`) is what `edgecache` runs with no `-c`.
 
-pub mod limits;
 pub mod access;
 pub mod geo;
+pub mod limits;
 mod load;
 pub mod logs;
 pub mod memory;
@@ -18,9 +18,9 @@ pub mod units;
 pub mod validate;
 mod verr;
 
-pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
 pub use access::{AccessRuleCfg, NetList, RuleList};
 pub use geo::GeoCfg;
+pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
 pub use load::{
     embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
 };
