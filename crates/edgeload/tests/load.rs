@@ -7,21 +7,14 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{edgeload, reported_requests, Framing, TestServer};
+use common::{edgeload, edgeload_json, reported_requests, Framing, TestServer};
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn json_of(path: &std::path::Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).expect("json file written");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{text}"))
-}
 
 #[test]
 fn request_counts_match_what_the_server_saw() {
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -31,8 +24,6 @@ fn request_counts_match_what_the_server_saw() {
             "10s",
             "--requests",
             "500",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/x"),
         ],
         LIMIT,
@@ -42,7 +33,6 @@ fn request_counts_match_what_the_server_saw() {
     assert_eq!(srv.requests(), 500);
     // Keep-alive: one connection per -c, no more.
     assert_eq!(srv.connections(), 4);
-    let v = json_of(&json);
     assert_eq!(v["requests"], 500);
     assert_eq!(v["status"]["200"], 500);
     assert_eq!(v["connections_opened"], 4);
@@ -52,9 +42,7 @@ fn request_counts_match_what_the_server_saw() {
 #[test]
 fn open_loop_sends_at_the_requested_rate() {
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -64,8 +52,6 @@ fn open_loop_sends_at_the_requested_rate() {
             "500",
             "-d",
             "4s",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -77,7 +63,6 @@ fn open_loop_sends_at_the_requested_rate() {
         "server saw {sent} requests, want 2000 ± 5%\n{}",
         r.stdout
     );
-    let v = json_of(&json);
     assert_eq!(v["mode"], "open");
     assert_eq!(v["target_rps"], 500.0);
     // Corrected latency is measured from the intended send time, so it is never below
@@ -174,9 +159,7 @@ fn verify_catches_a_corrupted_body() {
 #[test]
 fn ramp_produces_connect_and_delay_distributions() {
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -186,8 +169,6 @@ fn ramp_produces_connect_and_delay_distributions() {
             "40",
             "-d",
             "1s",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -208,7 +189,6 @@ fn ramp_produces_connect_and_delay_distributions() {
         spread >= Duration::from_millis(140),
         "connections opened within {spread:?}, want ~175ms"
     );
-    let v = json_of(&json);
     assert_eq!(v["connect_us"]["count"], 8);
     assert_eq!(v["delay_us"]["count"], 8);
     assert!(v["connect_us"]["max"].as_u64().unwrap() > 0 || v["connect_us"]["p50"] == 0);
@@ -217,24 +197,8 @@ fn ramp_produces_connect_and_delay_distributions() {
 #[test]
 fn json_parses_and_holds_percentiles() {
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
-        &[
-            "-t",
-            "1",
-            "-c",
-            "2",
-            "-d",
-            "500ms",
-            "--json",
-            json.to_str().unwrap(),
-            &srv.url("/"),
-        ],
-        LIMIT,
-    );
+    let (r, v) = edgeload_json(&["-t", "1", "-c", "2", "-d", "500ms", &srv.url("/")], LIMIT);
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
-    let v = json_of(&json);
     let n = v["requests"].as_u64().unwrap();
     assert!(n > 0);
     assert_eq!(n, reported_requests(&r.stdout));
@@ -364,8 +328,7 @@ fn mix_and_paths_spread_requests_and_report_classes() {
         format!("# test mix\n3 /small\n\n1 {}\n", srv.url("/large")),
     )
     .unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "1",
@@ -377,8 +340,6 @@ fn mix_and_paths_spread_requests_and_report_classes() {
             mix.to_str().unwrap(),
             "--paths",
             "4",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -408,7 +369,6 @@ fn mix_and_paths_spread_requests_and_report_classes() {
         "{}",
         r.stdout
     );
-    let v = json_of(&json);
     assert_eq!(v["classes"][0]["url"], "/small/*");
     assert_eq!(v["classes"][0]["requests"].as_u64(), Some(small));
     assert_eq!(v["classes"][1]["requests"].as_u64(), Some(large));
@@ -418,9 +378,7 @@ fn mix_and_paths_spread_requests_and_report_classes() {
 fn zipf_paths_favour_the_low_ids() {
     // Zipf(1) over 100 ids: P(1) = 1 / H(100) ≈ 0.193, P(2) half of that.
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -432,8 +390,6 @@ fn zipf_paths_favour_the_low_ids() {
             "100",
             "--zipf",
             "1.0",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/z"),
         ],
         LIMIT,
@@ -455,7 +411,6 @@ fn zipf_paths_favour_the_low_ids() {
     assert!((1.6..2.5).contains(&ratio), "count(1)/count(2) = {ratio}");
     let top10: u64 = (1..=10).map(count).sum();
     assert!(top10 > 3000, "ids 1..10 take ~56% of requests, got {top10}");
-    let v = json_of(&json);
     assert_eq!(
         (v["paths"].as_u64(), v["zipf"].as_f64()),
         (Some(100), Some(1.0))
@@ -707,9 +662,7 @@ fn verifies_edgeorigin_bodies_over_a_size_mix() {
 #[test]
 fn source_binds_connections_round_robin_over_the_range() {
     let srv = TestServer::start(Framing::Length, None);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -719,8 +672,6 @@ fn source_binds_connections_round_robin_over_the_range() {
             "400",
             "--source",
             "127.0.0.2-127.0.0.5",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/s"),
         ],
         LIMIT,
@@ -733,14 +684,7 @@ fn source_binds_connections_round_robin_over_the_range() {
         r.stdout
     );
     assert_eq!(srv.requests(), 400);
-    let mut peers: Vec<String> = srv
-        .seen
-        .peers
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|ip| ip.to_string())
-        .collect();
+    let mut peers = srv.peers();
     peers.sort();
     assert_eq!(
         peers,
@@ -755,7 +699,6 @@ fn source_binds_connections_round_robin_over_the_range() {
             "127.0.0.5"
         ]
     );
-    let v = json_of(&json);
     assert_eq!(v["source"], "127.0.0.2-127.0.0.5");
     assert_eq!(v["source_addresses"], 4);
     assert_eq!(v["connections_opened"], 8);
@@ -783,14 +726,7 @@ fn source_reconnects_walk_every_address() {
     );
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
     assert_eq!(srv.requests(), 9);
-    let peers: Vec<String> = srv
-        .seen
-        .peers
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|ip| ip.to_string())
-        .collect();
+    let peers = srv.peers();
     let want: Vec<String> = ["127.0.0.7", "127.0.0.3", "127.0.0.4"]
         .iter()
         .cycle()
@@ -826,8 +762,7 @@ fn rejections_are_counted_per_status_and_do_not_abort() {
     let dir = tempfile::tempdir().unwrap();
     let mix = dir.path().join("mix");
     std::fs::write(&mix, "1 /ok\n3 /429/limited\n").unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "1",
@@ -837,8 +772,6 @@ fn rejections_are_counted_per_status_and_do_not_abort() {
             "2000",
             "--mix",
             mix.to_str().unwrap(),
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -847,7 +780,6 @@ fn rejections_are_counted_per_status_and_do_not_abort() {
     assert_eq!(srv.requests(), 2000);
     // Keep-alive survives a 429: no reconnects.
     assert_eq!(srv.connections(), 4);
-    let v = json_of(&json);
     let ok = v["status"]["200"].as_u64().unwrap();
     let limited = v["status"]["429"].as_u64().unwrap();
     assert_eq!(ok + limited, 2000);

@@ -8,12 +8,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{edgeload, reported_requests, TestServer};
+use common::{edgeload, edgeload_json, json_of, reported_requests, TestServer};
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 use rustls::HandshakeKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -229,11 +229,6 @@ async fn serve(
     }
 }
 
-fn json_of(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).expect("json file written");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{text}"))
-}
-
 fn no_errors(v: &serde_json::Value) {
     for (k, n) in v["errors"].as_object().unwrap() {
         assert_eq!(n, 0, "errors.{k}: {}", v["errors"]);
@@ -244,11 +239,10 @@ fn no_errors(v: &serde_json::Value) {
 fn https_keepalive_answers_every_request_over_one_handshake_per_connection() {
     let srv = TlsServer::start(Mode::KeepAlive);
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
     let mix = dir.path().join("mix.txt");
     // Small bodies and 300 KB ones (many records per response), all verified.
     std::fs::write(&mix, format!("3 /small\n1 {}\n", srv.url("/big"))).unwrap();
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -260,8 +254,6 @@ fn https_keepalive_answers_every_request_over_one_handshake_per_connection() {
             "--verify",
             "--mix",
             mix.to_str().unwrap(),
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -310,7 +302,6 @@ fn https_keepalive_answers_every_request_over_one_handshake_per_connection() {
         .unwrap()
         .iter()
         .all(|a| a.as_deref() == Some(b"http/1.1")));
-    let v = json_of(&json);
     assert_eq!(v["requests"], 400);
     assert_eq!(v["url"], srv.url("/"));
     assert_eq!(
@@ -535,9 +526,7 @@ fn dns_host_is_sent_as_sni() {
 #[test]
 fn ramp_reports_the_tls_handshake_distribution() {
     let srv = TlsServer::start(Mode::KeepAlive);
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let r = edgeload(
+    let (r, v) = edgeload_json(
         &[
             "-t",
             "2",
@@ -548,8 +537,6 @@ fn ramp_reports_the_tls_handshake_distribution() {
             "-d",
             "500ms",
             "-k",
-            "--json",
-            json.to_str().unwrap(),
             &srv.url("/"),
         ],
         LIMIT,
@@ -563,7 +550,6 @@ fn ramp_reports_the_tls_handshake_distribution() {
     ] {
         assert!(r.stdout.contains(block), "missing {block:?}:\n{}", r.stdout);
     }
-    let v = json_of(&json);
     assert_eq!(v["tls_handshake_us"]["count"], 6);
     // Connections opened 10 ms apart may resume the sessions of the earlier ones (the
     // config, and its session cache, is shared by both threads), but not the first.

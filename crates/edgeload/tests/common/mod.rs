@@ -80,6 +80,17 @@ impl TestServer {
     pub fn connections(&self) -> u64 {
         self.seen.connections.load(Ordering::SeqCst)
     }
+
+    /// The peer address of every accepted connection, in accept order.
+    pub fn peers(&self) -> Vec<String> {
+        self.seen
+            .peers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|ip| ip.to_string())
+            .collect()
+    }
 }
 
 /// The status line for a path: `/429...` is rate limited (a client that counts 429s
@@ -194,6 +205,28 @@ pub fn edgeload(args: &[&str], limit: Duration) -> Run {
         .spawn()
         .expect("spawn edgeload");
     finish(child, limit)
+}
+
+/// Runs the real binary with `--json FILE` and then `args`; returns the run and the JSON
+/// it wrote (`Null` when it wrote none, so a test asserts the exit code first).
+pub fn edgeload_json(args: &[&str], limit: Duration) -> (Run, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let mut all = vec!["--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let r = edgeload(&all, limit);
+    let v = if json.exists() {
+        json_of(&json)
+    } else {
+        serde_json::Value::Null
+    };
+    (r, v)
+}
+
+/// The JSON file a run wrote, parsed.
+pub fn json_of(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("json file written");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{text}"))
 }
 
 /// Waits for a spawned child with a limit and collects its output.
