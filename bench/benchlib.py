@@ -9,8 +9,10 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -111,8 +113,8 @@ def busiest(work, pid, tag):
     return best
 
 
-# Process groups, CPU time and child processes (bench/limits.py; bench/tls.py has its
-# own copies of the first four).
+# Process groups, CPU time and child processes (bench/limits.py, bench/tls.py,
+# bench/index-scale.py).
 
 def group_pids(pgid):
     """Every process of the process group `pgid`."""
@@ -197,3 +199,74 @@ def parse_cpu_list(text):
     if not cpus:
         raise ValueError("empty CPU list")
     return cpus
+
+
+# Shared by the comparison scripts (bench/limits.py, bench/tls.py) and the callgrind
+# ones (bench/limits-cost.py, bench/sites-cost.py, bench/hit-cost.py).
+
+def need(tool, script, nginx_hint=""):
+    """The tool's path (nginx: EDGEBENCH_NGINX first, as edgebench); exits with
+    `<script>: <tool> is not installed` (and `nginx_hint` after it for nginx) if missing."""
+    path = os.environ.get("EDGEBENCH_NGINX") if tool == "nginx" else None
+    path = path or shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/usr/local/sbin")
+    if not path:
+        raise SystemExit(f"{script}: {tool} is not installed"
+                         + (nginx_hint if tool == "nginx" else ""))
+    return path
+
+
+def origin_requests(port):
+    """The requests edgeorigin on `port` has answered so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
+        return json.loads(r.read())["requests"]
+
+
+def spawn_origin(port):
+    """edgeorigin on 127.0.0.1:port, output discarded (the caller waits for the port)."""
+    return subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
+                             f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def med(xs, fmt):
+    """The median of the values that are not None, formatted, with (min–max) when there
+    are several; "n/a" when there are none."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    m = fmt.format(statistics.median(xs))
+    if len(xs) == 1:
+        return m
+    return f"{m} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+
+def log_lines(dir):
+    """The non-blank lines of `dir`'s error.log and stderr.log, each prefixed by its file."""
+    lines = []
+    for name in ("error.log", "stderr.log"):
+        p = os.path.join(dir, name)
+        if os.path.exists(p):
+            with open(p, errors="replace") as f:
+                lines += [f"{name}: {ln.rstrip()}" for ln in f if ln.strip()]
+    return lines
+
+
+def checked_edgecache(dir, text):
+    """Writes `text` to dir/edgecache.toml, checks it with `edgecache -t` (raises if it
+    fails) and returns the command line that runs it."""
+    path = os.path.join(dir, "edgecache.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    subprocess.run([os.path.join(BIN, "edgecache"), "-t", "-c", path], check=True,
+                   capture_output=True)
+    return [os.path.join(BIN, "edgecache"), "-c", path]
+
+
+def edgeload_requests(url, requests, connections=1, timeout="300s", extra=()):
+    """Sends `requests` requests to `url` with one edgeload thread over `connections`
+    connections (`extra` flags before the URL); returns how many it reports answered."""
+    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(connections), "-T", timeout,
+           "--requests", str(requests), *extra, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"(\d+) requests in", out)
+    return int(m.group(1)) if m else requests

@@ -25,7 +25,6 @@ Deterministic enough to compare: callgrind counts instructions, not time.
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -34,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, BIN, callgrind_ir, free_port, wait_port
+from benchlib import ROOT, BIN, callgrind_ir, edgeload_requests, free_port, wait_port
 
 
 
@@ -45,11 +44,7 @@ def get(port, path, headers=None):
 
 
 def load(port, path, requests, connections=1):
-    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(connections), "-T", "120s",
-           "--requests", str(requests), f"http://127.0.0.1:{port}{path}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    m = re.search(r"(\d+) requests in", out)
-    return int(m.group(1)) if m else requests
+    return edgeload_requests(f"http://127.0.0.1:{port}{path}", requests, connections, "120s")
 
 
 def edgecache_config(dir, port, origin, memory):

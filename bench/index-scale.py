@@ -43,21 +43,9 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, BIN, free_port, wait_port, get_json
+from benchlib import ROOT, BIN, free_port, wait_port, get_json, group_pids
 
 SIZES = ["512", "1k", "2k", "4k"]
-
-
-def group_pids(pgid):
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if os.getpgid(int(d)) == pgid:
-                    pids.append(int(d))
-            except OSError:
-                pass
-    return pids
 
 
 def pss_kib(pgid):

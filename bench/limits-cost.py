@@ -29,15 +29,13 @@ cancelled. `--reps` times, median kept.
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from benchlib import BIN, callgrind_ir, free_port, wait_port
+from benchlib import (callgrind_ir, checked_edgecache, edgeload_requests, free_port,
+                      spawn_origin, wait_port)
 
 TARGET = "/obj/1k/1"
 
@@ -86,12 +84,7 @@ keepalive = 4
 [[location]]
 prefix = "/"
 {handler}{loc}'''
-    path = os.path.join(dir, "edgecache.toml")
-    with open(path, "w") as f:
-        f.write(text)
-    subprocess.run([os.path.join(BIN, "edgecache"), "-t", "-c", path], check=True,
-                   capture_output=True)
-    return [os.path.join(BIN, "edgecache"), "-c", path]
+    return checked_edgecache(dir, text)
 
 
 def get(port):
@@ -103,12 +96,8 @@ def get(port):
 
 
 def load(port, requests):
-    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", "1", "-T", "300s",
-           "--requests", str(requests), f"http://127.0.0.1:{port}{TARGET}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    m = re.search(r"(\d+) requests in", out)
-    done = int(m.group(1)) if m else requests
-    assert done == requests, (done, requests, out)
+    done = edgeload_requests(f"http://127.0.0.1:{port}{TARGET}", requests)
+    assert done == requests, (done, requests)
 
 
 def warm(port, name):
@@ -137,9 +126,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     origin_port = free_port()
-    origin = subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
-                               f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    origin = spawn_origin(origin_port)
     results = {}
     try:
         wait_port(origin_port, timeout=60)

@@ -78,8 +78,9 @@ import tempfile
 import time
 import urllib.request
 
+import benchlib
 from benchlib import (ROOT, BIN, free_port, wait_port, get_json, group_cpu_s, cpu_busy,
-                      stop_group, parse_cpu_list)
+                      stop_group, parse_cpu_list, origin_requests, med, log_lines)
 
 # EDGEBENCH_EDGECACHE overrides the edgecache binary alone, as for edgebench's own runs.
 EDGECACHE_BIN = os.environ.get("EDGEBENCH_EDGECACHE") or os.path.join(BIN, "edgecache")
@@ -243,18 +244,7 @@ http {{
 
 
 def need(tool):
-    """The tool's path (nginx: EDGEBENCH_NGINX first, as edgebench); exits if missing."""
-    path = os.environ.get("EDGEBENCH_NGINX") if tool == "nginx" else None
-    path = path or shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/usr/local/sbin")
-    if not path:
-        raise SystemExit(f"limits.py: {tool} is not installed"
-                         + (" (sudo bench/peers/install.sh)" if tool == "nginx" else ""))
-    return path
-
-
-def origin_requests(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
-        return json.loads(r.read())["requests"]
+    return benchlib.need(tool, "limits.py", " (sudo bench/peers/install.sh)")
 
 
 def edgecache_config(s, limits):
@@ -346,13 +336,7 @@ class Server:
         return got
 
     def log_lines(self):
-        lines = []
-        for name in ("error.log", "stderr.log"):
-            p = os.path.join(self.dir, name)
-            if os.path.exists(p):
-                with open(p, errors="replace") as f:
-                    lines += [f"{name}: {ln.rstrip()}" for ln in f if ln.strip()]
-        return lines
+        return log_lines(self.dir)
 
     def log_tail(self, n=20):
         return "\n".join(self.log_lines()[-n:])
@@ -629,16 +613,6 @@ def shared_cpu_warning(rows, a):
 
 
 # ---- derived figures ----
-
-def med(xs, fmt):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "n/a"
-    m = fmt.format(statistics.median(xs))
-    if len(xs) == 1:
-        return m
-    return f"{m} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
-
 
 def median(xs):
     xs = [x for x in xs if x is not None]

@@ -33,14 +33,12 @@ instructions, not time: the ratio is stable across machines of one architecture.
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import tempfile
 import time
 import urllib.request
 
-from benchlib import BIN, callgrind_ir, free_port, wait_port
+from benchlib import (callgrind_ir, checked_edgecache, edgeload_requests, free_port,
+                      spawn_origin, wait_port)
 
 TARGET = "/obj/1k/1?b=2&a=1&utm_source=x"
 HOSTS = {
@@ -106,12 +104,7 @@ def config(name, dir, port, origin, key):
         text += f'[[location]]\nprefix = "/"\n{LOC}'
     else:
         text += sites_config(key)
-    path = os.path.join(dir, "edgecache.toml")
-    with open(path, "w") as f:
-        f.write(text)
-    subprocess.run([os.path.join(BIN, "edgecache"), "-t", "-c", path], check=True,
-                   capture_output=True)
-    return [os.path.join(BIN, "edgecache"), "-c", path]
+    return checked_edgecache(dir, text)
 
 
 def get(port, host):
@@ -121,12 +114,8 @@ def get(port, host):
 
 
 def load(port, host, requests):
-    cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", "1", "-T", "300s",
-           "--requests", str(requests), "-H", f"Host: {host}",
-           f"http://127.0.0.1:{port}{TARGET}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    m = re.search(r"(\d+) requests in", out)
-    return int(m.group(1)) if m else requests
+    return edgeload_requests(f"http://127.0.0.1:{port}{TARGET}", requests,
+                             extra=("-H", f"Host: {host}"))
 
 
 def load_all(port, host, requests):
@@ -163,9 +152,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     origin_port = free_port()
-    origin = subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
-                               f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    origin = spawn_origin(origin_port)
     results = {}
     try:
         wait_port(origin_port, timeout=60)

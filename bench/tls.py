@@ -65,14 +65,15 @@ import re
 import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, BIN, free_port, wait_port
+import benchlib
+from benchlib import (ROOT, BIN, free_port, wait_port, group_cpu_s as cpu_s, cpu_busy,
+                      stop_group, origin_requests, med, log_lines)
 
 CELLS = ["h2-1k", "h2-100k", "h1-1k", "h1-100k", "handshake-full", "handshake-resumed"]
 SERVERS = ["edgecache", "nginx"]
@@ -89,84 +90,13 @@ SHARED_CPU = 0.2
 
 
 def need(tool):
-    """The tool's path (nginx: EDGEBENCH_NGINX first, as edgebench); exits if missing."""
-    path = os.environ.get("EDGEBENCH_NGINX") if tool == "nginx" else None
-    path = path or shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/usr/local/sbin")
-    if not path:
-        raise SystemExit(f"tls.py: {tool} is not installed")
-    return path
-
-
-def group_pids(pgid):
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if os.getpgid(int(d)) == pgid:
-                    pids.append(int(d))
-            except OSError:
-                pass
-    return pids
-
-
-def cpu_s(pgid):
-    """User + system CPU seconds of every process of the group, all threads, plus what
-    the children they reaped used (cutime, cstime), so that a child exiting mid-cell
-    (nginx's cache loader) does not take its time out of the sum."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in group_pids(pgid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15])
-        except OSError:
-            pass
-    return total / tick
-
-
-def cpu_busy():
-    """Per CPU, (busy seconds so far: all but idle, iowait and steal; of which softirq),
-    from /proc/stat."""
-    tick = os.sysconf("SC_CLK_TCK")
-    busy = {}
-    with open("/proc/stat") as f:
-        for ln in f:
-            name, *vals = ln.split()
-            if name.startswith("cpu") and name != "cpu":
-                v = [int(x) for x in vals]
-                busy[int(name[3:])] = ((sum(v[:8]) - v[3] - v[4] - v[7]) / tick, v[6] / tick)
-    return busy
+    return benchlib.need(tool, "tls.py")
 
 
 def client_cpu():
     """CPU seconds of the children this script has reaped (the load generators)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
-
-
-def stop_group(proc, grace=5):
-    """SIGTERM to proc's process group, SIGKILL after grace seconds."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    # Workers may outlive a master that exited: the whole group goes.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def run_client(cmd, log, timeout):
@@ -184,11 +114,6 @@ def run_client(cmd, log, timeout):
             raise
     with open(log) as f:
         return rc, f.read()
-
-
-def origin_requests(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
-        return json.loads(r.read())["requests"]
 
 
 def make_certs(d):
@@ -380,13 +305,7 @@ class Server:
         return got["full"], got["resumed"]
 
     def log_lines(self):
-        lines = []
-        for name in ("error.log", "stderr.log"):
-            p = os.path.join(self.dir, name)
-            if os.path.exists(p):
-                with open(p, errors="replace") as f:
-                    lines += [f"{name}: {ln.rstrip()}" for ln in f if ln.strip()]
-        return lines
+        return log_lines(self.dir)
 
     def log_tail(self, n=20):
         return "\n".join(self.log_lines()[-n:])
@@ -555,16 +474,6 @@ def measure(cell, server, secs, rep, work, oport):
                     f"edgecache counted {row['srv_full']} full + {row['srv_resumed']} resumed "
                     f"handshakes, the client {client_full} full + {row['resumed']} resumed")
     return row
-
-
-def med(xs, fmt):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "n/a"
-    m = fmt.format(statistics.median(xs))
-    if len(xs) == 1:
-        return m
-    return f"{m} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
 
 
 def per_cpu(r, key="requests"):
