@@ -365,31 +365,11 @@ ranges = { "127.0.0.2" = "AA", "127.0.0.5" = "AA", "127.0.0.4" = "BB" }
     assert_eq!(denied(s.admin), 1);
 }
 
-/// `edgecache -t -c DIR/edgecache.toml` with `files` (name, text) beside it.
-fn check_in_dir(config: &str, files: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    let path = dir.path().join("edgecache.toml");
-    std::fs::write(&path, config).unwrap();
-    let out = std::process::Command::new(edge_testkit::bin("edgecache"))
-        .args(["-t", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        dir.path().display().to_string(),
-    )
-}
-
 #[test]
 fn config_test_names_bad_rules_and_geo_files() {
     let base = "[[listen]]\naddr = \"127.0.0.1:1\"\n[[location]]\nprefix = \"/\"\nreturn = { status = 200 }\n";
     // A bad prefix in allow: its line.
-    let (code, err, dir) = check_in_dir(
+    let (code, err, dir) = check_config_in_dir(
         &format!("{base}allow = [\"10.0.0.0/8\", \"10.0.0.0/40\"]\n"),
         &[],
     );
@@ -401,7 +381,7 @@ fn config_test_names_bad_rules_and_geo_files() {
         "{err}"
     );
     // access_rules with allow in one block.
-    let (code, err, dir) = check_in_dir(
+    let (code, err, dir) = check_config_in_dir(
         &format!("{base}allow = [\"10.0.0.0/8\"]\naccess_rules = [{{ deny = \"all\" }}]\n"),
         &[],
     );
@@ -412,7 +392,7 @@ fn config_test_names_bad_rules_and_geo_files() {
     );
     // A bad network in the geo file: the config's line, then the file's.
     let geo = "[[geo]]\nvariable = \"$country\"\nfile = \"geo.csv\"\n";
-    let (code, err, dir) = check_in_dir(
+    let (code, err, dir) = check_config_in_dir(
         &format!("{base}{geo}"),
         &[("geo.csv", "# net,country\n10.0.0.0/8,A\n10.0.0.300/8,B\n")],
     );
@@ -424,7 +404,7 @@ fn config_test_names_bad_rules_and_geo_files() {
         "{err}"
     );
     // A missing geo file.
-    let (code, err, dir) = check_in_dir(&format!("{base}{geo}"), &[]);
+    let (code, err, dir) = check_config_in_dir(&format!("{base}{geo}"), &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(&format!(
@@ -433,14 +413,14 @@ fn config_test_names_bad_rules_and_geo_files() {
         "{err}"
     );
     // An unknown variable in a rule.
-    let (code, err, _) = check_in_dir(&format!("{base}deny = [\"$country\"]\n"), &[]);
+    let (code, err, _) = check_config_in_dir(&format!("{base}deny = [\"$country\"]\n"), &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("location.deny: \"$country\": unknown variable"),
         "{err}"
     );
     // And a good one passes, the file found beside the config.
-    let (code, err, _) = check_in_dir(
+    let (code, err, _) = check_config_in_dir(
         &format!("{base}deny = [\"$country\"]\n{geo}"),
         &[("geo.csv", "10.0.0.0/8,A\n")],
     );

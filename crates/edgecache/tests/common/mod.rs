@@ -582,15 +582,33 @@ pub fn check_config(text: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, text).unwrap();
+    let (code, stderr) = config_test(&path);
+    (code, stderr, path.display().to_string())
+}
+
+/// `edgecache -t -c DIR/edgecache.toml` holding `text`, with `files` (name, contents)
+/// beside it: (exit code, stderr, DIR).
+pub fn check_config_in_dir(text: &str, files: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, contents) in files {
+        std::fs::write(dir.path().join(name), contents).unwrap();
+    }
+    let path = dir.path().join("edgecache.toml");
+    std::fs::write(&path, text).unwrap();
+    let (code, stderr) = config_test(&path);
+    (code, stderr, dir.path().display().to_string())
+}
+
+/// `edgecache -t -c path`: (exit code, stderr).
+fn config_test(path: &std::path::Path) -> (Option<i32>, String) {
     let out = std::process::Command::new(bin("edgecache"))
         .args(["-t", "-c"])
-        .arg(&path)
+        .arg(path)
         .output()
         .unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-        path.display().to_string(),
     )
 }
 
