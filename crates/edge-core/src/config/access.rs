@@ -221,14 +221,9 @@ pub(super) fn validate(cfg: &Config, known: &Known) -> Result<(), VErr> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, ConfigError};
+    use super::super::parse;
+    use super::super::tests::{err, MIN};
     use super::*;
-
-    const MIN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
-
-    fn err(text: &str) -> ConfigError {
-        parse("t.toml", text).expect_err("config should be rejected")
-    }
 
     fn ip(s: &str) -> std::net::IpAddr {
         s.parse().unwrap()

@@ -233,14 +233,9 @@ pub(super) fn load(cfg: &Config, base: &Path) -> Result<(), VErr> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, ConfigError};
+    use super::super::parse;
+    use super::super::tests::{err, MIN};
     use super::*;
-
-    const MIN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
-
-    fn err(text: &str) -> ConfigError {
-        parse("t.toml", text).expect_err("config should be rejected")
-    }
 
     #[test]
     fn ranges_and_files_load_when_parsed() {

@@ -1,10 +1,13 @@
 use super::*;
 
-fn err(text: &str) -> ConfigError {
+/// The error of a config that must be rejected (also used by the tests of the config
+/// submodules).
+pub(super) fn err(text: &str) -> ConfigError {
     parse("t.toml", text).expect_err("config should be rejected")
 }
 
-const MIN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
+/// The smallest valid config: one listener.
+pub(super) const MIN: &str = "[[listen]]\naddr = \"127.0.0.1:8080\"\n";
 
 #[test]
 fn embedded_default_is_valid() {
