@@ -97,6 +97,13 @@ def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout):
         p.wait()
 
 
+def add_callgrind_args(ap, reps):
+    """The arguments of `callgrind_ir` on an ArgumentParser: --n1, --n2, --reps."""
+    ap.add_argument("--n1", type=int, default=2000)
+    ap.add_argument("--n2", type=int, default=12000)
+    ap.add_argument("--reps", type=int, default=reps)
+
+
 def busiest(work, pid, tag):
     """Largest Ir among the dumps (one per thread) carrying this tag."""
     best = 0

@@ -33,7 +33,8 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import ROOT, BIN, callgrind_ir, edgeload_requests, free_port, wait_port
+from benchlib import (ROOT, BIN, add_callgrind_args, callgrind_ir, edgeload_requests,
+                      free_port, spawn_origin, wait_port)
 
 
 
@@ -153,9 +154,7 @@ def strace_calls(cmd, port, path, n, connections, work):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="1k")
-    ap.add_argument("--n1", type=int, default=2000)
-    ap.add_argument("--n2", type=int, default=12000)
-    ap.add_argument("--reps", type=int, default=2)
+    add_callgrind_args(ap, reps=2)
     ap.add_argument("--strace-requests", type=int, default=20000)
     ap.add_argument("--out")
     ap.add_argument("--servers", default="edgecache-ram,edgecache-disk,nginx")
@@ -163,9 +162,7 @@ def main():
     path = f"/obj/{a.size}/1"
     results = {}
     origin_port = free_port()
-    origin = subprocess.Popen([os.path.join(BIN, "edgeorigin"), "--listen",
-                               f"127.0.0.1:{origin_port}"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    origin = spawn_origin(origin_port)
     try:
         wait_port(origin_port, timeout=60)
         for name in a.servers.split(","):

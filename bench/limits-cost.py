@@ -34,8 +34,8 @@ import time
 import urllib.error
 import urllib.request
 
-from benchlib import (callgrind_ir, checked_edgecache, edgeload_requests, free_port,
-                      spawn_origin, wait_port)
+from benchlib import (add_callgrind_args, callgrind_ir, checked_edgecache, edgeload_requests,
+                      free_port, spawn_origin, wait_port)
 
 TARGET = "/obj/1k/1"
 
@@ -119,9 +119,7 @@ def warm(port, name):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n1", type=int, default=2000)
-    ap.add_argument("--n2", type=int, default=12000)
-    ap.add_argument("--reps", type=int, default=3)
+    add_callgrind_args(ap, reps=3)
     ap.add_argument("--configs", default=",".join(LIMITS))
     ap.add_argument("--out")
     a = ap.parse_args()

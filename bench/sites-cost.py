@@ -37,8 +37,8 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import (callgrind_ir, checked_edgecache, edgeload_requests, free_port,
-                      spawn_origin, wait_port)
+from benchlib import (add_callgrind_args, callgrind_ir, checked_edgecache, edgeload_requests,
+                      free_port, spawn_origin, wait_port)
 
 TARGET = "/obj/1k/1?b=2&a=1&utm_source=x"
 HOSTS = {
@@ -140,9 +140,7 @@ def warm(port, host):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n1", type=int, default=2000)
-    ap.add_argument("--n2", type=int, default=12000)
-    ap.add_argument("--reps", type=int, default=3)
+    add_callgrind_args(ap, reps=3)
     ap.add_argument("--configs", default=",".join(HOSTS))
     ap.add_argument("--keep", action="store_true",
                     help="keep the callgrind files (for callgrind_annotate)")
