@@ -396,11 +396,19 @@ pub struct Aio {
     pub directio: SizeOrOff,
     #[serde(default = "default_true")]
     pub sendfile: bool,
+    /// The largest cache-hit body (or range) sent by sendfile; larger ones are written
+    /// from a mapping of the file in one write (`http/mapped.rs`). `"off"`: always
+    /// sendfile.
+    #[serde(default = "default_sendfile_max")]
+    pub sendfile_max: SizeOrOff,
     #[serde(default)]
     pub thread_pool: ThreadPool,
 }
 fn default_directio() -> SizeOrOff {
     SizeOrOff(Some(4 << 20))
+}
+fn default_sendfile_max() -> SizeOrOff {
+    SizeOrOff(Some(448 << 10))
 }
 fn default_true() -> bool {
     true
@@ -411,6 +419,7 @@ impl Default for Aio {
             mode: AioMode::Auto,
             directio: default_directio(),
             sendfile: true,
+            sendfile_max: default_sendfile_max(),
             thread_pool: ThreadPool::default(),
         }
     }

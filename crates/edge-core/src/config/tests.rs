@@ -539,3 +539,15 @@ fn one_default_server_per_listen_addr() {
     assert_eq!(e.line, 10, "{e}");
     assert!(e.message.contains("server \"a.example\""), "{e}");
 }
+
+#[test]
+fn aio_sendfile_max_defaults_parses_and_reports_bad_values() {
+    let cfg = parse("t.toml", MIN).unwrap();
+    assert_eq!(cfg.aio.sendfile_max.0, Some(448 << 10));
+    let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = \"off\"\n")).unwrap();
+    assert_eq!(cfg.aio.sendfile_max.0, None);
+    let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = \"1m\"\n")).unwrap();
+    assert_eq!(cfg.aio.sendfile_max.0, Some(1 << 20));
+    let e = err(&format!("{MIN}[aio]\nsendfile_max = \"big\"\n"));
+    assert_eq!((e.line, e.key.as_str()), (4, "aio.sendfile_max"), "{e}");
+}

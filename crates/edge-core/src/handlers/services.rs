@@ -25,6 +25,9 @@ pub struct Services {
     pub scratch: RefCell<Vec<u8>>,
     /// Response compression: this worker's handle on the compression pool.
     pub compress: crate::compress::Compressor,
+    /// Mappings of large object bodies, kept beside the open-file cache (see
+    /// [`crate::http::mapped`]). Borrowed only between awaits.
+    pub maps: RefCell<crate::http::mapped::MapCache>,
 }
 
 /// Largest scratch buffer kept between responses.
@@ -54,6 +57,16 @@ impl Services {
         }
     }
 
+    /// How many body mappings this worker keeps and for how long: the open-file
+    /// cache's `max` and `inactive` (a mapping lives like the descriptor beside it).
+    pub fn map_limits(&self) -> crate::http::mapped::MapLimits {
+        let files = self.local_settings.get().files;
+        crate::http::mapped::MapLimits {
+            max: files.max,
+            inactive_ticks: files.inactive_ticks,
+        }
+    }
+
     /// Copy the RAM tier's and open-file cache's counters to `/metrics`.
     pub fn publish_local(&self) {
         self.stats().local.publish(&self.local.borrow());
@@ -68,6 +81,7 @@ impl Services {
             *self.local.borrow_mut() = settings.build(self.metrics.workers.len());
         }
         self.local.borrow_mut().files.sweep();
+        self.maps.borrow_mut().sweep(self.map_limits());
         for c in shared.caches.values() {
             c.flush_touches(&self.local);
         }

@@ -2,7 +2,7 @@
 //! plus read buffer, per-operation timeouts), one request/response [`exchange::Exchange`],
 //! the [`session`] loop that reads heads and calls a [`session::Service`] for each, the
 //! small complete responses every handler sends ([`respond`]) and file bodies sent to the
-//! socket ([`send`]).
+//! socket ([`send`], and large ones written from a mapping of the file, [`mapped`]).
 //!
 //! Nothing here names a worker, a route or a handler: the layer above implements
 //! [`session::Service`] and passes what a call needs as arguments.
@@ -14,6 +14,7 @@ pub mod fields;
 pub mod h2;
 pub mod h2stream;
 pub mod idle;
+pub mod mapped;
 pub mod node;
 pub mod respond;
 pub mod send;

@@ -44,15 +44,25 @@ pub enum SendMode {
     Direct,
 }
 
-/// `aio.sendfile` and `aio.directio`, decided once per config generation.
+/// `aio.sendfile`, `aio.directio` and `aio.sendfile_max`, decided once per config
+/// generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendPolicy {
     pub sendfile: bool,
     /// Files at least this big are read with O_DIRECT.
     pub directio: Option<u64>,
+    /// Cache-hit bodies (or ranges) larger than this that would go by sendfile are
+    /// written from a mapping of the file instead ([`super::mapped`]).
+    pub sendfile_max: Option<u64>,
 }
 
 impl SendPolicy {
+    /// Whether `len` bytes of a file of `file_size` bytes would rather be written from
+    /// a mapping than sent by sendfile (see [`super::mapped`]).
+    pub fn maps(&self, file_size: u64, len: u64) -> bool {
+        self.mode_for(file_size) == SendMode::Sendfile && self.sendfile_max.is_some_and(|m| len > m)
+    }
+
     /// The path for a body from a file of `file_size` bytes.
     pub fn mode_for(&self, file_size: u64) -> SendMode {
         match self.directio {

@@ -218,6 +218,7 @@ async fn run(spec: WorkerSpec) {
             local_settings: std::cell::Cell::new(settings),
             scratch: RefCell::new(Vec::new()),
             compress: crate::compress::Compressor::new(spec.compress.clone()),
+            maps: RefCell::new(Default::default()),
         }),
         access_log: Rc::new(RefCell::new(LogBuffers::default())),
         snapshot: RefCell::new(Rc::new(spec.shared.load_full())),

@@ -229,6 +229,7 @@ impl Shared {
             send: SendPolicy {
                 sendfile: cfg.aio.sendfile,
                 directio: cfg.aio.directio.0,
+                sendfile_max: cfg.aio.sendfile_max.0,
             },
             generation,
             local: LocalSettings::from_config(cfg),

@@ -9,11 +9,14 @@
 //! `X-Cache-Status` and `Cache-Status`. Bodies up to
 //! [`INLINE_BODY`] are `pread` into the same buffer as the head and go out in one write;
 //! larger ones follow the head by `sendfile` (or `pread` in chunks when sendfile is off),
-//! so the body is never copied more than once.
+//! so the body is never copied more than once; and those over `aio.sendfile_max` leave
+//! with the head in one `writev` from a mapping of the file (`http::mapped`: TCP paces a
+//! large sendfile'd body with timers, not one written at once).
 
 use super::ctx::{mark, CacheStatus, Ctx};
 use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::mapped::{is_file_fault, write_mapped};
 use crate::http::respond::bodiless;
 use crate::http::send::send_file_range;
 use edge_cache::hit::{content_type, not_modified, validators};
@@ -281,7 +284,9 @@ async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), Exch
 
 /// Sends `head` followed by the body bytes in `range`: a RAM body leaves with the head
 /// in one `writev`; a small range on disk is read into the head's buffer (one write), a
-/// large one follows it by sendfile/pread. Returns the body bytes sent.
+/// large one follows it by sendfile/pread, and one over `aio.sendfile_max` leaves with it
+/// from a mapping of the file when its pages are cached ([`send_mapped`]). Returns the
+/// body bytes sent.
 async fn send_body(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -298,7 +303,7 @@ async fn send_body(
             ctx.w.give_buf(head);
             return Ok(n);
         }
-        HitBody::File(f) => &**f,
+        HitBody::File(f) => f,
     };
     if let Some(part) = entry
         .body_head
@@ -322,6 +327,12 @@ async fn send_body(
         conn.write_all(&head, send).await?;
         ctx.w.give_buf(head);
         return Ok(n);
+    }
+    if ctx.shared.send.maps(entry.body_len, n) && conn.io.is_tcp() {
+        if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
+            ctx.w.give_buf(head);
+            return sent;
+        }
     }
     // The head leaves on its own, pushed at once, before the body's sendfile (as nginx
     // does without `tcp_nopush`). Holding it with MSG_MORE to share the body's first
@@ -357,6 +368,48 @@ async fn send_body(
         }
         Err(e) => Err(ExchangeError::Client(e)),
     }
+}
+
+/// A range larger than `aio.sendfile_max`, written with the head from a mapping of the
+/// object's file (`http::mapped` says why that beats sendfile for large bodies):
+/// under `off`, and under `auto` and `io_uring` when every page of the range is in the
+/// page cache (`mincore`), which is when those backends send on the loop anyway. None
+/// when not taken (the caller then sends by sendfile, off the loop where the data is
+/// cold): mappings off (`open_file_cache = "off"`), no mapping to be had, a page not
+/// cached, or `threads`, whose every send runs on its pool. Returns the body bytes sent.
+async fn send_mapped(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    entry: &HitEntry,
+    file: &std::sync::Arc<std::fs::File>,
+    head: &[u8],
+    range: std::ops::Range<u64>,
+) -> Option<Result<u64, ExchangeError>> {
+    let backend = ctx.w.file_io.mode();
+    if backend == edge_aio::Mode::Threads {
+        return None;
+    }
+    let limits = ctx.w.map_limits();
+    let map = ctx
+        .w
+        .maps
+        .borrow_mut()
+        .get(file, entry.body_offset, entry.body_len, limits)?;
+    let bytes = range.start as usize..range.end as usize;
+    if backend != edge_aio::Mode::Off && !map.resident(bytes.clone()).unwrap_or(false) {
+        return None;
+    }
+    let send = ctx.shared.timeouts.send;
+    Some(match write_mapped(conn, head, &map, bytes, send).await {
+        Ok(()) => Ok(range.end - range.start),
+        Err(e) if is_file_fault(&e) => {
+            // The file shrank under the mapping: cut this response, drop the object.
+            ctx.cache
+                .drop_corrupt(entry, &format!("reading the body: {e}"));
+            Err(abort(e))
+        }
+        Err(e) => Err(ExchangeError::Client(e)),
+    })
 }
 
 fn is_file_error(e: &io::Error) -> bool {

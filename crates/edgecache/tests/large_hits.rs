@@ -1,0 +1,392 @@
+//! Large cache hits: bodies (or ranges) over `aio.sendfile_max` leave with the head in
+//! one write from a mapping of the object's file instead of by sendfile
+//! (`crates/edge-core/src/http/mapped.rs`). The real `edgecache` in front of the real
+//! `edgeorigin`: every answer byte for byte the origin's (whole, ranged across the
+//! write chunks, suffix, multipart, If-Range, HEAD) on one keep-alive connection; the
+//! mapping made only where it should be (not under `threads`, not with
+//! `sendfile_max = "off"`), dropped after `open_file_cache.inactive`; a cold object
+//! read off the loop before it is written from a mapping; and a file truncated under
+//! the server cuts the response and is fetched again, never served whole and wrong.
+//!
+//! The first test follows the `EDGECACHE_TEST_AIO` backend matrix of `./test`.
+
+mod common;
+
+use common::{cached_config, edgecache, files, get_text, origin, LOCAL};
+use edge_testkit::{get, Client, Proc, Response};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+struct Node {
+    _origin: Proc,
+    origin: SocketAddr,
+    cache: Proc,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// `top` adds top-level keys, `tables` tables (an `[aio]` table takes the test out
+    /// of the backend matrix). No RAM tier: these hits read the disk tier.
+    fn start(top: &str, tables: &str) -> Node {
+        let (o, origin_addr) = origin();
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = format!(
+            "{top}\n{}\n[memory_cache]\nsize = \"off\"\n{tables}\n",
+            cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL)
+        );
+        let (cache, addr, admin) = edgecache(&cfg);
+        Node {
+            _origin: o,
+            origin: origin_addr,
+            cache,
+            addr,
+            admin,
+            dir,
+        }
+    }
+
+    fn cache_dir(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// The object files the server has mapped now (`/proc/PID/maps`).
+    fn mapped(&self) -> Vec<String> {
+        let dir = self.cache_dir().to_string_lossy().into_owned();
+        std::fs::read_to_string(format!("/proc/{}/maps", self.cache.child.id()))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|p| p.starts_with(&dir))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The worker's file I/O backend, from `/status`.
+    fn backend(&self) -> String {
+        let v: serde_json::Value = serde_json::from_str(&get_text(self.admin, "/status")).unwrap();
+        v["workers"][0]["aio"]["mode"].as_str().unwrap().to_string()
+    }
+
+    /// The object file of `path`'s only stored object (the test stores one at a time).
+    fn only_file(&self) -> PathBuf {
+        let f = files(&self.cache_dir());
+        assert_eq!(f.len(), 1, "one object stored: {f:?}");
+        PathBuf::from(&f[0].0)
+    }
+}
+
+fn status(r: &Response) -> &str {
+    r.header("x-cache-status").unwrap_or("-")
+}
+
+/// A multipart/byteranges body's parts: (Content-Range, bytes).
+fn parts(r: &Response) -> Vec<(String, Vec<u8>)> {
+    let ct = r.header("content-type").unwrap();
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .unwrap_or_else(|| panic!("{ct}"));
+    let sep = format!("\r\n--{boundary}");
+    let body = &r.body;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = find(&body[at..], sep.as_bytes()) {
+        let start = at + i + sep.len();
+        if body[start..].starts_with(b"--") {
+            break;
+        }
+        let head_end = start + find(&body[start..], b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&body[start..head_end]).to_string();
+        let range = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Range: "))
+            .unwrap()
+            .to_string();
+        let (a, b) = range
+            .strip_prefix("bytes ")
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .split_once('-')
+            .unwrap();
+        let len = b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1;
+        out.push((range, body[head_end..head_end + len].to_vec()));
+        at = head_end + len;
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Whole, ranged, multipart, If-Range and HEAD answers for `path` on one keep-alive
+/// connection, each checked against the origin's bytes.
+fn check_every_shape(n: &Node, path: &str) {
+    let want = get(n.origin, path, &[]).body;
+    let len = want.len();
+    let mut c = Client::connect(n.addr);
+    c.set_read_timeout(Duration::from_secs(20));
+    let r = c.get(path, &[]);
+    assert_eq!((r.status, status(&r)), (200, "HIT"), "{path}");
+    assert!(r.body == want, "{path}: whole body");
+    let etag = r.header("etag").unwrap().to_string();
+    // Across the first write's 1 MiB and past it (a 3 MiB object), from the middle.
+    for (range, a, b) in [
+        ("bytes=100-2000000", 100, 2000000usize.min(len - 1)),
+        ("bytes=-600000", len - 600000, len - 1),
+        ("bytes=500000-", 500000, len - 1),
+        ("bytes=0-99", 0, 99),
+    ] {
+        let r = c.get(path, &[&format!("Range: {range}")]);
+        assert_eq!((r.status, status(&r)), (206, "HIT"), "{path} {range}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes {a}-{b}/{len}").as_str())
+        );
+        assert!(r.body == want[a..=b], "{path} {range}: bytes");
+    }
+    let m = c.get(path, &["Range: bytes=0-499999,600000-1199999,1000-1009"]);
+    assert_eq!(m.status, 206, "{path} multipart");
+    let got = parts(&m);
+    assert_eq!(got.len(), 3, "{path}: three parts");
+    let spans = [(0, 499999), (600000, 1199999.min(len - 1)), (1000, 1009)];
+    for ((range, bytes), (a, b)) in got.iter().zip(spans) {
+        assert_eq!(range, &format!("bytes {a}-{b}/{len}"));
+        assert!(bytes[..] == want[a..=b], "{path} part {range}");
+    }
+    let ir = c.get(
+        path,
+        &["Range: bytes=0-599999", &format!("If-Range: {etag}")],
+    );
+    assert_eq!((ir.status, ir.body.len()), (206, 600000));
+    assert!(ir.body == want[..600000]);
+    let ir = c.get(path, &["Range: bytes=0-599999", "If-Range: \"other\""]);
+    assert_eq!(ir.status, 200);
+    assert!(
+        ir.body == want,
+        "{path}: If-Range mismatch sends the whole body"
+    );
+    let h = c.request("HEAD", path, &[]);
+    assert_eq!((h.status, status(&h)), (200, "HIT"));
+    assert_eq!(h.header("content-length"), Some(len.to_string().as_str()));
+    assert!(h.body.is_empty());
+    // The connection is still in step after all that.
+    let r = c.get(path, &[]);
+    assert!(
+        r.status == 200 && r.body == want,
+        "{path}: after the others"
+    );
+}
+
+#[test]
+fn large_hits_are_byte_exact_and_mapped_where_they_should_be() {
+    let n = Node::start("", "");
+    for path in ["/obj/1m/1", "/obj/3m/2"] {
+        let r = get(n.addr, path, &[]);
+        assert_eq!((r.status, status(&r)), (200, "MISS"), "{path}");
+        check_every_shape(&n, path);
+    }
+    let mapped = n.mapped();
+    match n.backend().as_str() {
+        // Every send of `threads` runs on its pool: nothing is mapped.
+        "threads" => assert!(mapped.is_empty(), "threads mapped {mapped:?}"),
+        other => assert_eq!(
+            mapped.len(),
+            2,
+            "{other}: one mapping per large object, kept: {mapped:?}"
+        ),
+    }
+    // A body at or under `sendfile_max` goes by sendfile, unmapped.
+    let before = n.mapped().len();
+    let r = get(n.addr, "/obj/400k/3", &[]);
+    assert_eq!(r.status, 200);
+    let r = get(n.addr, "/obj/400k/3", &[]);
+    assert_eq!(status(&r), "HIT");
+    assert!(r.body == get(n.origin, "/obj/400k/3", &[]).body);
+    assert_eq!(n.mapped().len(), before, "a 400 KiB body is not mapped");
+}
+
+#[test]
+fn sendfile_max_off_sends_every_body_by_sendfile() {
+    let n = Node::start("", "[aio]\nsendfile_max = \"off\"\n");
+    let r = get(n.addr, "/obj/3m/4", &[]);
+    assert_eq!(r.status, 200);
+    check_every_shape(&n, "/obj/3m/4");
+    assert!(n.mapped().is_empty(), "{:?}", n.mapped());
+}
+
+#[test]
+fn mappings_go_with_the_open_file_cache() {
+    // Dropped after `inactive` without hits, and never made without the cache.
+    let n = Node::start("open_file_cache = { max = 100, inactive = \"1s\" }", "");
+    let path = "/obj/1m/5";
+    get(n.addr, path, &[]);
+    check_every_shape(&n, path);
+    if n.backend() != "threads" {
+        assert_eq!(n.mapped().len(), 1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !n.mapped().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the idle mapping was never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check_every_shape(&n, path);
+
+    let off = Node::start("open_file_cache = \"off\"", "");
+    get(off.addr, path, &[]);
+    check_every_shape(&off, path);
+    assert!(off.mapped().is_empty(), "{:?}", off.mapped());
+}
+
+/// Writes back and drops every cached file's pages; false when the kernel could not
+/// (a tmpfs, whose pages are the file).
+fn evict(dir: &Path) -> bool {
+    let mut all = true;
+    for (path, _) in files(dir) {
+        let Ok(f) = std::fs::File::open(&path) else {
+            continue;
+        };
+        f.sync_all().unwrap();
+        // SAFETY: a valid open fd; fadvise takes no pointers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0, "fadvise {path}");
+        let mut b = [0u8; 1];
+        let iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let last = f.metadata().unwrap().len().saturating_sub(1) as i64;
+        // SAFETY: one iovec over `b`, a live 1-byte buffer; a RWF_NOWAIT read fails
+        // with EAGAIN instead of reading a page that is not cached.
+        let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, last, libc::RWF_NOWAIT) };
+        all &= got != 1;
+    }
+    all
+}
+
+#[test]
+fn a_cold_large_hit_is_read_off_the_loop_then_written_from_its_mapping() {
+    let n = Node::start("", "[aio]\nmode = \"auto\"\n");
+    let path = "/obj/3m/6";
+    let want = get(n.origin, path, &[]).body;
+    assert_eq!(get(n.addr, path, &[]).status, 200); // the fill; nothing mapped yet
+    assert!(n.mapped().is_empty());
+    if !evict(&n.cache_dir()) {
+        edge_testkit::fallback(
+            "a cold large hit",
+            "the cache directory's pages cannot be dropped (tmpfs?)",
+        );
+        return;
+    }
+    let handoffs = || {
+        common::metric_in(
+            &get_text(n.admin, "/metrics"),
+            "edgecache_aio_handoffs_total{worker=\"0\",backend=\"auto\"}",
+        )
+        .unwrap_or(0)
+    };
+    let before = handoffs();
+    let r = get(n.addr, path, &[]);
+    assert_eq!((r.status, status(&r)), (200, "HIT"));
+    assert!(r.body == want, "the cold hit's bytes");
+    assert!(
+        handoffs() > before,
+        "a cold body goes to the pool, not through a mapping on the loop"
+    );
+    // Now cached (the pool's sendfile read it): the next hits use the mapping.
+    check_every_shape(&n, path);
+    assert_eq!(n.mapped().len(), 1);
+}
+
+/// GET with `Connection: close`: (status, body, whether the body is whole, X-Checksum).
+fn get_closing(addr: SocketAddr, path: &str) -> (u16, Vec<u8>, bool, Option<String>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw); // a reset ends it too
+    let Some(end) = find(&raw, b"\r\n\r\n") else {
+        return (0, Vec::new(), false, None);
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let status = head[9..12].parse().unwrap();
+    let header = |n: &str| {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(n)))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let len: usize = header("content-length").unwrap().parse().unwrap();
+    let body = raw[end + 4..].to_vec();
+    let complete = body.len() == len;
+    (status, body, complete, header("x-checksum"))
+}
+
+fn checksum(body: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(body))
+}
+
+#[test]
+fn a_mapped_body_truncated_under_the_server_is_cut_and_fetched_again() {
+    // `off` writes from the mapping without asking the page cache: the copy itself
+    // meets the missing pages (EFAULT). `auto` may see them first.
+    for mode in ["off", "auto"] {
+        let n = Node::start("", &format!("[aio]\nmode = \"{mode}\"\n"));
+        let path = "/obj/1m/7";
+        assert_eq!(get(n.addr, path, &[]).status, 200);
+        let r = get(n.addr, path, &[]);
+        assert_eq!(status(&r), "HIT");
+        assert_eq!(n.mapped().len(), 1, "{mode}: mapped");
+        let file = n.only_file();
+        let len = std::fs::metadata(&file).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let (status_code, body, complete, sum) = get_closing(n.addr, path);
+        assert_eq!(status_code, 200, "{mode}");
+        assert!(
+            !complete || checksum(&body) == sum.unwrap(),
+            "{mode}: a whole body must be the right one"
+        );
+        assert!(!complete, "{mode}: half the file cannot make a whole body");
+        // The object was dropped: fetched again, whole and right.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (s, body, complete, sum) = get_closing(n.addr, path);
+            if s == 200 && complete {
+                assert_eq!(checksum(&body), sum.unwrap(), "{mode}: refetched bytes");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: never served whole again"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = n.cache.stderr();
+        assert!(
+            log.contains("reading the body"),
+            "{mode}: the damaged object is logged:\n{log}"
+        );
+        if mode == "off" {
+            assert!(
+                log.contains("os error 14"),
+                "off: the copy from the mapping failed with EFAULT:\n{log}"
+            );
+        }
+    }
+}
