@@ -518,7 +518,7 @@ fn one_keep_alive_connection_changing_host_and_a_reload_route_every_request_anew
     let mut c = TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    let mut ask = |c: &mut TcpStream, host: &str| {
+    let ask = |c: &mut TcpStream, host: &str| {
         write!(c, "GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
         read_response(c).1
     };
