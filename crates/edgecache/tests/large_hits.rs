@@ -27,6 +27,7 @@ struct Node {
     addr: SocketAddr,
     admin: SocketAddr,
     dir: tempfile::TempDir,
+    base_config: String,
 }
 
 impl Node {
@@ -40,6 +41,7 @@ impl Node {
             cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL)
         );
         let (cache, addr, admin) = edgecache(&cfg);
+        let base = cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL);
         Node {
             _origin: o,
             origin: origin_addr,
@@ -47,7 +49,17 @@ impl Node {
             addr,
             admin,
             dir,
+            base_config: base,
         }
+    }
+
+    /// Reloads the server with the base config and these `tables`.
+    fn reload(&self, tables: &str) {
+        let cfg = format!(
+            "{}\n[memory_cache]\nsize = \"off\"\n{tables}\n",
+            self.base_config
+        );
+        common::reload(&self.cache, self.addr, self.admin, &cfg);
     }
 
     fn cache_dir(&self) -> PathBuf {
@@ -222,6 +234,18 @@ fn sendfile_max_off_sends_every_body_by_sendfile() {
 }
 
 #[test]
+fn a_reload_applies_sendfile_max() {
+    let n = Node::start("", "[aio]\nsendfile_max = \"off\"\n");
+    let path = "/obj/1m/8";
+    get(n.addr, path, &[]);
+    check_every_shape(&n, path);
+    assert!(n.mapped().is_empty());
+    n.reload("[aio]\nsendfile = true\n"); // the default sendfile_max
+    check_every_shape(&n, path);
+    assert_eq!(n.mapped().len(), 1, "mapped after the reload");
+}
+
+#[test]
 fn mappings_go_with_the_open_file_cache() {
     // Dropped after `inactive` without hits, and never made without the cache.
     let n = Node::start("open_file_cache = { max = 100, inactive = \"1s\" }", "");
@@ -302,6 +326,7 @@ fn a_cold_large_hit_is_read_off_the_loop_then_written_from_its_mapping() {
         handoffs() > before,
         "a cold body goes to the pool, not through a mapping on the loop"
     );
+    assert!(n.mapped().is_empty(), "a cold object is not mapped");
     // Now cached (the pool's sendfile read it): the next hits use the mapping.
     check_every_shape(&n, path);
     assert_eq!(n.mapped().len(), 1);

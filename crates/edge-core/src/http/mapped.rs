@@ -1,13 +1,12 @@
 //! Large file bodies written from a mapping of the file: the head and the body in one
 //! `writev`, instead of the head alone and then `sendfile(2)`.
 //!
-//! Why: on loopback under BBR (the machine `edgebench` runs on), a 1 MiB body given to
-//! TCP by `sendfile` is paced: the socket is fed the page cache's pages 64 KiB at a time
-//! (the kernel's splice pipe), BBR then measures a lower delivery rate and sends the rest
-//! on pacing timers, about 10 of them per response, each an interrupt and a softirq on
-//! the server's CPU. The same body written from memory in one call leaves in one burst
-//! (under 1 timer per response) and costs 0.6-0.7x the CPU, although it is a copy
-//! (`docs/results/large-hits.md`). Up to about 448 KiB there is little pacing to avoid
+//! Why: on loopback under BBR (the machine `edgebench` runs on), TCP sends a 1 MiB body
+//! given to it by `sendfile` on pacing timers, about 10 per response (`tcp_pace_kick`),
+//! each an interrupt and a softirq on the server's CPU; splicing from a pipe already
+//! holding the whole body does the same. The same body written from memory in one call
+//! leaves in a burst (about 2 timers) and costs about half the CPU, although it is a
+//! copy (`docs/results/large-hits.md`, which also lists what did not help). Up to about 448 KiB there is little pacing to avoid
 //! and `sendfile`'s zero copy wins (256 KiB: half the CPU of the mapped write), at
 //! 512 KiB the write wins (0.56x): `aio.sendfile_max` (default `"448k"`) is the
 //! switch-over.
@@ -72,10 +71,24 @@ pub struct MapCache {
 }
 
 impl MapCache {
-    /// The mapping of `len` bytes at `offset` of `file`, made on first use. None when
-    /// mappings are off, the body is larger than [`MAX_BODY`], or `mmap` failed (the
-    /// caller then sends by `sendfile`).
-    pub fn get(
+    /// The kept mapping of `len` bytes at `offset` of `file`, if there is one (it
+    /// counts as used).
+    pub fn get(&mut self, file: &Arc<File>, offset: u64, len: u64) -> Option<Rc<FileMap>> {
+        self.clock += 1;
+        let s = self.slots.get_mut(&key(file))?;
+        if s.offset != offset || s.map.len() as u64 != len {
+            return None;
+        }
+        s.used = self.clock;
+        s.tick = self.tick;
+        Some(s.map.clone())
+    }
+
+    /// Maps `len` bytes at `offset` of `file` and keeps the mapping (replacing one of
+    /// another extent of the same file, and making room least recently used first).
+    /// None when mappings are off, the body is larger than [`MAX_BODY`], or `mmap`
+    /// failed (the caller then sends by `sendfile`).
+    pub fn insert(
         &mut self,
         file: &Arc<File>,
         offset: u64,
@@ -85,26 +98,17 @@ impl MapCache {
         if limits.max == 0 || len == 0 || len > MAX_BODY {
             return None;
         }
-        self.clock += 1;
-        let key = Arc::as_ptr(file) as usize;
-        if let Some(s) = self.slots.get_mut(&key) {
-            if s.offset == offset && s.map.len() as u64 == len {
-                s.used = self.clock;
-                s.tick = self.tick;
-                return Some(s.map.clone());
-            }
-            let old = self.slots.remove(&key).expect("just found");
-            self.bytes -= old.map.len() as u64;
-        }
+        self.remove(file);
         let map = Rc::new(FileMap::new(file, offset, len as usize).ok()?);
         while !self.slots.is_empty()
             && (self.slots.len() >= limits.max || self.bytes + len > CACHE_BYTES)
         {
             self.evict_lru();
         }
+        self.clock += 1;
         self.bytes += len;
         self.slots.insert(
-            key,
+            key(file),
             Slot {
                 _file: file.clone(),
                 offset,
@@ -114,6 +118,14 @@ impl MapCache {
             },
         );
         Some(map)
+    }
+
+    /// Drops the mapping of `file`, if kept (a response writing from it keeps it until
+    /// done).
+    pub fn remove(&mut self, file: &Arc<File>) {
+        if let Some(s) = self.slots.remove(&key(file)) {
+            self.bytes -= s.map.len() as u64;
+        }
     }
 
     fn evict_lru(&mut self) {
@@ -154,6 +166,12 @@ impl MapCache {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+}
+
+/// A kept mapping's key: the address of the `File` it maps (the slot holds the `Arc`,
+/// so the address is not reused while the slot lives).
+fn key(file: &Arc<File>) -> usize {
+    Arc::as_ptr(file) as usize
 }
 
 /// Writes `head`, then bytes `range` of `map`, to a plain TCP connection (or one whose
@@ -214,47 +232,55 @@ mod tests {
     fn a_file_is_mapped_once_and_kept_while_used() {
         let mut c = MapCache::default();
         let (f, _) = file_of(3 * 4096);
-        let a = c.get(&f, 4096, 8192, ON).unwrap();
-        let b = c.get(&f, 4096, 8192, ON).unwrap();
+        assert!(c.get(&f, 4096, 8192).is_none());
+        let a = c.insert(&f, 4096, 8192, ON).unwrap();
+        let b = c.get(&f, 4096, 8192).unwrap();
         assert!(Rc::ptr_eq(&a, &b));
         assert_eq!((c.len(), c.bytes()), (1, 8192));
-        // Another body extent of the same file replaces the mapping.
-        let d = c.get(&f, 0, 4096, ON).unwrap();
+        // Another body extent of the same file is not that mapping; it replaces it.
+        assert!(c.get(&f, 0, 4096).is_none());
+        let d = c.insert(&f, 0, 4096, ON).unwrap();
         assert!(!Rc::ptr_eq(&a, &d));
         assert_eq!((c.len(), c.bytes()), (1, 4096));
         // Used within `inactive`: kept; then idle for it: dropped.
         c.sweep(ON);
-        assert!(c.get(&f, 0, 4096, ON).is_some());
+        assert!(c.get(&f, 0, 4096).is_some());
         c.sweep(ON);
         assert_eq!(c.len(), 1);
         c.sweep(ON);
         c.sweep(ON);
         assert!(c.is_empty());
         assert_eq!(c.bytes(), 0);
+        // Dropped on request; a response still holding it keeps it mapped.
+        let e = c.insert(&f, 0, 4096, ON).unwrap();
+        c.remove(&f);
+        assert!(c.is_empty() && c.get(&f, 0, 4096).is_none());
+        assert_eq!(e.len(), 4096);
     }
 
     #[test]
     fn bounded_by_count_least_recent_first_and_off_with_the_file_cache() {
         let mut c = MapCache::default();
         let files: Vec<_> = (0..4).map(|_| file_of(4096).0).collect();
-        let first = c.get(&files[0], 0, 4096, ON).unwrap();
+        let first = c.insert(&files[0], 0, 4096, ON).unwrap();
         for f in &files[1..3] {
-            c.get(f, 0, 4096, ON).unwrap();
+            c.insert(f, 0, 4096, ON).unwrap();
         }
-        c.get(&files[0], 0, 4096, ON).unwrap(); // the most recent now
-        c.get(&files[3], 0, 4096, ON).unwrap(); // evicts files[1]
+        c.get(&files[0], 0, 4096).unwrap(); // the most recent now
+        c.insert(&files[3], 0, 4096, ON).unwrap(); // evicts files[1]
         assert_eq!(c.len(), 3);
-        assert!(Rc::ptr_eq(&first, &c.get(&files[0], 0, 4096, ON).unwrap()));
+        assert!(c.get(&files[1], 0, 4096).is_none());
+        assert!(Rc::ptr_eq(&first, &c.get(&files[0], 0, 4096).unwrap()));
         let off = MapLimits {
             max: 0,
             inactive_ticks: 2,
         };
-        assert!(c.get(&files[0], 0, 4096, off).is_none());
+        assert!(c.insert(&files[1], 0, 4096, off).is_none());
         c.sweep(off);
         assert!(c.is_empty());
         // Too large, or nothing to map: not mapped.
-        assert!(c.get(&files[0], 0, MAX_BODY + 1, ON).is_none());
-        assert!(c.get(&files[0], 0, 0, ON).is_none());
+        assert!(c.insert(&files[0], 0, MAX_BODY + 1, ON).is_none());
+        assert!(c.insert(&files[0], 0, 0, ON).is_none());
     }
 
     #[test]

@@ -376,7 +376,8 @@ async fn send_body(
 /// page cache (`mincore`), which is when those backends send on the loop anyway. None
 /// when not taken (the caller then sends by sendfile, off the loop where the data is
 /// cold): mappings off (`open_file_cache = "off"`), no mapping to be had, a page not
-/// cached, or `threads`, whose every send runs on its pool. Returns the body bytes sent.
+/// cached (a mapping whose pages went is dropped), or `threads`, whose every send runs
+/// on its pool. Returns the body bytes sent.
 async fn send_mapped(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -389,14 +390,26 @@ async fn send_mapped(
     if backend == edge_aio::Mode::Threads {
         return None;
     }
-    let limits = ctx.w.map_limits();
-    let map = ctx
-        .w
-        .maps
-        .borrow_mut()
-        .get(file, entry.body_offset, entry.body_len, limits)?;
+    let off = edge_aio::Mode::Off;
+    let (at, len) = (entry.body_offset, entry.body_len);
+    let map = {
+        let mut maps = ctx.w.maps.borrow_mut();
+        match maps.get(file, at, len) {
+            Some(map) => map,
+            // A new mapping only for a range whose last byte is cached (the sendfile
+            // path's 1-byte probe): cold objects are never mapped, so a cold workload
+            // does not churn mappings.
+            None if backend != off && !ctx.w.file_io.is_cached(file, at + range.end - 1) => {
+                return None
+            }
+            None => maps.insert(file, at, len, ctx.w.map_limits())?,
+        }
+    };
     let bytes = range.start as usize..range.end as usize;
-    if backend != edge_aio::Mode::Off && !map.resident(bytes.clone()).unwrap_or(false) {
+    if backend != off && !map.resident(bytes.clone()).unwrap_or(false) {
+        // Pages went (reclaimed, or dropped): the mapping goes too, so that it holds
+        // nothing the kernel wants back; the next warm hit maps the object again.
+        ctx.w.maps.borrow_mut().remove(file);
         return None;
     }
     let send = ctx.shared.timeouts.send;
