@@ -13,7 +13,7 @@ mod common;
 use common::{cached_config, edgecache, files, get_text, json_number, origin, origin_requests};
 use edge_testkit::{get, Proc, Response};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -137,35 +137,6 @@ fn flip_byte(path: &Path, at: u64) {
     f.sync_all().unwrap();
 }
 
-/// One request on a connection the server closes after it; returns the status and the
-/// body bytes received, and whether the body was complete (a cut response is not
-/// wrong bytes: the client sees it is short).
-fn get_closing(addr: SocketAddr, path: &str) -> (u16, Vec<u8>, bool, Option<String>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // The same Host as edge_testkit's requests: the same cache key.
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw); // a reset ends it too
-    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return (0, Vec::new(), false, None);
-    };
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let status = head[9..12].parse().unwrap();
-    let header = |n: &str| {
-        head.lines()
-            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(n)))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    let len: usize = header("content-length").unwrap().parse().unwrap();
-    let body = raw[end + 4..].to_vec();
-    let complete = body.len() == len;
-    (status, body, complete, header("x-checksum"))
-}
-
 #[test]
 fn a_flipped_header_byte_is_detected_at_restart_and_the_object_fetched_again() {
     let mut n = Node::start("", None);
@@ -206,7 +177,7 @@ fn a_body_truncated_under_the_server_is_never_served_whole() {
         .set_len(len / 2)
         .unwrap();
     // The next response is cut (the client sees a short body), never a whole wrong one.
-    let (status, body, complete, sum) = get_closing(n.addr, path);
+    let (status, body, complete, sum) = common::get_closing(n.addr, path);
     assert_eq!(status, 200);
     if complete {
         assert_eq!(
@@ -218,7 +189,7 @@ fn a_body_truncated_under_the_server_is_never_served_whole() {
     // The object was dropped: fetched again, whole and right.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (status, body, complete, sum) = get_closing(n.addr, path);
+        let (status, body, complete, sum) = common::get_closing(n.addr, path);
         if complete && status == 200 {
             assert_eq!(
                 format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&body)),

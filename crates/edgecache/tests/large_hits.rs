@@ -14,8 +14,7 @@ mod common;
 
 use common::{cached_config, edgecache, files, get_text, origin, LOCAL};
 use edge_testkit::{get, Client, Proc, Response};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -332,32 +331,6 @@ fn a_cold_large_hit_is_read_off_the_loop_then_written_from_its_mapping() {
     assert_eq!(n.mapped().len(), 1);
 }
 
-/// GET with `Connection: close`: (status, body, whether the body is whole, X-Checksum).
-fn get_closing(addr: SocketAddr, path: &str) -> (u16, Vec<u8>, bool, Option<String>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw); // a reset ends it too
-    let Some(end) = find(&raw, b"\r\n\r\n") else {
-        return (0, Vec::new(), false, None);
-    };
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let status = head[9..12].parse().unwrap();
-    let header = |n: &str| {
-        head.lines()
-            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(n)))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    let len: usize = header("content-length").unwrap().parse().unwrap();
-    let body = raw[end + 4..].to_vec();
-    let complete = body.len() == len;
-    (status, body, complete, header("x-checksum"))
-}
-
 fn checksum(body: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(body))
 }
@@ -381,7 +354,7 @@ fn a_mapped_body_truncated_under_the_server_is_cut_and_fetched_again() {
             .unwrap()
             .set_len(len / 2)
             .unwrap();
-        let (status_code, body, complete, sum) = get_closing(n.addr, path);
+        let (status_code, body, complete, sum) = common::get_closing(n.addr, path);
         assert_eq!(status_code, 200, "{mode}");
         assert!(
             !complete || checksum(&body) == sum.unwrap(),
@@ -391,7 +364,7 @@ fn a_mapped_body_truncated_under_the_server_is_cut_and_fetched_again() {
         // The object was dropped: fetched again, whole and right.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let (s, body, complete, sum) = get_closing(n.addr, path);
+            let (s, body, complete, sum) = common::get_closing(n.addr, path);
             if s == 200 && complete {
                 assert_eq!(checksum(&body), sum.unwrap(), "{mode}: refetched bytes");
                 break;

@@ -618,3 +618,32 @@ pub fn metric_in(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// One request on a connection the server closes after it; returns the status and the
+/// body bytes received, and whether the body was complete (a cut response is not
+/// wrong bytes: the client sees it is short).
+pub fn get_closing(addr: SocketAddr, path: &str) -> (u16, Vec<u8>, bool, Option<String>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The same Host as edge_testkit's requests: the same cache key.
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw); // a reset ends it too
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return (0, Vec::new(), false, None);
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let status = head[9..12].parse().unwrap();
+    let header = |n: &str| {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(n)))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let len: usize = header("content-length").unwrap().parse().unwrap();
+    let body = raw[end + 4..].to_vec();
+    let complete = body.len() == len;
+    (status, body, complete, header("x-checksum"))
+}
