@@ -21,9 +21,7 @@ pub fn load(path: &Path) -> Result<(Config, Source), ConfigError> {
         key: "file".into(),
         message: format!("cannot read: {e}"),
     })?;
-    // Relative `secure_link.secret_file`s are under the config file's directory.
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let cfg = parse_in(&name, &text, dir)?;
+    let cfg = parse(&name, &text)?;
     Ok((cfg, Source { name, text }))
 }
 
@@ -40,13 +38,15 @@ pub fn embedded_default() -> (Config, Source) {
     )
 }
 
-/// Parses and validates config text. `name` is used in error messages; relative
-/// secret files are read from the working directory.
+/// Parses and validates config text. `name` is used in error messages, and names the
+/// file: relative `secure_link.secret_file`s and `[[geo]]` files are under its
+/// directory (the working directory for a bare name).
 pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
-    parse_in(name, text, None)
+    parse_in(name, text, Path::new(name).parent())
 }
 
-/// [`parse`], with relative secret files under `dir` (None: the working directory).
+/// [`parse`], with relative secret and geo files under `dir` (None or empty: the
+/// working directory).
 pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, ConfigError> {
     let mut cfg: Config = toml::from_str(text).map_err(|e| from_toml_error(name, text, &e))?;
     for s in &mut cfg.server {
@@ -64,10 +64,10 @@ pub fn parse_in(name: &str, text: &str, dir: Option<&Path>) -> Result<Config, Co
         message: e.message,
     };
     validate::validate(&cfg).map_err(located)?;
+    // One rule for every file a config names besides itself.
+    let dir = dir.filter(|d| !d.as_os_str().is_empty());
     super::secure_link::load_secrets(&mut cfg, dir).map_err(located)?;
-    // Geo files, like secret files, are relative to the config file's directory.
-    let base = dir.unwrap_or_else(|| Path::new(name).parent().unwrap_or(Path::new("")));
-    super::geo::load(&cfg, base).map_err(located)?;
+    super::geo::load(&cfg, dir.unwrap_or(Path::new(""))).map_err(located)?;
     Ok(cfg)
 }
 
