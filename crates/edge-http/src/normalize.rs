@@ -141,13 +141,9 @@ impl ArgPattern {
         })
     }
 
+    /// Whether an argument called `name` (its bytes) matches.
     #[inline(always)]
-    pub fn matches(&self, name: &str) -> bool {
-        self.matches_bytes(name.as_bytes())
-    }
-
-    #[inline(always)]
-    fn matches_bytes(&self, name: &[u8]) -> bool {
+    pub fn matches(&self, name: &[u8]) -> bool {
         match self {
             ArgPattern::Exact(s) => name == s.as_bytes(),
             ArgPattern::Prefix(s) => name.starts_with(s.as_bytes()),
@@ -179,11 +175,11 @@ impl ArgsPolicy {
     #[inline(always)]
     fn keeps_bytes(&self, name: &[u8]) -> bool {
         if let Some(inc) = &self.include {
-            if !inc.iter().any(|p| p.matches_bytes(name)) {
+            if !inc.iter().any(|p| p.matches(name)) {
                 return false;
             }
         }
-        !self.exclude.iter().any(|p| p.matches_bytes(name))
+        !self.exclude.iter().any(|p| p.matches(name))
     }
 
     /// The query as the key sees it: arguments filtered, then sorted when `sort`, empty
