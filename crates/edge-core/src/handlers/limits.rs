@@ -45,6 +45,7 @@ impl Drop for Waiting {
 pub async fn apply(
     w: &Services,
     conn: &Conn,
+    client: crate::vars::Client,
     ex: &mut Exchange,
     shared: &Shared,
     route: &Route,
@@ -53,16 +54,14 @@ pub async fn apply(
     let mut buf = w.take_buf(64);
     let (refused, outcome) = {
         let exr: &Exchange = ex;
-        let ip = exr.client_addr().ip();
+        let ip = client.peer.ip();
         // The template context, built only for a key that is not the address alone.
         let mut ctx = None;
         let mut key_of = |k: &crate::limit::Key| {
             if k.addr_only() {
                 return Some(crate::limit::Key::hash_addr(ip));
             }
-            let ctx = ctx.get_or_insert_with(|| {
-                super::context::vars(super::context::client_of(conn, exr, shared), exr, shared)
-            });
+            let ctx = ctx.get_or_insert_with(|| super::context::vars(client, exr, shared));
             k.hash(ctx, &mut buf)
         };
         let mut refused = None;

@@ -114,7 +114,7 @@ pub async fn dispatch(
     };
     context::apply_fields(client, ex, shared, route);
     if !route.limits.is_empty() {
-        if let Some(status) = limits::apply(w, conn, ex, shared, route).await {
+        if let Some(status) = limits::apply(w, conn, client, ex, shared, route).await {
             return finish_without_body(conn, ex, &shared.timeouts, status).await;
         }
     }
