@@ -169,13 +169,7 @@ fn a_body_truncated_under_the_server_is_never_served_whole() {
     assert_right(&n.get(path), "miss");
     assert_right(&n.get(path), "hit"); // its descriptor is in the open-file cache now
     let file = n.only_file();
-    let len = std::fs::metadata(&file).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&file)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    common::truncate_half(&file);
     // The next response is cut (the client sees a short body), never a whole wrong one.
     let (status, body, complete, sum) = common::get_closing(n.addr, path);
     assert_eq!(status, 200);

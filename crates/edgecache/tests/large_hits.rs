@@ -347,13 +347,7 @@ fn a_mapped_body_truncated_under_the_server_is_cut_and_fetched_again() {
         assert_eq!(status(&r), "HIT");
         assert_eq!(n.mapped().len(), 1, "{mode}: mapped");
         let file = n.only_file();
-        let len = std::fs::metadata(&file).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_len(len / 2)
-            .unwrap();
+        common::truncate_half(&file);
         let (status_code, body, complete, sum) = common::get_closing(n.addr, path);
         assert_eq!(status_code, 200, "{mode}");
         assert!(

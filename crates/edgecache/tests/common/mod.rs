@@ -647,3 +647,16 @@ pub fn get_closing(addr: SocketAddr, path: &str) -> (u16, Vec<u8>, bool, Option<
     let complete = body.len() == len;
     (status, body, complete, header("x-checksum"))
 }
+
+/// Cuts a stored file to half its length under the running server (a disk that lost
+/// writes, or an operator's mistake), for the tests that a cut object is never served
+/// whole.
+pub fn truncate_half(file: &std::path::Path) {
+    let len = std::fs::metadata(file).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+}
