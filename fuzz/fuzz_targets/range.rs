@@ -5,11 +5,12 @@
 //! first <= last, at most MAX_RANGES of them adding up to no more than the size; the
 //! multipart Content-Length is the sum of its parts; Range applies to GET only, and
 //! evaluate_range agrees with parse_range whenever If-Range lets it through; a cache
-//! never answers 412.
+//! never answers 412. The Range line is also read as a `Content-Range`: a parsed one
+//! always lies inside its complete length.
 #![no_main]
 
 use edge_http::{
-    evaluate_preconditions, evaluate_range, parse_range, Boundary, HeaderMap, Method,
+    evaluate_preconditions, evaluate_range, parse_content_range, parse_range, Boundary, HeaderMap, Method,
     MultipartLayout, Precondition, RangeOutcome, Recipient, Validators, MAX_RANGES,
 };
 use libfuzzer_sys::fuzz_target;
@@ -61,6 +62,12 @@ fuzz_target!(|data: &[u8]| {
 
     let direct = parse_range(range, size);
     check(&direct, size);
+    if let Some(cr) = parse_content_range(range) {
+        assert!(cr.range.is_some() || cr.complete_len.is_some());
+        if let (Some(r), Some(n)) = (cr.range, cr.complete_len) {
+            assert!(r.first() <= r.last() && r.last() < n);
+        }
+    }
 
     let mut h = HeaderMap::new();
     h.append("Range", range.to_vec());

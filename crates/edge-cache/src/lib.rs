@@ -15,7 +15,7 @@
 //!    progress; followers stream from the same temp file.
 //!
 //! Module map: [`policy`] (RFC 9111), [`hit`] (304, Range, multipart on hits),
-//! [`key`] (keys, Vary), [`local`] (a worker's RAM tier and open-file cache), [`meta`] (object metadata
+//! [`key`] (keys, Vary), [`part`] (partial objects: 206s and slices), [`local`] (a worker's RAM tier and open-file cache), [`meta`] (object metadata
 //! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded CLOCK
 //! index, 44 bytes per object), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at
 //! start), [`snapshot`] (the index saved at shutdown), [`manager`]
@@ -34,6 +34,7 @@ pub mod loader;
 pub mod local;
 pub mod manager;
 pub mod meta;
+pub mod part;
 pub mod policy;
 pub mod purge;
 pub mod select;

@@ -60,8 +60,8 @@ pub use limits::{
 };
 pub use method::{Method, Version};
 pub use range::{
-    parse_range, Boundary, ByteRange, MultipartLayout, MultipartPart, RangeIgnored, RangeOutcome,
-    RangeSet, BOUNDARY_LEN, MAX_RANGES,
+    parse_content_range, parse_range, Boundary, ByteRange, ContentRange, MultipartLayout,
+    MultipartPart, RangeIgnored, RangeOutcome, RangeSet, BOUNDARY_LEN, MAX_RANGES,
 };
 pub use request::{parse_request, parse_request_reusing, RequestHead};
 pub use response::{parse_response, ResponseHead};

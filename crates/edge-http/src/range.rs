@@ -276,6 +276,70 @@ pub fn parse_range(value: &[u8], size: u64) -> RangeOutcome {
     Partial(set)
 }
 
+/// A `Content-Range` field of a byte range response (RFC 9110 14.4): what part of the
+/// representation a 206 carries (or, for `bytes */N` on a 416, only the size).
+///
+/// Used where edgecache is the *client* of a range response: the origin's 206 to a slice
+/// or partial fetch, and a stored partial object's own field. Checked strictly: a cache
+/// that mis-reads where bytes belong serves them at the wrong offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentRange {
+    /// The bytes carried (`None` for the unsatisfied form `bytes */N`).
+    pub range: Option<ByteRange>,
+    /// The representation's whole length (`None` for `/*`, "unknown").
+    pub complete_len: Option<u64>,
+}
+
+/// Parses a `Content-Range` value: `bytes first-last/complete`, `bytes first-last/*` or
+/// `bytes */complete` (RFC 9110 14.4), the unit case-insensitive. `None` for anything
+/// else: another unit, a missing part, `last < first`, `last >= complete`, a number that
+/// does not fit in a u64, or `*/*`. Never panics (the `range` fuzz target feeds it).
+pub fn parse_content_range(value: &[u8]) -> Option<ContentRange> {
+    let value = trim_ows(value);
+    let sp = value.iter().position(|&b| b == b' ')?;
+    if !value[..sp].eq_ignore_ascii_case(b"bytes") {
+        return None;
+    }
+    let rest = &value[sp + 1..];
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let (resp, complete) = (&rest[..slash], &rest[slash + 1..]);
+    let complete_len = match complete {
+        b"*" => None,
+        c => Some(exact_digits(c)?),
+    };
+    if resp == b"*" {
+        return complete_len.map(|n| ContentRange {
+            range: None,
+            complete_len: Some(n),
+        });
+    }
+    let dash = resp.iter().position(|&b| b == b'-')?;
+    let first = exact_digits(&resp[..dash])?;
+    let last = exact_digits(&resp[dash + 1..])?;
+    let range = ByteRange::new(first, last)?;
+    if complete_len.is_some_and(|n| last >= n) {
+        return None;
+    }
+    Some(ContentRange {
+        range: Some(range),
+        complete_len,
+    })
+}
+
+/// `1*DIGIT` as a u64; `None` when empty, not all digits, or too large (unlike
+/// [`digits`], which saturates: a position the peer claims must be taken exactly).
+fn exact_digits(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
 /// `1*DIGIT` as a u64, saturating at `u64::MAX`; `None` for anything else (empty, a
 /// sign, spaces, other characters).
 fn digits(s: &[u8]) -> Option<u64> {

@@ -316,3 +316,52 @@ fn multipart_edge_layouts() {
         .parts()
         .all(|p| p.head.ends_with(b"/18446744073709551615\r\n\r\n")));
 }
+
+#[test]
+fn content_range_forms() {
+    let cr = |v: &str| parse_content_range(v.as_bytes());
+    let r = |a, b, n| {
+        Some(ContentRange {
+            range: Some(br(a, b)),
+            complete_len: n,
+        })
+    };
+    assert_eq!(cr("bytes 0-9/10"), r(0, 9, Some(10)));
+    assert_eq!(cr("BYTES 4-9/10"), r(4, 9, Some(10)));
+    assert_eq!(cr(" bytes 0-0/1 "), r(0, 0, Some(1)));
+    assert_eq!(cr("bytes 5-9/*"), r(5, 9, None));
+    assert_eq!(
+        cr("bytes */100"),
+        Some(ContentRange {
+            range: None,
+            complete_len: Some(100)
+        })
+    );
+    // 100 GiB and the largest position a u64 can name below its length.
+    assert_eq!(
+        cr("bytes 107374182300-107374182399/107374182400"),
+        r(107374182300, 107374182399, Some(107374182400))
+    );
+    for bad in [
+        "",
+        "bytes",
+        "bytes ",
+        "bytes */*",
+        "bytes 9-0/10",
+        "bytes 0-10/10",
+        "bytes 0-9/9",
+        "bytes -9/10",
+        "bytes 0-/10",
+        "bytes 0-9/",
+        "bytes 0-9",
+        "items 0-9/10",
+        "bytes=0-9/10",
+        "bytes 0-9/1x",
+        "bytes +0-9/10",
+        "bytes 0-18446744073709551616/*",
+        "bytes 0-18446744073709551615/*",
+        "bytes 0 -9/10",
+    ] {
+        assert_eq!(cr(bad), None, "{bad:?}");
+    }
+}
