@@ -18,6 +18,8 @@ pub const VARIANT_SEP: char = '\0';
 const VALUE_SEP: char = '\u{1}';
 /// Starts the content-coding part of an encoded variant's key (see [`coded_key`]).
 pub const CODING_MARK: char = '\u{2}';
+/// Starts the slice part of a slice's key (see [`slice_key`]).
+pub const SLICE_MARK: char = '\u{3}';
 
 /// The hash that names an object.
 pub fn key_hash(key: &str) -> KeyHash {
@@ -95,7 +97,7 @@ where
             // Keep NULs out of keys so the primary key stays recoverable.
             k.extend(
                 v.chars()
-                    .filter(|&c| c != VARIANT_SEP && c != VALUE_SEP && c != CODING_MARK),
+                    .filter(|&c| ![VARIANT_SEP, VALUE_SEP, CODING_MARK, SLICE_MARK].contains(&c)),
             );
         }
     }
@@ -185,6 +187,24 @@ pub fn coded_key(identity_key: &str, coding: &str, body_id: u64) -> String {
     k
 }
 
+/// The key of slice `n` (bytes `n * size ..`) of the object whose primary key is
+/// `primary`, cut in slices of `size` bytes (`slice = "1m"`): `primary`,
+/// [`SLICE_MARK`], the size and the slice number in decimal, `.` between them. It has
+/// no `\0`, so it is a primary key of its own (a slice may have `Vary` variants like
+/// any object) and never equals a variant key or a compressed copy's key; it starts
+/// with `primary`, so a purge by prefix reaches it. The size is in the key so that a
+/// changed `slice` never mixes slices cut differently.
+pub fn slice_key(primary: &str, size: u64, n: u64) -> String {
+    format!("{primary}{SLICE_MARK}{size}.{n}")
+}
+
+/// The purge tag every slice of `primary` carries (a `Cache-Tag` value can hold no
+/// control character, so no origin tag equals it): how a purge of the URL finds the
+/// slices without knowing the object's length or slice size.
+pub fn slice_tag(primary: &str) -> String {
+    format!("{SLICE_MARK}slices.{}", hash_hex(key_hash(primary)))
+}
+
 /// Whether `key` is an encoded copy made by [`coded_key`] from `identity_key`.
 pub fn is_coded_of(key: &str, identity_key: &str) -> bool {
     let Some(rest) = key.strip_prefix(identity_key) else {
@@ -228,6 +248,28 @@ mod tests {
                 .map(|(_, v)| v.to_string())
                 .collect()
         }
+    }
+
+    #[test]
+    fn slice_keys_are_their_own_primaries_under_the_object_key() {
+        let k = slice_key("http://h/v.mp4", 1 << 20, 7);
+        assert_eq!(k, "http://h/v.mp4\u{3}1048576.7");
+        assert!(k.starts_with("http://h/v.mp4") && !k.contains(VARIANT_SEP));
+        assert_ne!(
+            slice_key("http://h/a", 65536, 1),
+            slice_key("http://h/a", 131072, 1)
+        );
+        assert_ne!(
+            slice_key("http://h/a", 65536, 12),
+            slice_key("http://h/a1", 65536, 2)
+        );
+        // A request value cannot forge the mark into a variant key.
+        let mut h = HeaderMap::new();
+        h.insert("x", "a\u{3}1048576.7");
+        let vk = variant_key("http://h/v.mp4", &["x".to_string()], &h);
+        assert!(!vk.contains(SLICE_MARK));
+        assert!(slice_tag("http://h/a").starts_with(SLICE_MARK));
+        assert_ne!(slice_tag("http://h/a"), slice_tag("http://h/b"));
     }
 
     #[test]

@@ -347,7 +347,11 @@ impl crate::Cache {
     /// copies. `soft` marks them stale (served as STALE/UPDATING while revalidated)
     /// instead of deleting. Returns the number of objects affected.
     pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
-        let hashes = || self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
+        let hashes = || {
+            let mut h = self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
+            h.extend(self.slices_of(primary_key));
+            h
+        };
         self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
     }
 
@@ -359,6 +363,7 @@ impl crate::Cache {
             for host in self.index.purge_index().hosts() {
                 let key = format!("http://{host}{pq}");
                 hashes.extend(self.index.variants_of(crate::key::key_hash(&key)));
+                hashes.extend(self.slices_of(&key));
             }
             self.with_copies(hashes)
         };
@@ -394,6 +399,14 @@ impl crate::Cache {
     pub fn purge_tag(&self, tag: &str, soft: bool) -> usize {
         let hashes = || self.index.purge_index().tagged(tag);
         self.purge_hashes(PurgeTarget::Tag(tag.to_owned()), hashes, soft)
+    }
+
+    /// Every stored slice of the object `primary_key` (`slice = "1m"`), by the tag each
+    /// carries ([`crate::key::slice_tag`]): a purge of the URL reaches them all.
+    pub fn slices_of(&self, primary_key: &str) -> Vec<KeyHash> {
+        self.index
+            .purge_index()
+            .tagged(&crate::key::slice_tag(primary_key))
     }
 
     /// `hashes` and the compressed copies of their current bodies (read from the

@@ -63,6 +63,8 @@ pub struct WorkerStats {
     pub compress_variant_hits: AtomicU64,
     /// Compressed copies stored.
     pub compress_variants_stored: AtomicU64,
+    /// Sliced objects found changed between slices (`slice`): every slice purged.
+    pub slice_mismatches: AtomicU64,
     /// Requests by HTTP version, indexed like [`HTTP_VERSIONS`].
     pub http_versions: [AtomicU64; HTTP_VERSIONS.len()],
     /// TLS handshakes and their failures.

@@ -327,6 +327,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "refused": w.refused.load(Relaxed),
                 "reclaimed": w.reclaimed.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
+                "slice_mismatches": w.slice_mismatches.load(Relaxed),
                 "memory_cache": {
                     "hits": w.local.mem_hits.load(Relaxed),
                     "misses": w.local.mem_misses.load(Relaxed),
@@ -437,6 +438,18 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
         "edgecache_cache_bytes_total",
         "source=\"origin\"",
         m.sum(|w| &w.cache_bytes_origin),
+    );
+    prom_header(
+        o,
+        "edgecache_slice_mismatches_total",
+        "counter",
+        "Sliced objects whose slices disagreed (ETag, Last-Modified or length): every slice purged, never served mixed.",
+    );
+    prom(
+        o,
+        "edgecache_slice_mismatches_total",
+        "",
+        m.sum(|w| &w.slice_mismatches),
     );
     let mut caches: Vec<_> = shared.caches.values().collect();
     caches.sort_by(|a, b| a.name().cmp(b.name()));

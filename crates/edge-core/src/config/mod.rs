@@ -1064,6 +1064,14 @@ pub struct Location {
     pub cache_lock: bool,
     #[serde(default = "default_cache_lock_timeout")]
     pub cache_lock_timeout: Dur,
+    /// `slice = "1m"`: the object is cached as fixed-size slices, each fetched from
+    /// the origin with its own `Range` (docs/cache.md "Slicing"). None: whole objects.
+    #[serde(default)]
+    pub slice: Option<Spanned<Size>>,
+    /// With `slice`: how many slices past a sequential reader's position are fetched
+    /// in the background (docs/cache.md "Slicing").
+    #[serde(default)]
+    pub slice_prefetch: Option<Spanned<u32>>,
     #[serde(default)]
     pub cache_set_cookie: bool,
     #[serde(default)]

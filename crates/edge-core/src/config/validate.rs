@@ -514,6 +514,7 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
             }
         }
         validate_compress(loc, span.clone())?;
+        validate_slice(loc)?;
         for cond in loc.cache_bypass.iter().chain(&loc.no_cache) {
             if cond.header.is_none() && cond.cookie.is_none() && cond.arg.is_none() {
                 return err(
@@ -613,6 +614,52 @@ fn validate_real_ip(
 /// RFC 9110 5.6.2 `tchar`, the characters of a field name.
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Smallest `slice` size, and the unit every size is a multiple of.
+pub const SLICE_MIN: u64 = 64 * 1024;
+const SLICE_UNIT: u64 = 4096;
+/// Largest `slice` size: a slice is the unit of a fetch and of the RAM tier.
+pub const SLICE_MAX: u64 = 1 << 30;
+
+/// `slice`: a multiple of 4 KiB from 64 KiB to 1 GiB, on a cached proxied location that
+/// does not compress (a sliced location serves identity); `slice_prefetch` is refused
+/// (not built yet: a key that would do nothing is rejected, not ignored).
+fn validate_slice(loc: &crate::config::Location) -> Result<(), VErr> {
+    if let Some(p) = &loc.slice_prefetch {
+        let why = if loc.slice.is_none() {
+            "has no effect without slice = \"1m\""
+        } else {
+            "is not supported yet (background prefetch of slices is not built)"
+        };
+        return err(Some(p.span()), "location.slice_prefetch", why);
+    }
+    let Some(s) = &loc.slice else {
+        return Ok(());
+    };
+    let n = s.get_ref().0;
+    if !(SLICE_MIN..=SLICE_MAX).contains(&n) || n % SLICE_UNIT != 0 {
+        return err(
+            Some(s.span()),
+            "location.slice",
+            format!("{n} bytes: a slice is a multiple of 4k from 64k to 1g"),
+        );
+    }
+    if loc.proxy.is_none() || loc.cache.get_ref().is_empty() {
+        return err(
+            Some(s.span()),
+            "location.slice",
+            "slicing applies to cached proxied locations (proxy = \"...\" and cache = [...])",
+        );
+    }
+    if !loc.compress.is_empty() {
+        return err(
+            Some(s.span()),
+            "location.slice",
+            "a sliced location serves identity: remove compress",
+        );
+    }
+    Ok(())
 }
 
 /// A location's compression keys: known codings, each once; only on proxied locations;

@@ -17,6 +17,8 @@
 //!   hits) and on-the-fly transforms, entered through [`deliver`], which every path
 //!   that answers from the cache goes through; [`store`]: writing an object while
 //!   its clients stream it (misses and copies);
+//! - [`slice`]: a location with `slice = "1m"` caches objects as fixed-size slices,
+//!   each fetched with its own `Range` and served from the slices a request covers;
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
 //! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
 //!   origin, and a 2xx/3xx answer invalidates what is stored for the URI (RFC 9111 4.4).
@@ -30,8 +32,10 @@ pub mod fill;
 pub mod hit;
 pub mod invalidate;
 pub mod key;
+pub mod lookup;
 pub mod purge;
 pub mod revalidate;
+pub mod slice;
 pub mod store;
 pub mod stream;
 pub mod variant;
@@ -42,8 +46,10 @@ use crate::http::exchange::{Exchange, ExchangeError};
 use crate::state::route::{ProxyRoute, Route};
 use crate::state::Shared;
 use ctx::{mark, CacheStatus, Ctx, MayStore};
-use edge_cache::{key_hash, pick, policy, HitBody, HitEntry, Join, Lookup};
+use edge_cache::{key_hash, pick, policy, Join, Lookup};
 use edge_http::Method;
+use lookup::lookup;
+pub use lookup::verified;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -139,6 +145,9 @@ pub async fn handle(
         }
     }
     let no_store = rules.no_cache.any(&ex.req);
+    if rules.slice != 0 && !no_store && min_uses_reached(&ctx, &Lookup::Miss, primary) {
+        return Box::pin(slice::handle(&ctx, conn, ex)).await;
+    }
     let mut alone_store = MayStore::No;
     for _ in 0..MAX_JOINS {
         let now = SystemTime::now();
@@ -217,87 +226,6 @@ pub async fn handle(
         alone_store,
     ))
     .await
-}
-
-/// The cache lookup through this worker's RAM tier and open-file cache.
-async fn lookup(ctx: &Ctx<'_>, req: &edge_http::HeaderMap, now: SystemTime) -> Lookup {
-    let found = ctx
-        .cache
-        .lookup_hashed(
-            Some(&ctx.w.local),
-            &ctx.w.file_io,
-            &ctx.key,
-            ctx.key_hash,
-            req,
-            now,
-        )
-        .await;
-    ctx.w.publish_local();
-    match found {
-        Lookup::Fresh(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Fresh),
-        Lookup::Stale(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Stale),
-        Lookup::Miss => Lookup::Miss,
-    }
-}
-
-/// Bodies at most this large are kept in memory once read for `cache_verify =
-/// "always"` (the response is sent from that copy); larger ones are hashed in pieces and
-/// sent from the file (the page cache holds what was just read).
-const VERIFY_KEEP: u64 = 1 << 20;
-
-/// With `cache_verify = "always"`, a body read from disk is checked against its
-/// checksum before it is sent: a mismatch drops the object (None: the request then
-/// fetches it again, as on a miss).
-pub async fn verified(ctx: &Ctx<'_>, mut entry: HitEntry) -> Option<HitEntry> {
-    if ctx.cache.verify() != edge_cache::Verify::Always {
-        return Some(entry);
-    }
-    let Some(file) = entry.file() else {
-        return Some(entry); // a RAM-tier body: memory is not re-checked
-    };
-    let io = &ctx.w.file_io;
-    let len = entry.body_len;
-    if len <= VERIFY_KEEP {
-        let buf = Vec::with_capacity(len as usize);
-        let (res, body) = io
-            .read_exact_append(file, entry.body_offset, len as usize, buf)
-            .await;
-        if let Err(e) = res {
-            ctx.cache
-                .drop_corrupt(&entry, &format!("reading the body: {e}"));
-            return None;
-        }
-        if !edge_cache::Cache::body_matches(&entry, &body) {
-            ctx.cache.drop_corrupt(&entry, "body checksum mismatch");
-            return None;
-        }
-        entry.body = HitBody::Mem(bytes::Bytes::from(body));
-        entry.body_offset = 0;
-        return Some(entry);
-    }
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    let mut at = 0u64;
-    let mut buf = Vec::with_capacity(VERIFY_KEEP as usize);
-    while at < len {
-        let n = (len - at).min(VERIFY_KEEP) as usize;
-        buf.clear();
-        let (res, b) = io
-            .read_exact_append(file, entry.body_offset + at, n, buf)
-            .await;
-        buf = b;
-        if let Err(e) = res {
-            ctx.cache
-                .drop_corrupt(&entry, &format!("reading the body: {e}"));
-            return None;
-        }
-        h.update(&buf);
-        at += n as u64;
-    }
-    if h.digest() != entry.meta.body_hash {
-        ctx.cache.drop_corrupt(&entry, "body checksum mismatch");
-        return None;
-    }
-    Some(entry)
 }
 
 /// A miss or a stale object fetched by this request alone (no collapsing).

@@ -133,46 +133,60 @@ pub async fn stream_fill(
     if ex.is_head() || no_body {
         return Ok(());
     }
-    let mut body = Body {
-        conn,
-        file: &head.file,
-        body_offset: head.body_offset,
-        want: want.unwrap_or(0..u64::MAX),
-        chunked,
-        io: &ctx.w.file_io,
-        send_mode: shared.send.streaming(),
-        send,
-        sent: 0,
-    };
-    let mut reader = fill.reader(head.clone());
-    let result = loop {
-        if reader.position() >= body.want.end {
-            break Ok(()); // the requested range is complete
-        }
-        let avail = match reader.wait_available().await {
-            Ok(Some(r)) => r,
-            Ok(None) => break Ok(()),
-            Err(FillError::LeaderFailed) => match relay.as_mut() {
-                Some(rx) => break relay_rest(&mut body, reader.position(), rx).await,
-                None => {
-                    break Err(ExchangeError::Aborted(
-                        "cache fill leader failed mid-body".into(),
-                    ))
-                }
-            },
-            Err(e) => break Err(ExchangeError::Aborted(e.to_string())),
-        };
-        if let Err(e) = body.file_part(avail.clone()).await {
-            break Err(e);
-        }
-        reader.advance(avail.end - avail.start);
-    };
+    let mut body = Body::new(ctx, conn, &head, want.unwrap_or(0..u64::MAX), chunked);
+    let result = follow_file(&mut body, fill, &head, relay.as_mut()).await;
     count_sent(ctx, ex, body.sent, from_origin);
     result?;
     if chunked {
         conn.write_all(edge_http::LAST_CHUNK, send).await?;
     }
     Ok(())
+}
+
+/// Sends the wanted bytes of a fill as the fill writes them; after a leader failure,
+/// from `relay` when there is one (the leader's own client), else the body is cut.
+async fn follow_file(
+    body: &mut Body<'_>,
+    fill: &Arc<Fill>,
+    head: &Arc<FillHead>,
+    mut relay: Option<&mut mpsc::Receiver<Relay>>,
+) -> Result<(), ExchangeError> {
+    let mut reader = fill.reader(head.clone());
+    loop {
+        if reader.position() >= body.want.end {
+            return Ok(()); // the requested range is complete
+        }
+        let avail = match reader.wait_available().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(FillError::LeaderFailed) => match relay.as_mut() {
+                Some(rx) => return relay_rest(body, reader.position(), rx).await,
+                None => {
+                    return Err(ExchangeError::Aborted(
+                        "cache fill leader failed mid-body".into(),
+                    ))
+                }
+            },
+            Err(e) => return Err(ExchangeError::Aborted(e.to_string())),
+        };
+        body.file_part(avail.clone()).await?;
+        reader.advance(avail.end - avail.start);
+    }
+}
+
+/// Sends body bytes `want` of a fill in progress, with no head, as the fill writes
+/// them (one slice of a `slice`d object, [`super::slice`]); a leader failing cuts it.
+/// Returns the bytes sent.
+pub async fn stream_range(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    fill: &Arc<Fill>,
+    head: &Arc<FillHead>,
+    want: Range<u64>,
+) -> (Result<(), ExchangeError>, u64) {
+    let mut body = Body::new(ctx, conn, head, want, false);
+    let r = follow_file(&mut body, fill, head, None).await;
+    (r, body.sent)
 }
 
 /// Several ranges of a fill in progress: a multipart/byteranges 206 (RFC 9110 14.6),
@@ -286,7 +300,27 @@ fn clip(have: Range<u64>, want: &Range<u64>) -> Option<Range<u64>> {
     (lo < hi).then_some(lo..hi)
 }
 
-impl Body<'_> {
+impl<'a> Body<'a> {
+    fn new(
+        ctx: &'a Ctx<'_>,
+        conn: &'a mut Conn,
+        head: &'a FillHead,
+        want: Range<u64>,
+        chunked: bool,
+    ) -> Body<'a> {
+        Body {
+            conn,
+            file: &head.file,
+            body_offset: head.body_offset,
+            want,
+            chunked,
+            io: &ctx.w.file_io,
+            send_mode: ctx.shared.send.streaming(),
+            send: ctx.shared.timeouts.send,
+            sent: 0,
+        }
+    }
+
     /// Sends the wanted part of body bytes `avail` from the file.
     async fn file_part(&mut self, avail: Range<u64>) -> Result<(), ExchangeError> {
         let Some(Range { start: lo, end: hi }) = clip(avail, &self.want) else {

@@ -1,0 +1,934 @@
+//! Slicing (`slice = "1m"`): a location's objects are cached as fixed-size slices, each
+//! an object of its own, fetched from the origin with its own `Range` and only when a
+//! request needs it.
+//!
+//! How it fits: [`super::handle`] sends every storable GET and HEAD of a sliced location
+//! here. A slice is stored by the partial-object convention of `edge_cache::part` (206
+//! and its `Content-Range`) under `edge_cache::key::slice_key` (the object's key and the
+//! slice number), tagged with `edge_cache::key::slice_tag` so that a purge of the URL
+//! reaches every slice. A request:
+//! 1. gets the slice holding the first byte it wants ([`plan::first_slice`]): a hit, a
+//!    fill in progress (collapsed per slice on the slice's own inflight lock), or a
+//!    fetch with `Range: bytes=a-b` whose origin-to-disk copy runs in its own task
+//!    ([`super::fill::pump`]) while this client streams the file as it grows
+//!    ([`super::stream::stream_range`]), like any miss;
+//! 2. evaluates its conditionals and `Range` against that slice's validators and
+//!    complete length (304, 200, 206, multipart 206, 416), and sends the head;
+//! 3. sends each wanted byte from the slice that holds it, getting slices in order.
+//!
+//! Consistency: every slice must carry the first slice's ETag (or Last-Modified) and
+//! complete length. On a disagreement every slice of the object is purged and counted
+//! (`edgecache_slice_mismatches_total`); before the head the request starts again,
+//! after it the connection is cut: a client never gets bytes of two versions. An
+//! origin that ignores `Range` (a 200 with the whole body) is read from the start and
+//! cut into slices as the bytes pass ([`relay`]). A sliced location serves identity.
+
+pub mod plan;
+
+use super::ctx::{mark, CacheStatus, Ctx, OwnedCtx};
+use super::store::{publish, Store};
+use crate::http::conn::{timed_out, Conn};
+use crate::http::exchange::{Exchange, ExchangeError};
+use crate::upstream::{UpstreamError, UpstreamResponse};
+use edge_cache::hit::{content_type, not_modified, validators};
+use edge_cache::part::Part;
+use edge_cache::{
+    key_hash, pick, policy, Fill, FillHead, FillState, HitEntry, Join, Lookup, ObjectMeta, WaitHead,
+};
+use edge_http::{BodyDecoder, BodyKind, Boundary, MultipartLayout, RangeOutcome};
+use plan::Slicer;
+use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::io::AsyncReadExt;
+
+/// How many times a request starts again after finding its object changed between
+/// slices before it answers 502.
+const MAX_ATTEMPTS: usize = 3;
+/// Most slices whose presence is checked to tell HIT from MISS before the head (an
+/// in-memory index probe each); a request over more slices says MISS.
+const MAX_PROBES: u64 = 16 * 1024;
+/// How many times getting one slice joins its fill again after the leader failed
+/// before the head; past this it is fetched uncollapsed.
+const MAX_JOINS: usize = 4;
+/// Upstream read buffer growth when relaying an origin response.
+const UP_BUF: usize = 64 * 1024;
+
+/// One slice, as this request got it.
+enum Got {
+    /// Stored.
+    Hit(HitEntry),
+    /// Being written by a fill: ours (the fetch runs in its own task) or another
+    /// request's (collapsed).
+    Fill {
+        fill: Arc<Fill>,
+        head: Arc<FillHead>,
+    },
+    /// An origin response relayed as it arrives: a slice that may not be stored, or
+    /// the whole body from an origin that ignores `Range` (`at..end` = the whole
+    /// object; then `store` cuts it into stored slices as it passes). `meta` has its
+    /// validators and headers.
+    Origin(Box<Relayed>),
+    /// Not a slice of an object of known length (an error status, a 200 of unknown
+    /// length): relayed as it is, uncached, when it answers the first slice.
+    Other(UpstreamResponse),
+    /// The origin's slice disagrees with the object's first slice.
+    Mismatch,
+    /// The origin answered a slice with the wrong bytes.
+    Bad(String),
+    Failed(UpstreamError),
+}
+
+/// An origin response relayed to the client as it arrives.
+struct Relayed {
+    up: UpstreamResponse,
+    meta: ObjectMeta,
+    /// The object's bytes the body holds.
+    at: u64,
+    end: u64,
+    total: u64,
+    /// Cut into stored slices as it passes.
+    store: bool,
+}
+
+impl Got {
+    /// The metadata and the object's complete length of a slice.
+    fn meta(&self) -> Option<(&ObjectMeta, u64)> {
+        match self {
+            Got::Hit(e) => Some((&e.meta, Part::of(&e.meta)?.total)),
+            Got::Fill { head, .. } => Some((&head.meta, Part::of(&head.meta)?.total)),
+            Got::Origin(o) => Some((&o.meta, o.total)),
+            _ => None,
+        }
+    }
+}
+
+/// What every slice of the object must agree with: the first slice's.
+struct Reference {
+    meta: ObjectMeta,
+    total: u64,
+}
+
+impl Reference {
+    /// Same complete length, and the same ETag (or, without one, Last-Modified).
+    fn agrees(&self, meta: &ObjectMeta, total: u64) -> bool {
+        total == self.total
+            && match (&self.meta.etag, self.meta.last_modified) {
+                (Some(e), _) => meta.etag.as_ref() == Some(e),
+                (None, Some(lm)) => meta.etag.is_none() && meta.last_modified == Some(lm),
+                (None, None) => meta.etag.is_none() && meta.last_modified.is_none(),
+            }
+    }
+}
+
+/// How answering from the first slice ended.
+enum Sent {
+    Done(Result<(), ExchangeError>),
+    /// The object changed before the head was sent: every slice is purged, start again.
+    Changed,
+}
+
+/// Entry for a storable GET or HEAD of a sliced location.
+pub async fn handle(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+) -> Result<(), ExchangeError> {
+    let sl = Slicer::new(ctx.p.rules.slice);
+    if ex.body.is_some()
+        && ex
+            .discard_body(
+                conn,
+                ctx.shared.timeouts.client_body,
+                ctx.shared.timeouts.send,
+            )
+            .await
+            .is_err()
+    {
+        ex.keep_alive = false;
+        ex.body = None;
+    }
+    let mut n0 = plan::first_slice(ex.req.headers.get("range"), &sl);
+    for _ in 0..MAX_ATTEMPTS {
+        let first = obtain(ctx, conn, ex, &sl, n0, None).await;
+        match first {
+            Got::Other(up) if up.head.status == 416 && n0 > 0 => {
+                // The range starts past the end: slice 0 says how long the object is.
+                up.release(&ctx.w.pool, &ctx.p.upstream, false);
+                n0 = 0;
+                continue;
+            }
+            Got::Other(up) if up.head.status == 416 => {
+                // An empty object has no slice: fetched whole, uncached.
+                up.release(&ctx.w.pool, &ctx.p.upstream, false);
+                return Box::pin(super::fill::fetch_and_fill(
+                    ctx,
+                    conn,
+                    ex,
+                    None,
+                    CacheStatus::Miss,
+                    super::ctx::MayStore::No,
+                ))
+                .await;
+            }
+            Got::Other(up) => {
+                mark(ctx.w, ex, CacheStatus::Miss);
+                ex.cache.fwd_status = Some(up.head.status);
+                return super::fill::pump(ctx, Some((conn, ex)), up, None, None).await;
+            }
+            Got::Failed(e) => {
+                mark(ctx.w, ex, CacheStatus::Miss);
+                return super::fill::upstream_failed(ctx, conn, ex, e).await;
+            }
+            Got::Bad(why) => {
+                mark(ctx.w, ex, CacheStatus::Miss);
+                return bad_gateway(ctx, conn, ex, &why).await;
+            }
+            Got::Mismatch => continue,
+            first => match respond(ctx, conn, ex, &sl, n0, first).await {
+                Sent::Done(r) => return r,
+                Sent::Changed => continue,
+            },
+        }
+    }
+    mark(ctx.w, ex, CacheStatus::Miss);
+    bad_gateway(ctx, conn, ex, "the object kept changing between slices").await
+}
+
+/// Answers from the first slice `got` (slice `n0`): conditionals, the head, then every
+/// wanted byte slice by slice.
+async fn respond(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    sl: &Slicer,
+    n0: u64,
+    got: Got,
+) -> Sent {
+    let Some((meta, total)) = got.meta() else {
+        return Sent::Done(Err(ExchangeError::Aborted("slice without a length".into())));
+    };
+    let reference = Reference {
+        meta: meta.clone(),
+        total,
+    };
+    let meta = &reference.meta;
+    let now = SystemTime::now();
+    let age = policy::age(meta, now).as_secs();
+    ex.cache.ttl = Some(policy::ttl_secs(meta, now));
+    let send = ctx.shared.timeouts.send;
+    let first_hit = matches!(got, Got::Hit(_));
+    let mut ready: Vec<(u64, Got)> = vec![(n0, got)];
+    if not_modified(meta, &ex.req.method, &ex.req.headers) {
+        mark(ctx.w, ex, status_of(ctx, sl, first_hit, &[]));
+        let mut out = Vec::with_capacity(256 + meta.header_block.len());
+        ex.begin_stored_head(&mut out, 304);
+        super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+        super::hit::finish_head(ex, age, &mut out);
+        return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
+    }
+    let outcome =
+        edge_http::evaluate_range(&ex.req.method, &ex.req.headers, &validators(meta), total);
+    let ranges: Vec<Range<u64>> = match &outcome {
+        RangeOutcome::Full(_) => std::iter::once(0..total).collect(),
+        RangeOutcome::Partial(r) => r.iter().map(|r| r.as_range()).collect(),
+        RangeOutcome::Unsatisfiable => Vec::new(),
+    };
+    // A stored first slice may be older than the origin's object: when the next slice
+    // must come from the origin, it is checked before the head, so that a changed
+    // object is fetched again instead of cutting the response.
+    if first_hit && !ex.is_head() {
+        if let Some(n1) = second_slice(sl, &ranges, n0) {
+            if !present(ctx, sl, n1) {
+                let next = obtain(ctx, conn, ex, sl, n1, Some(&reference)).await;
+                if let Some(changed) = check(ctx, &reference, &next) {
+                    return changed;
+                }
+                ready.push((n1, next));
+            }
+        }
+    }
+    let st = status_of(ctx, sl, first_hit, &ranges);
+    mark(ctx.w, ex, st);
+    let mut out = Vec::with_capacity(512 + meta.header_block.len());
+    let mut layout = None;
+    match &outcome {
+        RangeOutcome::Full(_) => {
+            ex.begin_stored_head(&mut out, 200);
+            super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+            edge_http::write_header_u64(&mut out, "Content-Length", total);
+            super::hit::finish_head(ex, age, &mut out);
+        }
+        RangeOutcome::Partial(r) if r.len() == 1 => {
+            let r = &ranges[0];
+            ex.begin_stored_head(&mut out, 206);
+            super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+            let cr = format!("bytes {}-{}/{total}", r.start, r.end - 1);
+            edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
+            edge_http::write_header_u64(&mut out, "Content-Length", r.end - r.start);
+            super::hit::finish_head(ex, age, &mut out);
+        }
+        RangeOutcome::Partial(r) => {
+            let boundary = Boundary::from_seed(ctx.key_hash as u64);
+            let l = MultipartLayout::new(r, total, content_type(meta), boundary.as_str());
+            super::hit::write_multipart_head(ex, meta, &l, age, &mut out);
+            layout = Some(l);
+        }
+        RangeOutcome::Unsatisfiable => {
+            super::hit::write_unsatisfiable(ex, meta, total, age, &mut out);
+            return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
+        }
+    }
+    if ex.is_head() {
+        return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
+    }
+    if let Err(e) = conn.write_all(&out, send).await {
+        return Sent::Done(Err(e.into()));
+    }
+    let mut body = Body {
+        sl,
+        reference: &reference,
+        ready,
+        sent: 0,
+        from_origin: 0,
+    };
+    let result = match &layout {
+        None => body.range(ctx, conn, ex, ranges[0].clone()).await,
+        Some(l) => body.parts(ctx, conn, ex, l).await,
+    };
+    ex.body_bytes_sent = body.sent;
+    let stats = ctx.w.stats();
+    stats
+        .cache_bytes_origin
+        .fetch_add(body.from_origin, Relaxed);
+    stats
+        .cache_bytes_hit
+        .fetch_add(body.sent.saturating_sub(body.from_origin), Relaxed);
+    Sent::Done(result)
+}
+
+/// The body of a response: the slices got before the head (`ready`), then the others
+/// as they are needed.
+struct Body<'a> {
+    sl: &'a Slicer,
+    reference: &'a Reference,
+    ready: Vec<(u64, Got)>,
+    sent: u64,
+    /// Of `sent`, the bytes relayed from the origin.
+    from_origin: u64,
+}
+
+impl Body<'_> {
+    /// A multipart/byteranges body: each part's head, then its bytes.
+    async fn parts(
+        &mut self,
+        ctx: &Ctx<'_>,
+        conn: &mut Conn,
+        ex: &mut Exchange,
+        layout: &MultipartLayout,
+    ) -> Result<(), ExchangeError> {
+        let send = ctx.shared.timeouts.send;
+        for part in layout.parts() {
+            conn.write_all(part.head, send).await?;
+            self.sent += part.head.len() as u64;
+            self.range(ctx, conn, ex, part.range.as_range()).await?;
+        }
+        conn.write_all(layout.tail(), send).await?;
+        self.sent += layout.tail().len() as u64;
+        Ok(())
+    }
+
+    /// Sends the bytes `r` of the object, slice by slice.
+    async fn range(
+        &mut self,
+        ctx: &Ctx<'_>,
+        conn: &mut Conn,
+        ex: &mut Exchange,
+        r: Range<u64>,
+    ) -> Result<(), ExchangeError> {
+        let total = self.reference.total;
+        let mut pos = r.start;
+        while pos < r.end {
+            let n = self.sl.of(pos);
+            let got = match self.take_ready(n, pos) {
+                Some(g) => g,
+                None => obtain(ctx, conn, ex, self.sl, n, Some(self.reference)).await,
+            };
+            if check(ctx, self.reference, &got).is_some() {
+                return Err(ExchangeError::Aborted(
+                    "the object changed between slices: connection cut".into(),
+                ));
+            }
+            let bytes = self.sl.bytes(n, total);
+            let want = pos..r.end.min(bytes.end);
+            let local = want.start - bytes.start..want.end - bytes.start;
+            match got {
+                Got::Hit(mut e) => {
+                    let sc = slice_ctx(ctx, self.sl, n);
+                    if sc.cache.memory_wants(&ctx.w.local, &e) {
+                        Box::pin(super::hit::admit_to_memory(&sc, &mut e)).await?;
+                    }
+                    let n = Box::pin(super::hit::send_body(&sc, conn, &e, Vec::new(), local));
+                    self.sent += n.await?;
+                }
+                Got::Fill { fill, head } => {
+                    let (res, n) =
+                        super::stream::stream_range(ctx, conn, &fill, &head, local).await;
+                    self.sent += n;
+                    res?;
+                }
+                Got::Origin(o) => {
+                    let Relayed {
+                        up,
+                        meta,
+                        at,
+                        end,
+                        store,
+                        ..
+                    } = *o;
+                    // A relay sends the rest of the range its response holds.
+                    let want = pos..r.end.min(end);
+                    let stores = store.then(|| Cutter::new(*self.sl, total, meta, &want));
+                    let (res, n) = relay(ctx, conn, ex, up, at, want.clone(), stores).await;
+                    self.sent += n;
+                    self.from_origin += n;
+                    res?;
+                    pos = want.end;
+                    continue;
+                }
+                Got::Other(_) | Got::Mismatch | Got::Bad(_) | Got::Failed(_) => {
+                    return Err(ExchangeError::Aborted(
+                        "a slice could not be fetched: connection cut".into(),
+                    ))
+                }
+            }
+            pos = want.end;
+        }
+        Ok(())
+    }
+
+    /// A slice got before the head, when it holds byte `pos`: slice `n`, or an origin
+    /// stream that has not passed `pos` yet.
+    fn take_ready(&mut self, n: u64, pos: u64) -> Option<Got> {
+        let i = self.ready.iter().position(|(m, g)| {
+            *m == n || matches!(g, Got::Origin(o) if o.at <= pos && pos < o.end)
+        })?;
+        Some(self.ready.swap_remove(i).1)
+    }
+}
+
+/// Checks a slice against the reference: on a disagreement every slice of the object
+/// is purged, the mismatch counted, and `Some(Changed)` returned.
+fn check(ctx: &Ctx<'_>, reference: &Reference, got: &Got) -> Option<Sent> {
+    let agrees = match got {
+        Got::Mismatch => false,
+        g => g.meta().is_none_or(|(m, t)| reference.agrees(m, t)),
+    };
+    if agrees {
+        return None;
+    }
+    ctx.w.stats().slice_mismatches.fetch_add(1, Relaxed);
+    let n = purge_slices(ctx);
+    tracing::warn!(
+        "slice: {} changed between slices (ETag, Last-Modified or length); {n} slices purged",
+        ctx.key
+    );
+    Some(Sent::Changed)
+}
+
+/// Purges every slice of this request's object from every cache of the location.
+fn purge_slices(ctx: &Ctx<'_>) -> usize {
+    let target = edge_cache::purge::PurgeTarget::Key(ctx.key.clone());
+    edge_cache::purge::purge_all(&ctx.p.caches, &target, false)
+}
+
+/// The slice after `n0` that the first range needs, if any.
+fn second_slice(sl: &Slicer, ranges: &[Range<u64>], n0: u64) -> Option<u64> {
+    let r = ranges.first()?;
+    let slices = sl.covering(r);
+    let next = n0.max(*slices.start()) + 1;
+    (next <= *slices.end() && next > n0).then_some(next)
+}
+
+/// Whether slice `n` is in the index (an in-memory probe; it may still be stale).
+fn present(ctx: &Ctx<'_>, sl: &Slicer, n: u64) -> bool {
+    let h = key_hash(&edge_cache::key::slice_key(&ctx.key, sl.size, n));
+    pick(&ctx.p.caches, h).index_probe(h)
+}
+
+/// HIT when the first slice was a hit and every other wanted slice is stored (checked
+/// for up to [`MAX_PROBES`] slices), MISS otherwise.
+fn status_of(ctx: &Ctx<'_>, sl: &Slicer, first_hit: bool, ranges: &[Range<u64>]) -> CacheStatus {
+    if !first_hit {
+        return CacheStatus::Miss;
+    }
+    let mut probes = 0u64;
+    for r in ranges.iter().filter(|r| !r.is_empty()) {
+        for n in sl.covering(r) {
+            probes += 1;
+            if probes > MAX_PROBES || !present(ctx, sl, n) {
+                return CacheStatus::Miss;
+            }
+        }
+    }
+    CacheStatus::Hit
+}
+
+/// The request context of slice `n`: its key, hash and cache (slices spread over the
+/// location's caches by their own hash); fetches keep the object's upstream affinity.
+fn slice_ctx<'a>(ctx: &Ctx<'a>, sl: &Slicer, n: u64) -> Ctx<'a> {
+    let key = edge_cache::key::slice_key(&ctx.key, sl.size, n);
+    let hash = key_hash(&key);
+    Ctx {
+        w: ctx.w,
+        shared: ctx.shared,
+        route: ctx.route,
+        p: ctx.p,
+        affinity: ctx.affinity,
+        cache: pick(&ctx.p.caches, hash),
+        key,
+        key_hash: hash,
+    }
+}
+
+/// Gets slice `n`: stored, being filled, or fetched now (collapsed per slice).
+/// `expect` is the reference a fetched slice must agree with (None for the first).
+async fn obtain(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    sl: &Slicer,
+    n: u64,
+    expect: Option<&Reference>,
+) -> Got {
+    let sc = slice_ctx(ctx, sl, n);
+    for _ in 0..MAX_JOINS {
+        if let Some(e) = stored(&sc, ex, sl, n).await {
+            return Got::Hit(e);
+        }
+        match sc.cache.inflight().join(sc.key_hash) {
+            Join::Leader(handle) => {
+                if let Some(e) = stored(&sc, ex, sl, n).await {
+                    drop(handle); // followers join again and find it
+                    return Got::Hit(e);
+                }
+                return fetch(&sc, conn, ex, sl, n, Some(handle), expect).await;
+            }
+            Join::Follower(f) => match f.wait_head(ctx.p.rules.cache_lock_timeout).await {
+                WaitHead::Head(head) => {
+                    let same = head.meta.vary.is_empty()
+                        || edge_cache::variant_key(&sc.key, &head.meta.vary, &ex.req.headers)
+                            == head.meta.key;
+                    if same {
+                        ex.cache.collapsed = true;
+                        return Got::Fill { fill: f, head };
+                    }
+                    break;
+                }
+                WaitHead::Retry => continue,
+                WaitHead::Uncacheable | WaitHead::TimedOut => break,
+            },
+        }
+    }
+    fetch(&sc, conn, ex, sl, n, None, expect).await
+}
+
+/// A fresh stored slice `n` (a stale one, or one that is not exactly the slice, is
+/// fetched again).
+async fn stored(sc: &Ctx<'_>, ex: &Exchange, sl: &Slicer, n: u64) -> Option<HitEntry> {
+    match super::lookup::lookup(sc, &ex.req.headers, SystemTime::now()).await {
+        Lookup::Fresh(e) if Part::of(&e.meta).is_some_and(|p| sl.is_slice(&p, n)) => Some(e),
+        _ => None,
+    }
+}
+
+/// Fetches slice `n` from the origin with `Range`. A 206 that is exactly the slice is
+/// stored (its copy to disk in its own task, every client streaming the file); a 200
+/// is the whole object from an origin that ignores `Range`.
+async fn fetch(
+    sc: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    sl: &Slicer,
+    n: u64,
+    handle: Option<edge_cache::FillHandle>,
+    expect: Option<&Reference>,
+) -> Got {
+    let mut extra = Vec::with_capacity(48);
+    edge_http::write_header(&mut extra, "Range", sl.range_value(n).as_bytes());
+    let (up, t0, t1) = super::fill::fetch_origin(sc, conn, ex, &extra).await;
+    let up = match up {
+        Ok(up) => up,
+        Err(e) => return Got::Failed(e), // the handle drops: followers retry
+    };
+    let disagrees = |meta: &ObjectMeta, total| expect.is_some_and(|r| !r.agrees(meta, total));
+    match (up.head.status, up.head.body) {
+        (206, _) => {
+            let part = up
+                .head
+                .headers
+                .get("content-range")
+                .and_then(edge_http::parse_content_range)
+                .and_then(|cr| {
+                    let r = cr.range?;
+                    Some(Part {
+                        start: r.first(),
+                        end: r.end(),
+                        total: cr.complete_len?,
+                    })
+                });
+            let Some(part) = part.filter(|p| sl.is_slice(p, n)) else {
+                let cr = up.head.headers.get_str("content-range").unwrap_or("none");
+                return Got::Bad(format!("slice {n}: the origin sent Content-Range {cr}"));
+            };
+            if !matches!(up.head.body, BodyKind::Length(l) if l == part.len()) {
+                return Got::Bad(format!("slice {n}: a 206 whose length is not its range's"));
+            }
+            let meta = slice_meta(sc, &ex.req.headers, &up, t0, t1, part);
+            if disagrees(&meta.0, part.total) {
+                return Got::Mismatch;
+            }
+            match (meta, handle) {
+                ((meta, true), Some(h)) => lead(sc, up, meta, h, part).await,
+                ((meta, _), h) => {
+                    if let Some(h) = h {
+                        h.uncacheable();
+                    }
+                    Got::Origin(Box::new(Relayed {
+                        up,
+                        meta,
+                        at: part.start,
+                        end: part.end,
+                        total: part.total,
+                        store: false,
+                    }))
+                }
+            }
+        }
+        (200, BodyKind::Length(total)) if total > 0 => {
+            // The origin ignores Range: this slice's followers fetch on their own.
+            if let Some(h) = handle {
+                h.uncacheable();
+            }
+            let part = Part {
+                start: 0,
+                end: total,
+                total,
+            };
+            let (meta, store) = slice_meta(sc, &ex.req.headers, &up, t0, t1, part);
+            if disagrees(&meta, total) {
+                return Got::Mismatch;
+            }
+            Got::Origin(Box::new(Relayed {
+                up,
+                meta,
+                at: 0,
+                end: total,
+                total,
+                store,
+            }))
+        }
+        _ => {
+            if let Some(h) = handle {
+                h.uncacheable();
+            }
+            Got::Other(up)
+        }
+    }
+}
+
+/// The metadata of a slice holding `part` of the origin's response `up` (a 206 for
+/// the slice, or a whole 200), and whether it may be stored: the object's own policy
+/// applies (as a 200), the stored status is 206 with the slice's `Content-Range`, and
+/// the slice carries the object's slice tag.
+fn slice_meta(
+    sc: &Ctx<'_>,
+    req: &edge_http::HeaderMap,
+    up: &UpstreamResponse,
+    t0: SystemTime,
+    t1: SystemTime,
+    part: Part,
+) -> (ObjectMeta, bool) {
+    let h = &up.head;
+    let fresh = policy::storable(
+        &edge_http::Method::Get,
+        req,
+        200,
+        &h.headers,
+        &sc.p.policy,
+        t0,
+        t1,
+    );
+    let store = fresh.is_ok();
+    let fresh = fresh.unwrap_or_default();
+    let mut meta = policy::build_meta(&sc.key, 206, &h.headers, fresh, t0, t1, Some(part.len()));
+    let mut block = Vec::with_capacity(meta.header_block.len() + 48);
+    super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut block);
+    edge_http::write_header(
+        &mut block,
+        "Content-Range",
+        part.content_range(&part.range()).as_bytes(),
+    );
+    meta.header_block = block;
+    meta.key = edge_cache::variant_key(&sc.key, &meta.vary, req);
+    meta.tags
+        .push(edge_cache::key::slice_tag(object_key(&sc.key)));
+    (meta, store)
+}
+
+/// The object's key of a slice's key (what precedes the slice mark).
+fn object_key(slice_key: &str) -> &str {
+    slice_key
+        .rsplit_once(edge_cache::key::SLICE_MARK)
+        .map_or(slice_key, |(k, _)| k)
+}
+
+/// Leads the fill of one slice: the object writer, the head for the followers, and the
+/// origin-to-disk copy in its own task; this client streams the file like the others.
+async fn lead(
+    sc: &Ctx<'_>,
+    up: UpstreamResponse,
+    meta: ObjectMeta,
+    handle: edge_cache::FillHandle,
+    part: Part,
+) -> Got {
+    let cache = sc.cache.clone();
+    let writer =
+        sc.w.file_io
+            .blocking(move || cache.begin_write_keyed(meta.clone()).map(|w| (w, meta)))
+            .await;
+    let (writer, meta) = match writer {
+        Ok(Ok((w, m))) => (Some(w), m),
+        _ => (
+            None,
+            ObjectMeta::new(sc.key.clone(), 206, SystemTime::now()),
+        ),
+    };
+    let Some(store) = publish(writer, Some(handle)) else {
+        // Not writable (counted by the cache): this client gets the origin's bytes.
+        return Got::Origin(Box::new(Relayed {
+            up,
+            meta,
+            at: part.start,
+            end: part.end,
+            total: part.total,
+            store: false,
+        }));
+    };
+    let fill = store.handle.as_ref().map(|h| h.fill().clone());
+    let head = match fill.as_ref().map(|f| f.state()) {
+        Some(FillState::Streaming { head, .. }) => head,
+        _ => return Got::Bad("slice fill without a head".into()),
+    };
+    let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(sc)) else {
+        return Got::Bad("slice fill without a handle".into());
+    };
+    tokio::task::spawn_local(async move {
+        if let Some(c) = owned.ctx() {
+            let _ = super::fill::pump(&c, None, up, Some(store), None).await;
+        }
+    });
+    Got::Fill { fill, head }
+}
+
+/// Cuts an origin's whole body into stored slices as it passes (an origin that
+/// ignores `Range`): each slice from its first byte to its last, written like a fill.
+struct Cutter {
+    sl: Slicer,
+    total: u64,
+    /// The whole response's slice metadata (its `Content-Range` is replaced per slice).
+    meta: ObjectMeta,
+    /// The slice being written and its store.
+    open: Option<(u64, Store)>,
+    /// No slice starting at or past this offset is stored (the end of the slice that
+    /// holds the client's last byte: the relay stops there).
+    until: u64,
+}
+
+impl Cutter {
+    fn new(sl: Slicer, total: u64, meta: ObjectMeta, want: &Range<u64>) -> Cutter {
+        let last = sl.of(want.end.saturating_sub(1).max(want.start));
+        Cutter {
+            sl,
+            total,
+            meta,
+            open: None,
+            until: sl.bytes(last, total).end,
+        }
+    }
+
+    /// Stores `data`, the body bytes at object offset `at`.
+    async fn write(&mut self, ctx: &Ctx<'_>, mut at: u64, mut data: &[u8]) {
+        while !data.is_empty() {
+            let n = self.sl.of(at);
+            let bytes = self.sl.bytes(n, self.total);
+            if self.open.as_ref().is_none_or(|(m, _)| *m != n) {
+                self.open = None; // a slice not written from its start is dropped
+                if at == bytes.start && at < self.until {
+                    self.open = self.begin(ctx, n, &bytes).await.map(|s| (n, s));
+                }
+            }
+            let k = ((bytes.end - at) as usize).min(data.len());
+            if let Some((_, s)) = self.open.as_mut() {
+                if !s.write(&ctx.w.file_io, &data[..k]).await {
+                    self.open = None;
+                }
+            }
+            at += k as u64;
+            data = &data[k..];
+            if at == bytes.end {
+                if let Some((_, s)) = self.open.take() {
+                    s.finish(&ctx.w.file_io).await;
+                }
+            }
+        }
+    }
+
+    /// Opens the writer of slice `n`.
+    async fn begin(&self, ctx: &Ctx<'_>, n: u64, bytes: &Range<u64>) -> Option<Store> {
+        let sc = slice_ctx(ctx, &self.sl, n);
+        let part = Part {
+            start: bytes.start,
+            end: bytes.end,
+            total: self.total,
+        };
+        let mut meta = self.meta.clone();
+        let mut block = Vec::with_capacity(meta.header_block.len());
+        super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut block);
+        let cr = part.content_range(&part.range());
+        edge_http::write_header(&mut block, "Content-Range", cr.as_bytes());
+        meta.header_block = block;
+        meta.body_len = part.len();
+        meta.key = match meta.key.split_once('\0') {
+            Some((_, values)) => format!("{}\0{values}", sc.key),
+            None => sc.key.clone(),
+        };
+        let cache = sc.cache.clone();
+        let w = ctx
+            .w
+            .file_io
+            .blocking(move || cache.begin_write_keyed(meta))
+            .await
+            .ok()?
+            .ok()?;
+        publish(Some(w), None)
+    }
+
+    /// Whether a slice is being written (the relay reads on to its end).
+    fn writing(&self) -> bool {
+        self.open.is_some()
+    }
+}
+
+/// Relays an origin response whose body starts at object offset `at`: the bytes of
+/// `want` go to the client as they arrive, and with `cut` every whole slice that
+/// passes is stored. Reads until `want` is sent and the slice being stored is
+/// complete (a client gone meanwhile still completes that slice). Returns the bytes
+/// sent.
+async fn relay(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    mut up: UpstreamResponse,
+    at: u64,
+    want: Range<u64>,
+    mut cut: Option<Cutter>,
+) -> (Result<(), ExchangeError>, u64) {
+    let group = &ctx.p.upstream;
+    let send = ctx.shared.timeouts.send;
+    ex.cache.fwd_status = Some(up.head.status);
+    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
+    let mut pos = at;
+    let mut sent = 0u64;
+    let mut client: Option<std::io::Error> = None;
+    let result: Result<(), String> = loop {
+        let mut bad = None;
+        while !up.buf.is_empty() && !dec.is_done() {
+            let d = match dec.decode(&up.buf) {
+                Ok(d) => d,
+                Err(e) => {
+                    bad = Some(format!("upstream body: {e}"));
+                    break;
+                }
+            };
+            if !d.data.is_empty() {
+                if let Some(c) = cut.as_mut() {
+                    c.write(ctx, pos, d.data).await;
+                }
+                let end = pos + d.data.len() as u64;
+                let (lo, hi) = (pos.max(want.start), end.min(want.end));
+                if client.is_none() && lo < hi {
+                    let part = &d.data[(lo - pos) as usize..(hi - pos) as usize];
+                    match conn.write_all(part, send).await {
+                        Ok(()) => sent += part.len() as u64,
+                        Err(e) => client = Some(e),
+                    }
+                }
+                pos = end;
+            }
+            let n = d.consumed;
+            bytes::Buf::advance(&mut up.buf, n);
+            if n == 0 {
+                break;
+            }
+        }
+        if let Some(b) = bad {
+            break Err(b);
+        }
+        let storing = cut.as_ref().is_some_and(Cutter::writing);
+        if dec.is_done() || (!storing && (client.is_some() || pos >= want.end)) {
+            break Ok(());
+        }
+        if up.buf.capacity() - up.buf.len() < 4096 {
+            up.buf.reserve(UP_BUF);
+        }
+        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
+            Ok(Ok(0)) => break Err("upstream closed before the body ended".into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => break Err(format!("upstream read failed: {e}")),
+            Err(_) => {
+                ctx.w.stats().upstream_timeouts.fetch_add(1, Relaxed);
+                break Err(timed_out("upstream body read").to_string());
+            }
+        }
+    };
+    let done = dec.is_done();
+    up.release(&ctx.w.pool, group, done);
+    let r = match (client, result) {
+        (Some(e), _) => Err(ExchangeError::Client(e)),
+        (None, Err(why)) => Err(ExchangeError::Aborted(why)),
+        (None, Ok(())) if pos < want.end => {
+            Err(ExchangeError::Aborted("upstream body ended early".into()))
+        }
+        (None, Ok(())) => Ok(()),
+    };
+    (r, sent)
+}
+
+/// A 502 before any byte of the body was sent.
+async fn bad_gateway(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    why: &str,
+) -> Result<(), ExchangeError> {
+    tracing::error!(
+        "upstream \"{}\": {why} while proxying \"{} {}\"",
+        ctx.p.upstream.name,
+        ex.req.method.as_str(),
+        ex.req.target
+    );
+    let page = crate::http::respond::error_page(502);
+    let extra = crate::upstream::relay::error_headers(ex);
+    crate::http::respond::respond(
+        conn,
+        ex,
+        &ctx.shared.timeouts,
+        502,
+        "text/html",
+        &page,
+        &extra,
+    )
+    .await
+}
