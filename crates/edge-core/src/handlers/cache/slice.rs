@@ -59,11 +59,12 @@ const UP_BUF: usize = 64 * 1024;
 enum Got {
     /// Stored.
     Hit(HitEntry),
-    /// Being written by a fill: ours (the fetch runs in its own task) or another
-    /// request's (collapsed).
+    /// Being written by a fill: ours (`ours`: the fetch runs in its own task) or
+    /// another request's (collapsed).
     Fill {
         fill: Arc<Fill>,
         head: Arc<FillHead>,
+        ours: bool,
     },
     /// An origin response relayed as it arrives: a slice that may not be stored, or
     /// the whole body from an origin that ignores `Range` (`at..end` = the whole
@@ -219,6 +220,8 @@ async fn respond(
     ex.cache.ttl = Some(policy::ttl_secs(meta, now));
     let send = ctx.shared.timeouts.send;
     let first_hit = matches!(got, Got::Hit(_));
+    // Not fetched by this request: it may be older than the origin's object.
+    let first_old = !matches!(got, Got::Fill { ours: true, .. } | Got::Origin(_));
     let mut ready: Vec<(u64, Got)> = vec![(n0, got)];
     if not_modified(meta, &ex.req.method, &ex.req.headers) {
         mark(ctx.w, ex, status_of(ctx, sl, first_hit, &[]));
@@ -235,10 +238,11 @@ async fn respond(
         RangeOutcome::Partial(r) => r.iter().map(|r| r.as_range()).collect(),
         RangeOutcome::Unsatisfiable => Vec::new(),
     };
-    // A stored first slice may be older than the origin's object: when the next slice
-    // must come from the origin, it is checked before the head, so that a changed
-    // object is fetched again instead of cutting the response.
-    if first_hit && !ex.is_head() {
+    // A first slice stored (or being stored) before this request may be older than the
+    // origin's object: when the next slice must come from the origin, it is checked
+    // before the head, so that a changed object is fetched again instead of cutting
+    // the response.
+    if first_old && !ex.is_head() {
         if let Some(n1) = second_slice(sl, &ranges, n0) {
             if !present(ctx, sl, n1) {
                 let next = obtain(ctx, conn, ex, sl, n1, Some(&reference)).await;
@@ -372,7 +376,7 @@ impl Body<'_> {
                     let n = Box::pin(super::hit::send_body(&sc, conn, &e, Vec::new(), local));
                     self.sent += n.await?;
                 }
-                Got::Fill { fill, head } => {
+                Got::Fill { fill, head, .. } => {
                     let (res, n) =
                         super::stream::stream_range(ctx, conn, &fill, &head, local).await;
                     self.sent += n;
@@ -522,7 +526,11 @@ async fn obtain(
                             == head.meta.key;
                     if same {
                         ex.cache.collapsed = true;
-                        return Got::Fill { fill: f, head };
+                        return Got::Fill {
+                            fill: f,
+                            head,
+                            ours: false,
+                        };
                     }
                     break;
                 }
@@ -729,7 +737,11 @@ async fn lead(
             let _ = super::fill::pump(&c, None, up, Some(store), None).await;
         }
     });
-    Got::Fill { fill, head }
+    Got::Fill {
+        fill,
+        head,
+        ours: true,
+    }
 }
 
 /// Cuts an origin's whole body into stored slices as it passes (an origin that
@@ -788,6 +800,9 @@ impl Cutter {
     /// Opens the writer of slice `n`.
     async fn begin(&self, ctx: &Ctx<'_>, n: u64, bytes: &Range<u64>) -> Option<Store> {
         let sc = slice_ctx(ctx, &self.sl, n);
+        if sc.cache.index_probe(sc.key_hash) {
+            return None; // stored already
+        }
         let part = Part {
             start: bytes.start,
             end: bytes.end,

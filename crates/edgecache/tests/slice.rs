@@ -1,0 +1,479 @@
+//! `slice = "64k"` end to end: real edgecache in front of edgeorigin (or, for an origin
+//! that changes its object or ignores `Range`, a tiny origin here), real HTTP, bytes
+//! compared with the origin's own.
+
+mod common;
+
+use common::*;
+use edge_testkit::{get, Client};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+const K64: u64 = 64 * 1024;
+const SLICE: &str = "slice = \"64k\"";
+
+fn status(r: &edge_testkit::Response) -> &str {
+    r.header("x-cache-status").unwrap_or("")
+}
+
+/// The whole object straight from the origin (no cache in between).
+fn whole(origin: SocketAddr, path: &str) -> Vec<u8> {
+    let r = get(origin, path, &[]);
+    assert_eq!(r.status, 200, "{path} from the origin");
+    r.body
+}
+
+/// `Range: bytes=a-b` through the cache: status and body.
+fn range(s: &Setup, path: &str, spec: &str) -> edge_testkit::Response {
+    s.get(path, &[&format!("Range: bytes={spec}")])
+}
+
+/// Object files under a cache directory (named by their key hash; the index snapshot
+/// and the like aside).
+fn objects_in(dir: &std::path::Path) -> Vec<(String, u64)> {
+    files(dir)
+        .into_iter()
+        .filter(|(p, _)| {
+            let name = p.rsplit('/').next().unwrap_or("");
+            name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .collect()
+}
+
+/// Waits (up to 10 s) until `n` objects are stored under `dir`: a fill's commit may
+/// come after its client has every byte it asked for.
+fn wait_objects(dir: &std::path::Path, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while objects_in(dir).len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            objects_in(dir)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn objects(s: &Setup) -> Vec<(String, u64)> {
+    objects_in(&s.dir.path().join("cache"))
+}
+
+#[test]
+fn ranges_at_every_slice_boundary() {
+    let s = setup("", SLICE);
+    // Four slices and a last one of 1 byte.
+    let path = "/obj/262145/1";
+    let all = whole(s.origin_addr, path);
+    assert_eq!(all.len() as u64, 4 * K64 + 1);
+    let cases: &[(&str, u16, std::ops::Range<usize>)] = &[
+        ("0-0", 206, 0..1),                     // first byte
+        ("262144-262144", 206, 262144..262145), // last byte, the 1-byte last slice
+        ("65535-131072", 206, 65535..131073),   // across 3 slices
+        ("65536-131071", 206, 65536..131072),   // exactly one slice
+        ("-1", 206, 262144..262145),            // suffix
+        ("-70000", 206, 192145..262145),        // suffix across slices
+        ("200000-", 206, 200000..262145),       // open-ended
+        ("0-999999999", 206, 0..262145),        // past the end: clipped
+    ];
+    for (spec, st, want) in cases {
+        let r = range(&s, path, spec);
+        assert_eq!(r.status, *st, "bytes={spec}");
+        assert_eq!(r.body, all[want.clone()], "bytes={spec}");
+        let cr = format!("bytes {}-{}/262145", want.start, want.end - 1);
+        assert_eq!(r.header("content-range"), Some(cr.as_str()), "bytes={spec}");
+    }
+    // Past the end: 416 with the complete length.
+    let r = range(&s, path, "262145-");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */262145"));
+    // A seek past the end of a new object: 416 too (the length comes from slice 0).
+    let r = range(&s, "/obj/262145/2", "999999-");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */262145"));
+    // The whole object: 200 with its length, a HIT now that every slice is stored.
+    let r = s.get(path, &[]);
+    assert_eq!((r.status, status(&r)), (200, "HIT"));
+    assert_eq!(r.header("content-length"), Some("262145"));
+    assert_eq!(r.body, all);
+    assert!(r.header("content-range").is_none());
+    // Multi-range: every part's bytes.
+    let r = range(&s, path, "0-1,65535-65537,262144-");
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap().to_string();
+    assert!(ct.starts_with("multipart/byteranges; boundary="), "{ct}");
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    for cr in [
+        "bytes 0-1/262145",
+        "bytes 65535-65537/262145",
+        "bytes 262144-262144/262145",
+    ] {
+        assert!(body.contains(cr), "{cr} in {body:?}");
+    }
+    let at = r.body.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(&r.body[at..at + 2], &all[0..2]);
+}
+
+#[test]
+fn head_conditionals_and_if_range_on_a_sliced_object() {
+    let s = setup("", SLICE);
+    let path = "/obj/300000/3";
+    let all = whole(s.origin_addr, path);
+    let mut c = Client::connect(s.addr);
+    let h = c.request("HEAD", path, &[]);
+    assert_eq!((h.status, h.body.len()), (200, 0));
+    assert_eq!(h.header("content-length"), Some("300000"));
+    let etag = h.header("etag").unwrap().to_string();
+    let nm = s.get(path, &[&format!("If-None-Match: {etag}")]);
+    assert_eq!((nm.status, nm.body.len()), (304, 0));
+    assert_eq!(nm.header("etag"), Some(etag.as_str()));
+    let ir = s.get(path, &["Range: bytes=10-19", &format!("If-Range: {etag}")]);
+    assert_eq!((ir.status, ir.body.as_slice()), (206, &all[10..20]));
+    let ir = s.get(path, &["Range: bytes=10-19", "If-Range: \"other\""]);
+    assert_eq!((ir.status, ir.body.len()), (200, 300000));
+    assert_eq!(ir.body, all);
+}
+
+#[test]
+fn random_ranges_match_the_whole_object_byte_for_byte() {
+    let s = setup("", SLICE);
+    let path = "/obj/1000003/4";
+    let all = whole(s.origin_addr, path);
+    let n = all.len() as u64;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..40 {
+        let a = next() % n;
+        let len = 1 + next() % (3 * K64);
+        let b = (a + len - 1).min(n - 1);
+        let r = range(&s, path, &format!("{a}-{b}"));
+        assert_eq!(r.status, 206, "#{i} {a}-{b}");
+        assert!(
+            r.body == all[a as usize..=b as usize],
+            "#{i} bytes {a}-{b} differ from the origin's"
+        );
+    }
+    let r = s.get(path, &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == all, "the whole sliced object");
+}
+
+#[test]
+fn purge_reaches_every_slice() {
+    let s = setup("", SLICE);
+    let path = "/obj/300000/5";
+    assert_eq!(status(&s.get(path, &[])), "MISS");
+    assert_eq!(objects(&s).len(), 5, "300000 bytes: 5 slices");
+    assert_eq!(status(&s.get(path, &[])), "HIT");
+    let p = Client::connect(s.addr).request("PURGE", path, &[]);
+    assert_eq!(p.body, b"{\"purged\": 5}\n");
+    let before = s.origin_count();
+    assert_eq!(status(&s.get(path, &[])), "MISS");
+    assert_eq!(s.origin_count() - before, 5, "every slice fetched again");
+
+    // By URL on the admin listener, by prefix and by tag.
+    let r = post_form(s.admin, "/purge", "url=http://test/obj/300000/5");
+    assert_eq!(r.body, b"{\"purged\": 5}\n");
+    assert_eq!(status(&s.get(path, &[])), "MISS");
+    let r = post_form(s.admin, "/purge", "prefix=http://test/obj/300000/");
+    assert_eq!(r.body, b"{\"purged\": 5}\n");
+    let tagged = "/obj/200000/6?tag=movie";
+    assert_eq!(status(&s.get(tagged, &[])), "MISS");
+    let r = post_form(s.admin, "/purge", "tag=movie");
+    assert_eq!(r.body, b"{\"purged\": 4}\n");
+    assert_eq!(status(&s.get(tagged, &[])), "MISS");
+
+    // Soft: every slice is refetched (a stale slice is never served as a hit).
+    let url = "url=http%3A%2F%2Ftest%2Fobj%2F200000%2F6%3Ftag%3Dmovie&soft=1";
+    let r = post_form(s.admin, "/purge", url);
+    assert_eq!(r.status, 200);
+    let before = s.origin_count();
+    let again = s.get(tagged, &[]);
+    assert_eq!((again.status, status(&again)), (200, "MISS"));
+    assert_eq!(again.body, whole(s.origin_addr, tagged));
+    assert_eq!(
+        s.origin_count() - before - 1,
+        4,
+        "4 slices, beside our own GET"
+    );
+}
+
+#[test]
+fn concurrent_seeks_collapse_per_slice() {
+    let s = setup("", SLICE);
+    // Slow heads, so every client arrives while the first fetches are in flight.
+    let path = "/obj/16m/7?delay_ms=400";
+    let all = whole(s.origin_addr, "/obj/16m/7");
+    let before = s.origin_count();
+    let addr = s.addr;
+    let threads: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || get(addr, path, &["Range: bytes=1000000-1100000"])))
+        .collect();
+    for t in threads {
+        let r = t.join().unwrap();
+        assert_eq!(r.status, 206);
+        assert!(r.body == all[1000000..=1100000]);
+    }
+    // Bytes 1000000..=1100000 lie in slices 15 and 16: two origin requests in all.
+    assert_eq!(s.origin_count() - before, 2);
+}
+
+#[test]
+fn a_100_gib_object_is_sparse_on_disk() {
+    let s = setup("", SLICE);
+    let path = "/obj/100g/8";
+    let total: u64 = 100 << 30;
+    let seeks = [0, 50 << 30, total - 10];
+    for a in seeks {
+        let spec = format!("{a}-{}", a + 9);
+        let r = range(&s, path, &spec);
+        assert_eq!(r.status, 206, "{spec}");
+        let cr = format!("bytes {a}-{}/{total}", a + 9);
+        assert_eq!(r.header("content-range"), Some(cr.as_str()));
+        let direct = get(s.origin_addr, path, &[&format!("Range: bytes={spec}")]);
+        assert_eq!(r.body, direct.body, "{spec}");
+    }
+    // Slice 0 (the first seek), the slice at 50 GiB and the last one: nothing else.
+    let objs = objects(&s);
+    assert_eq!(objs.len(), 3, "{objs:?}");
+    let bytes: u64 = objs.iter().map(|(_, n)| n).sum();
+    assert!(bytes < 3 * (K64 + 16 * 1024), "{bytes} bytes on disk");
+    // The same seeks again: hits.
+    let r = range(&s, path, &format!("{}-{}", 50u64 << 30, (50u64 << 30) + 9));
+    assert_eq!(status(&r), "HIT");
+}
+
+// ---- A tiny origin whose object changes on demand, and that may ignore Range. ----
+
+/// The tiny origin's object of `len` bytes at `version`: every byte depends on both.
+fn versioned(len: usize, version: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 7 + version * 101 + (i as u64 >> 16)) as u8)
+        .collect()
+}
+
+struct Tiny {
+    addr: SocketAddr,
+    version: Arc<AtomicU64>,
+    ignore_range: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+}
+
+/// Serves `/t/<len>` (keep-alive, one request at a time per connection) with
+/// `ETag: "v<version>"` and single `bytes=a-b` ranges, unless told to ignore them.
+fn tiny_origin() -> Tiny {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let t = Tiny {
+        addr: l.local_addr().unwrap(),
+        version: Arc::new(AtomicU64::new(1)),
+        ignore_range: Arc::new(AtomicBool::new(false)),
+        requests: Arc::new(AtomicU64::new(0)),
+    };
+    let (v, ig, n) = (
+        t.version.clone(),
+        t.ignore_range.clone(),
+        t.requests.clone(),
+    );
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let (v, ig, n) = (v.clone(), ig.clone(), n.clone());
+            std::thread::spawn(move || serve_tiny(conn, &v, &ig, &n));
+        }
+    });
+    t
+}
+
+fn serve_tiny(conn: TcpStream, v: &AtomicU64, ig: &AtomicBool, n: &AtomicU64) {
+    let mut w = conn.try_clone().unwrap();
+    let mut r = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+        let mut spec = None;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h == "\r\n" {
+                break;
+            }
+            if let Some((k, val)) = h.split_once(':') {
+                if k.eq_ignore_ascii_case("range") {
+                    spec = val.trim().strip_prefix("bytes=").map(str::to_string);
+                }
+            }
+        }
+        n.fetch_add(1, SeqCst);
+        let name = path.split('?').next().unwrap().rsplit('/').next().unwrap();
+        let len: usize = name.parse().unwrap();
+        let version = v.load(SeqCst);
+        let body = versioned(len, version);
+        let mut head = format!(
+            "ETag: \"v{version}\"\r\nCache-Control: max-age=3600\r\nContent-Type: video/mp4\r\n"
+        );
+        let part = match spec.filter(|_| !ig.load(SeqCst)) {
+            Some(s) => {
+                let (a, b) = s.split_once('-').unwrap();
+                let a: usize = a.parse().unwrap();
+                let b: usize = b.parse::<usize>().unwrap().min(len - 1);
+                head.push_str(&format!("Content-Range: bytes {a}-{b}/{len}\r\n"));
+                Some(a..b + 1)
+            }
+            None => None,
+        };
+        let (st, bytes) = match part {
+            Some(p) => ("206 Partial Content", &body[p]),
+            None => ("200 OK", &body[..]),
+        };
+        let out = format!(
+            "HTTP/1.1 {st}\r\n{head}Content-Length: {}\r\n\r\n",
+            bytes.len()
+        );
+        if w.write_all(out.as_bytes()).is_err() || w.write_all(bytes).is_err() {
+            return;
+        }
+    }
+}
+
+fn tiny_setup(
+    t: &Tiny,
+) -> (
+    edge_testkit::Proc,
+    SocketAddr,
+    SocketAddr,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cached_config(t.addr, &dir.path().join("cache"), "", SLICE, LOCAL);
+    let (p, addr, admin) = edgecache(&cfg);
+    (p, addr, admin, dir)
+}
+
+fn mismatches(admin: SocketAddr) -> u64 {
+    metric_in(
+        &get_text(admin, "/metrics"),
+        "edgecache_slice_mismatches_total",
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_object_changed_between_slices_is_never_served_mixed() {
+    let t = tiny_origin();
+    let (_p, addr, admin, dir) = tiny_setup(&t);
+    let cache = dir.path().join("cache");
+    let len = 3 * K64 as usize + 100;
+    let path = format!("/t/{len}");
+    let (v1, v2, v3) = (versioned(len, 1), versioned(len, 2), versioned(len, 3));
+    // Slice 0 stored at version 1; then the object changes at the origin.
+    let r = get(addr, &path, &["Range: bytes=0-9"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &v1[..10]));
+    wait_objects(&cache, 1);
+    t.version.store(2, SeqCst);
+    // The stored slice 0 disagrees with the slice 1 the origin now sends: found before
+    // the head, every slice is purged and the request starts again.
+    let r = get(addr, &path, &[]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == v2,
+        "the whole new version, nothing of the old one"
+    );
+    assert_eq!(mismatches(admin), 1);
+    assert_eq!(r.header("etag"), Some("\"v2\""));
+
+    // Another URL: slices 0 and 1 stored at version 2; the change shows at slice 2,
+    // after the head: the connection is cut, and what arrived is only version 2's.
+    let path = format!("/t/{len}?second");
+    let _ = get(addr, &path, &["Range: bytes=0-131071"]);
+    wait_objects(&cache, 6); // 4 slices of the first URL, 2 of this one
+    t.version.store(3, SeqCst);
+    let (st, body, complete, _) = get_closing(addr, &path);
+    assert_eq!(st, 200);
+    assert!(!complete, "cut, not completed with another version");
+    assert!(body.len() <= 2 * K64 as usize, "{} bytes", body.len());
+    assert!(body == v2[..body.len()], "only version 2's bytes");
+    assert_eq!(mismatches(admin), 2);
+    // Every slice was purged: the next request gets version 3 whole.
+    let r = get(addr, &path, &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == v3);
+    let status_json = get_text(admin, "/status");
+    assert_eq!(json_number(&status_json, "slice_mismatches"), Some(2));
+}
+
+#[test]
+fn an_origin_that_ignores_range_is_cut_into_slices() {
+    let t = tiny_origin();
+    t.ignore_range.store(true, SeqCst);
+    let (_p, addr, _admin, dir) = tiny_setup(&t);
+    let len = 5 * K64 as usize;
+    let path = format!("/t/{len}");
+    let all = versioned(len, 1);
+    let r = get(addr, &path, &["Range: bytes=70000-70099"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &all[70000..70100]));
+    assert_eq!(t.requests.load(SeqCst), 1);
+    wait_objects(&dir.path().join("cache"), 2);
+    // The 200 was read up to the end of the slice holding the last byte wanted, and
+    // slices 0 and 1 were stored as it passed: no other request for them.
+    let r = get(addr, &path, &["Range: bytes=0-131071"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &all[..131072]));
+    assert_eq!(r.header("x-cache-status"), Some("HIT"));
+    assert_eq!(t.requests.load(SeqCst), 1);
+    assert_eq!(objects_in(&dir.path().join("cache")).len(), 2);
+    // The rest of the object.
+    let r = get(addr, &path, &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == all);
+}
+
+#[test]
+fn config_test_rejects_bad_slice_keys() {
+    let base = |extra: &str| {
+        format!(
+            "[[listen]]\naddr = \"127.0.0.1:1\"\n[[cache]]\nname = \"c\"\npath = \"/tmp/edgecache-slice-t\"\n[[upstream]]\nname = \"o\"\nservers = [\"127.0.0.1:1\"]\n[[location]]\nprefix = \"/\"\nproxy = \"o\"\n{extra}\n"
+        )
+    };
+    for (extra, says) in [
+        (
+            "cache = [\"c\"]\nslice = \"65535\"",
+            "multiple of 4k from 64k",
+        ),
+        (
+            "cache = [\"c\"]\nslice = \"32k\"",
+            "multiple of 4k from 64k",
+        ),
+        ("cache = [\"c\"]\nslice = \"2g\"", "multiple of 4k from 64k"),
+        ("slice = \"1m\"", "cached proxied locations"),
+        (
+            "cache = [\"c\"]\nslice = \"1m\"\ncompress = [\"gzip\"]",
+            "serves identity",
+        ),
+        (
+            "cache = [\"c\"]\nslice = \"1m\"\nslice_prefetch = 2",
+            "not supported yet",
+        ),
+        (
+            "cache = [\"c\"]\nslice_prefetch = 2",
+            "no effect without slice",
+        ),
+    ] {
+        let (code, stderr, path) = check_config(&base(extra));
+        assert_eq!(code, Some(2), "{extra}: {stderr}");
+        assert!(
+            stderr.contains(&path) && stderr.contains(says),
+            "{extra}: {stderr}"
+        );
+    }
+    let (code, stderr, _) = check_config(&base("cache = [\"c\"]\nslice = \"1m\""));
+    assert_eq!(code, Some(0), "{stderr}");
+}
