@@ -42,9 +42,10 @@ fn objects_in(dir: &std::path::Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Waits (up to 10 s) until `n` objects are stored under `dir`: a fill's commit may
-/// come after its client has every byte it asked for.
-fn wait_objects(dir: &std::path::Path, n: usize) {
+/// Waits (up to 10 s) until `n` objects are stored under `dir` and in the index (the
+/// cache's `entries` in `/status` at `admin`): a fill's commit may come after its
+/// client has every byte it asked for.
+fn wait_stored(admin: SocketAddr, dir: &std::path::Path, n: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while objects_in(dir).len() < n {
         assert!(
@@ -54,6 +55,8 @@ fn wait_objects(dir: &std::path::Path, n: usize) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    let every = std::time::Duration::from_millis(20);
+    wait_status_at_least(admin, "entries", n as u64, every, "objects indexed");
 }
 
 fn objects(s: &Setup) -> Vec<(String, u64)> {
@@ -225,6 +228,30 @@ fn concurrent_seeks_collapse_per_slice() {
 }
 
 #[test]
+fn slice_prefetch_fetches_the_next_slices_of_a_sequential_reader() {
+    let s = setup("", "slice = \"64k\"\nslice_prefetch = 2");
+    let path = "/obj/1m/9";
+    let all = whole(s.origin_addr, path);
+    let before = s.origin_count();
+    // Slice 0 read to its end: slices 1 and 2 are fetched in the background.
+    let r = range(&s, path, "0-65535");
+    assert_eq!((r.status, r.body.as_slice()), (206, &all[..65536]));
+    wait_stored(s.admin, &s.dir.path().join("cache"), 3);
+    assert_eq!(s.origin_count() - before, 3);
+    // The next read finds slice 1 stored (a HIT), and slice 3 is fetched ahead.
+    let r = range(&s, path, "65536-131071");
+    assert_eq!((r.status, status(&r)), (206, "HIT"));
+    assert!(r.body == all[65536..131072]);
+    wait_stored(s.admin, &s.dir.path().join("cache"), 4);
+    assert_eq!(s.origin_count() - before, 4);
+    // A read that stops inside its slice prefetches nothing.
+    let r = range(&s, path, "600000-600009");
+    assert_eq!(r.body, all[600000..600010]);
+    assert_eq!(s.origin_count() - before, 5);
+    assert_eq!(objects(&s).len(), 5);
+}
+
+#[test]
 fn a_100_gib_object_is_sparse_on_disk() {
     let s = setup("", SLICE);
     let path = "/obj/100g/8";
@@ -378,7 +405,7 @@ fn an_object_changed_between_slices_is_never_served_mixed() {
     // Slice 0 stored at version 1; then the object changes at the origin.
     let r = get(addr, &path, &["Range: bytes=0-9"]);
     assert_eq!((r.status, r.body.as_slice()), (206, &v1[..10]));
-    wait_objects(&cache, 1);
+    wait_stored(admin, &cache, 1);
     t.version.store(2, SeqCst);
     // The stored slice 0 disagrees with the slice 1 the origin now sends: found before
     // the head, every slice is purged and the request starts again.
@@ -395,7 +422,7 @@ fn an_object_changed_between_slices_is_never_served_mixed() {
     // after the head: the connection is cut, and what arrived is only version 2's.
     let path = format!("/t/{len}?second");
     let _ = get(addr, &path, &["Range: bytes=0-131071"]);
-    wait_objects(&cache, 6); // 4 slices of the first URL, 2 of this one
+    wait_stored(admin, &cache, 6); // 4 slices of the first URL, 2 of this one
     t.version.store(3, SeqCst);
     let (st, body, complete, _) = get_closing(addr, &path);
     assert_eq!(st, 200);
@@ -415,14 +442,14 @@ fn an_object_changed_between_slices_is_never_served_mixed() {
 fn an_origin_that_ignores_range_is_cut_into_slices() {
     let t = tiny_origin();
     t.ignore_range.store(true, SeqCst);
-    let (_p, addr, _admin, dir) = tiny_setup(&t);
+    let (_p, addr, admin, dir) = tiny_setup(&t);
     let len = 5 * K64 as usize;
     let path = format!("/t/{len}");
     let all = versioned(len, 1);
     let r = get(addr, &path, &["Range: bytes=70000-70099"]);
     assert_eq!((r.status, r.body.as_slice()), (206, &all[70000..70100]));
     assert_eq!(t.requests.load(SeqCst), 1);
-    wait_objects(&dir.path().join("cache"), 2);
+    wait_stored(admin, &dir.path().join("cache"), 2);
     // The 200 was read up to the end of the slice holding the last byte wanted, and
     // slices 0 and 1 were stored as it passed: no other request for them.
     let r = get(addr, &path, &["Range: bytes=0-131071"]);
@@ -459,8 +486,8 @@ fn config_test_rejects_bad_slice_keys() {
             "serves identity",
         ),
         (
-            "cache = [\"c\"]\nslice = \"1m\"\nslice_prefetch = 2",
-            "not supported yet",
+            "cache = [\"c\"]\nslice = \"1m\"\nslice_prefetch = 17",
+            "at most 16",
         ),
         (
             "cache = [\"c\"]\nslice_prefetch = 2",

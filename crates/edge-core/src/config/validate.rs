@@ -622,17 +622,22 @@ const SLICE_UNIT: u64 = 4096;
 /// Largest `slice` size: a slice is the unit of a fetch and of the RAM tier.
 pub const SLICE_MAX: u64 = 1 << 30;
 
+/// Most slices `slice_prefetch` may fetch ahead of one reader.
+pub const SLICE_PREFETCH_MAX: u32 = 16;
+
 /// `slice`: a multiple of 4 KiB from 64 KiB to 1 GiB, on a cached proxied location that
-/// does not compress (a sliced location serves identity); `slice_prefetch` is refused
-/// (not built yet: a key that would do nothing is rejected, not ignored).
+/// does not compress (a sliced location serves identity); `slice_prefetch` at most 16,
+/// and only with `slice` (a key that would do nothing is rejected, not ignored).
 fn validate_slice(loc: &crate::config::Location) -> Result<(), VErr> {
     if let Some(p) = &loc.slice_prefetch {
-        let why = if loc.slice.is_none() {
-            "has no effect without slice = \"1m\""
-        } else {
-            "is not supported yet (background prefetch of slices is not built)"
-        };
-        return err(Some(p.span()), "location.slice_prefetch", why);
+        if loc.slice.is_none() {
+            let why = "has no effect without slice = \"1m\"";
+            return err(Some(p.span()), "location.slice_prefetch", why);
+        }
+        if *p.get_ref() > SLICE_PREFETCH_MAX {
+            let why = format!("{} slices: at most {SLICE_PREFETCH_MAX}", p.get_ref());
+            return err(Some(p.span()), "location.slice_prefetch", why);
+        }
     }
     let Some(s) = &loc.slice else {
         return Ok(());

@@ -120,6 +120,8 @@ pub struct CacheRules {
     pub cache_min_uses: u32,
     /// `slice`: the slice size in bytes (0: objects are cached whole).
     pub slice: u64,
+    /// `slice_prefetch`: slices fetched ahead of a reader (0: none).
+    pub slice_prefetch: u32,
     /// `cache_revalidate = false` turns conditional refreshes off (None: on).
     pub cache_revalidate: bool,
     pub cache_bypass: Predicates,
@@ -135,6 +137,7 @@ impl CacheRules {
             cache_lock_timeout: loc.cache_lock_timeout.0,
             cache_min_uses: loc.cache_min_uses,
             slice: loc.slice.as_ref().map_or(0, |s| s.get_ref().0),
+            slice_prefetch: loc.slice_prefetch.as_ref().map_or(0, |n| *n.get_ref()),
             cache_revalidate: loc.cache_revalidate != Some(false),
             cache_bypass: Predicates::compile(&loc.cache_bypass),
             no_cache: Predicates::compile(&loc.no_cache),

@@ -22,6 +22,8 @@
 //! after it the connection is cut: a client never gets bytes of two versions. An
 //! origin that ignores `Range` (a 200 with the whole body) is read from the start and
 //! cut into slices as the bytes pass ([`relay`]). A sliced location serves identity.
+//! With `slice_prefetch = N`, a response that reads a slice to its end starts
+//! background fetches of the next N slices ([`prefetch`], bounded per worker).
 
 pub mod plan;
 
@@ -366,6 +368,10 @@ impl Body<'_> {
             }
             let bytes = self.sl.bytes(n, total);
             let want = pos..r.end.min(bytes.end);
+            if want.end == bytes.end && ctx.p.rules.slice_prefetch > 0 {
+                // Read to the slice's end: the next ones are likely wanted next.
+                prefetch(ctx, conn, ex, self.sl, self.reference, n + 1);
+            }
             let local = want.start - bytes.start..want.end - bytes.start;
             match got {
                 Got::Hit(mut e) => {
@@ -419,6 +425,107 @@ impl Body<'_> {
             *m == n || matches!(g, Got::Origin(o) if o.at <= pos && pos < o.end)
         })?;
         Some(self.ready.swap_remove(i).1)
+    }
+}
+
+/// Most background slice fetches (`slice_prefetch`) in flight on one worker.
+pub const MAX_PREFETCHES: usize = 16;
+
+thread_local! {
+    /// Background slice fetches in flight on this worker thread.
+    static PREFETCHING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one background fetch for as long as it lives.
+struct Prefetching;
+
+impl Prefetching {
+    fn start() -> Option<Prefetching> {
+        PREFETCHING.with(|c| {
+            (c.get() < MAX_PREFETCHES).then(|| {
+                c.set(c.get() + 1);
+                Prefetching
+            })
+        })
+    }
+}
+
+impl Drop for Prefetching {
+    fn drop(&mut self) {
+        PREFETCHING.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// `slice_prefetch = N`: starts background fetches of slices `from .. from + N` that
+/// are neither stored nor being fetched, each led on its slice's inflight lock (so a
+/// client that asks for it meanwhile follows it) and stored like any slice; one that
+/// disagrees with the reference is not stored. At most [`MAX_PREFETCHES`] per worker.
+fn prefetch(
+    ctx: &Ctx<'_>,
+    conn: &Conn,
+    ex: &mut Exchange,
+    sl: &Slicer,
+    reference: &Reference,
+    from: u64,
+) {
+    let n = u64::from(ctx.p.rules.slice_prefetch);
+    for m in from..from.saturating_add(n) {
+        if sl.bytes(m, reference.total).is_empty() {
+            return;
+        }
+        let sc = slice_ctx(ctx, sl, m);
+        if sc.cache.index_probe(sc.key_hash) {
+            continue;
+        }
+        let Some(count) = Prefetching::start() else {
+            return;
+        };
+        let Join::Leader(handle) = sc.cache.inflight().join(sc.key_hash) else {
+            continue; // someone fetches it already
+        };
+        crate::handlers::context::upstream_fields(conn, ex, ctx.shared, ctx.route);
+        let fields = ex.upstream_fields.clone();
+        let mut extra = Vec::with_capacity(48);
+        edge_http::write_header(&mut extra, "Range", sl.range_value(m).as_bytes());
+        let head = super::ctx::fill_head(
+            &sc,
+            &ex.req,
+            ex.client_addr().ip(),
+            &extra,
+            fields.as_deref(),
+        );
+        let host = fields.as_ref().and_then(|f| f.host.clone());
+        let Some(owned) = OwnedCtx::new(&sc) else {
+            return;
+        };
+        let req = ex.req.headers.clone();
+        let expect = Reference {
+            meta: reference.meta.clone(),
+            total: reference.total,
+        };
+        let sl = *sl;
+        tokio::task::spawn_local(async move {
+            let _count = count;
+            let Some(c) = owned.ctx() else {
+                return;
+            };
+            let t0 = SystemTime::now();
+            let up = crate::upstream::fetch_with(
+                c.w.upstream(),
+                None,
+                &c.p.upstream,
+                &head,
+                &edge_http::Method::Get,
+                c.affinity(),
+                host.as_deref(),
+            )
+            .await;
+            if let Ok(up) = up {
+                let times = (t0, SystemTime::now());
+                // A stored slice's copy runs in its own task; anything else is dropped.
+                let _ = take(&c, &req, up, times, &sl, m, Some(handle), Some(&expect)).await;
+            }
+        });
     }
 }
 
@@ -570,6 +677,22 @@ async fn fetch(
         Ok(up) => up,
         Err(e) => return Got::Failed(e), // the handle drops: followers retry
     };
+    take(sc, &ex.req.headers, up, (t0, t1), sl, n, handle, expect).await
+}
+
+/// The origin's answer `up` to the request for slice `n`, sent at `times.0` and
+/// answered at `times.1`.
+#[allow(clippy::too_many_arguments)]
+async fn take(
+    sc: &Ctx<'_>,
+    req: &edge_http::HeaderMap,
+    up: UpstreamResponse,
+    (t0, t1): (SystemTime, SystemTime),
+    sl: &Slicer,
+    n: u64,
+    handle: Option<edge_cache::FillHandle>,
+    expect: Option<&Reference>,
+) -> Got {
     let disagrees = |meta: &ObjectMeta, total| expect.is_some_and(|r| !r.agrees(meta, total));
     match (up.head.status, up.head.body) {
         (206, _) => {
@@ -593,7 +716,7 @@ async fn fetch(
             if !matches!(up.head.body, BodyKind::Length(l) if l == part.len()) {
                 return Got::Bad(format!("slice {n}: a 206 whose length is not its range's"));
             }
-            let meta = slice_meta(sc, &ex.req.headers, &up, t0, t1, part);
+            let meta = slice_meta(sc, req, &up, t0, t1, part);
             if disagrees(&meta.0, part.total) {
                 return Got::Mismatch;
             }
@@ -624,7 +747,7 @@ async fn fetch(
                 end: total,
                 total,
             };
-            let (meta, store) = slice_meta(sc, &ex.req.headers, &up, t0, t1, part);
+            let (meta, store) = slice_meta(sc, req, &up, t0, t1, part);
             if disagrees(&meta, total) {
                 return Got::Mismatch;
             }
