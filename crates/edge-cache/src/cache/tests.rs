@@ -596,6 +596,49 @@ fn purge_by_key_prefix_and_tag() {
 }
 
 #[test]
+fn purging_an_objects_url_reaches_its_slices() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let k = "http://h/v.mp4";
+    put(&c, k, b"whole");
+    for n in 0..3 {
+        let mut m = meta(600);
+        m.tags = vec![crate::key::slice_tag(k), "movie".into()];
+        put_meta(
+            &c,
+            &crate::key::slice_key(k, 65536, n),
+            &HeaderMap::new(),
+            m,
+            b"s",
+        );
+    }
+    let mut other = meta(600);
+    other.tags = vec![crate::key::slice_tag("http://h/v.mp")];
+    put_meta(
+        &c,
+        &crate::key::slice_key("http://h/v.mp", 65536, 0),
+        &HeaderMap::new(),
+        other,
+        b"o",
+    );
+    assert_eq!(c.slices_of(k).len(), 3);
+    // The object and its three slices; another object's slice stays.
+    assert_eq!(c.purge_key(k, false), 4);
+    assert!(c.slices_of(k).is_empty());
+    assert_eq!(c.stats().entries, 1);
+    // Slices' keys start with the object's: a prefix purge reaches them.
+    put(&c, k, b"whole");
+    put_meta(
+        &c,
+        &crate::key::slice_key(k, 65536, 9),
+        &HeaderMap::new(),
+        meta(600),
+        b"s",
+    );
+    assert_eq!(c.purge_prefix("http://h/v.mp4", false), 2);
+}
+
+#[test]
 fn soft_purge_marks_stale_persists_and_refresh_clears_it() {
     let d = tempfile::tempdir().unwrap();
     let c = open(d.path());
