@@ -493,6 +493,14 @@ fn config_test_rejects_bad_slice_keys() {
             "cache = [\"c\"]\nslice_prefetch = 2",
             "no effect without slice",
         ),
+        (
+            "cache = [\"c\"]\nslice = \"1m\"\ncache_lock = false",
+            "location.cache_lock: does not apply to a sliced location",
+        ),
+        (
+            "cache = [\"c\"]\nslice = \"1m\"\nuse_stale = [\"error\"]",
+            "location.use_stale: does not apply",
+        ),
     ] {
         let (code, stderr, path) = check_config(&base(extra));
         assert_eq!(code, Some(2), "{extra}: {stderr}");

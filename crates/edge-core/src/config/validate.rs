@@ -664,6 +664,21 @@ fn validate_slice(loc: &crate::config::Location) -> Result<(), VErr> {
             "a sliced location serves identity: remove compress",
         );
     }
+    // Slices are always collapsed, and a stale slice is fetched again: these keys
+    // would do nothing on a sliced location.
+    let idle = [
+        ("location.cache_lock", !loc.cache_lock),
+        ("location.use_stale", !loc.use_stale.is_empty()),
+        ("location.background_update", loc.background_update),
+        ("location.cache_revalidate", loc.cache_revalidate.is_some()),
+    ];
+    if let Some((key, _)) = idle.iter().find(|(_, set)| *set) {
+        return err(
+            Some(s.span()),
+            key,
+            "does not apply to a sliced location (slices are always collapsed, and a stale slice is fetched again)",
+        );
+    }
     Ok(())
 }
 
