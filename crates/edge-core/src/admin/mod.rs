@@ -368,6 +368,7 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
             "requests": m.sum(|w| &w.requests),
             "bytes_out": m.sum(|w| &w.bytes_out),
             "upstream_requests": m.sum(|w| &w.upstream_requests),
+            "slice_mismatches": m.sum(|w| &w.slice_mismatches),
         },
         "memory_cache": memory_json(shared),
         "caches": caches_json(shared),
