@@ -75,7 +75,7 @@ import urllib.request
 
 import benchlib
 from benchlib import (ROOT, BIN, free_port, wait_port, get_json, group_cpu_s, stop_group,
-                      parse_cpu_list, log_lines)
+                      log_lines)
 
 EDGECACHE_BIN = os.environ.get("EDGEBENCH_EDGECACHE") or os.path.join(BIN, "edgecache")
 SERVERS = ("edgecache", "nginx")
@@ -689,20 +689,7 @@ def targets(s, no_slice):
 
 
 def versions():
-    def out(cmd):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-            return (p.stdout + p.stderr).strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            return "unknown"
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for ln in f:
-            if ln.startswith("model name"):
-                model = ln.split(":", 1)[1].strip()
-                break
-    return {"edgecache": out([EDGECACHE_BIN, "--version"]), "nginx": out([need("nginx"), "-v"]),
-            "kernel": os.uname().release, "cpu": f"{model}, {os.cpu_count()} CPUs"}
+    return benchlib.machine(EDGECACHE_BIN, need("nginx"))
 
 
 def write_report(a, rows, problems, info, started):
@@ -877,23 +864,7 @@ def parse_args():
                  f"{size_text(a.object_size)} is over {size_text(NO_SLICE_DISK_MAX)} of disk "
                  "per server; give a smaller --object-size")
     a.size_text = size_text(a.object_size)
-    allowed = sorted(os.sched_getaffinity(0))
-    if a.cpus:
-        try:
-            srv, cli = a.cpus.split(":", 1)
-            a.server_cpus, a.client_cpus = parse_cpu_list(srv), parse_cpu_list(cli)
-        except ValueError as e:
-            ap.error(f"--cpus {a.cpus}: {e} (use SERVER:CLIENT, e.g. 0:1 or 0-1:2,3)")
-        bad = [c for c in a.server_cpus + a.client_cpus if c not in allowed]
-        if bad:
-            ap.error(f"--cpus: CPU {bad[0]} is not one this process may use ({allowed})")
-        if set(a.server_cpus) & set(a.client_cpus):
-            ap.error("--cpus: the server and client CPUs overlap")
-    else:
-        if len(allowed) < 2:
-            raise SystemExit("video.py: needs 2 CPUs (the servers on one, the clients on "
-                             "another)")
-        a.server_cpus, a.client_cpus = [allowed[0]], [allowed[1]]
+    a.server_cpus, a.client_cpus = benchlib.server_client_cpus(ap, a.cpus, "video.py")
     a.cpus_text = (",".join(map(str, a.server_cpus)), ",".join(map(str, a.client_cpus)))
     a.nice_cmd = ["nice", "-n", str(a.nice)] if a.nice else []
     a.client_pin = a.nice_cmd + ["taskset", "-c", a.cpus_text[1]]
