@@ -277,3 +277,56 @@ def edgeload_requests(url, requests, connections=1, timeout="300s", extra=()):
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     m = re.search(r"(\d+) requests in", out)
     return int(m.group(1)) if m else requests
+
+
+# The comparison scripts' command line and report header (bench/limits.py,
+# bench/video.py; bench/tls.py's versions).
+
+def server_client_cpus(ap, cpus, script):
+    """`--cpus SERVER:CLIENT` (or None: the first two CPUs this process may use) as two
+    CPU lists; a bad value is `ap.error`, fewer than 2 CPUs exits the script."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if not cpus:
+        if len(allowed) < 2:
+            raise SystemExit(f"{script}: needs 2 CPUs (the server on one, the clients on "
+                             "another)")
+        return [allowed[0]], [allowed[1]]
+    try:
+        srv, cli = cpus.split(":", 1)
+        server, client = parse_cpu_list(srv), parse_cpu_list(cli)
+    except ValueError as e:
+        ap.error(f"--cpus {cpus}: {e} (use SERVER:CLIENT, e.g. 0:1 or 0-1:2,3)")
+    bad = [c for c in server + client if c not in allowed]
+    if bad:
+        ap.error(f"--cpus: CPU {bad[0]} is not one this process may use ({allowed})")
+    if set(server) & set(client):
+        ap.error("--cpus: the server and client CPUs overlap")
+    return server, client
+
+
+def first_line(cmd):
+    """The first line `cmd` prints (stdout, then stderr), or "unknown"."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        return (p.stdout + p.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, or "unknown"."""
+    with open("/proc/cpuinfo") as f:
+        for ln in f:
+            if ln.startswith("model name"):
+                return ln.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def machine(edgecache_bin, nginx):
+    """The versions and machine a comparison with nginx ran on, for its report."""
+    model = cpu_model()
+    ec = first_line([edgecache_bin, "--version"])
+    if os.environ.get("EDGEBENCH_EDGECACHE"):
+        ec += f" (`{edgecache_bin}`, from EDGEBENCH_EDGECACHE)"
+    return {"edgecache": ec, "nginx": first_line([nginx, "-v"]),
+            "kernel": os.uname().release, "cpu": f"{model}, {os.cpu_count()} CPUs"}

@@ -80,7 +80,7 @@ import urllib.request
 
 import benchlib
 from benchlib import (ROOT, BIN, free_port, wait_port, get_json, group_cpu_s, cpu_busy,
-                      stop_group, parse_cpu_list, origin_requests, med, log_lines)
+                      stop_group, origin_requests, med, log_lines)
 
 # EDGEBENCH_EDGECACHE overrides the edgecache binary alone, as for edgebench's own runs.
 EDGECACHE_BIN = os.environ.get("EDGEBENCH_EDGECACHE") or os.path.join(BIN, "edgecache")
@@ -917,24 +917,7 @@ def write_report(a, rows, problems, warnings, logs, info, started, limits, limit
 
 
 def versions():
-    def out(cmd):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-            return (p.stdout + p.stderr).strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            return "unknown"
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for ln in f:
-            if ln.startswith("model name"):
-                model = ln.split(":", 1)[1].strip()
-                break
-    ec = out([EDGECACHE_BIN, "--version"])
-    if os.environ.get("EDGEBENCH_EDGECACHE"):
-        ec += f" (`{EDGECACHE_BIN}`, from EDGEBENCH_EDGECACHE)"
-    return {"edgecache": ec,
-            "nginx": out([need("nginx"), "-v"]), "kernel": os.uname().release,
-            "cpu": f"{model}, {os.cpu_count()} CPUs"}
+    return benchlib.machine(EDGECACHE_BIN, need("nginx"))
 
 
 def legit_priority():
@@ -983,23 +966,7 @@ def main():
         a.repetitions = 1 if a.quick else 3
     if not 1 <= a.seconds <= 600 or not 1 <= a.repetitions <= 100:
         ap.error("--seconds must be 1..600 and --repetitions 1..100")
-    allowed = sorted(os.sched_getaffinity(0))
-    if a.cpus:
-        try:
-            srv, cli = a.cpus.split(":", 1)
-            a.server_cpus, a.client_cpus = parse_cpu_list(srv), parse_cpu_list(cli)
-        except ValueError as e:
-            ap.error(f"--cpus {a.cpus}: {e} (use SERVER:CLIENT, e.g. 0:1 or 0-1:2,3)")
-        bad = [c for c in a.server_cpus + a.client_cpus if c not in allowed]
-        if bad:
-            ap.error(f"--cpus: CPU {bad[0]} is not one this process may use ({allowed})")
-        if set(a.server_cpus) & set(a.client_cpus):
-            ap.error("--cpus: the server and client CPUs overlap")
-    else:
-        if len(allowed) < 2:
-            raise SystemExit("limits.py: needs 2 CPUs (the server on one, the clients on "
-                             "another)")
-        a.server_cpus, a.client_cpus = [allowed[0]], [allowed[1]]
+    a.server_cpus, a.client_cpus = benchlib.server_client_cpus(ap, a.cpus, "limits.py")
     a.cpus_text = (",".join(map(str, a.server_cpus)), ",".join(map(str, a.client_cpus)))
     for tool in ("nginx", "taskset"):
         need(tool)

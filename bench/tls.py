@@ -483,18 +483,8 @@ def per_cpu(r, key="requests"):
 
 
 def versions():
-    def out(cmd):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-            return (p.stdout + p.stderr).strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            return "unknown"
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for ln in f:
-            if ln.startswith("model name"):
-                model = ln.split(":", 1)[1].strip()
-                break
+    out = benchlib.first_line
+    model = benchlib.cpu_model()
     try:
         with open("/proc/sys/net/ipv4/tcp_available_ulp") as f:
             ulp = f.read().strip()

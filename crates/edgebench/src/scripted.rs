@@ -4,7 +4,10 @@
 //! tls` (cache hits over TLS with h2load and edgeload, and handshakes) makes its own
 //! certificates and drives two load generators; `edgebench limits` (rate limits under
 //! attack) runs an attacker and 50 legitimate clients at once, from many loopback
-//! addresses, in four phases per server. Such an experiment is a script under
+//! addresses, in four phases per server; `edgebench video` (seeks into huge objects,
+//! edgecache's slices against nginx's slice module) counts origin bytes, times the first
+//! byte of 256 seek misses from its own clients and measures warm hits with `edgeload
+//! --seek`. Such an experiment is a script under
 //! `bench/` that writes its report to `--out` itself; edgebench finds it, hands it the
 //! binaries it would use and maps its own flags: `--quick` (a short run), `--duration`
 //! (the time of each phase or cell), `--repetitions` and `--cpus` (where the script
@@ -60,6 +63,14 @@ const SCRIPTED: &[Scripted] = &[
     Scripted {
         name: "limits",
         script: "limits.py",
+        quick: &["--quick"],
+        peers: &["nginx"],
+        repetitions: true,
+        cpus: true,
+    },
+    Scripted {
+        name: "video",
+        script: "video.py",
         quick: &["--quick"],
         peers: &["nginx"],
         repetitions: true,
@@ -312,6 +323,65 @@ mod tests {
         let t = Cli::parse_from(["edgebench", "tls", "--cpus", "0:1", "--bin-dir", d]);
         let cmd = command(&t, bench, tls, tls_quick).unwrap();
         assert!(!args(&cmd).contains(&"--cpus"));
+    }
+
+    #[test]
+    fn video_maps_its_flags_onto_the_script() {
+        let bench = bench_dir();
+        assert!(bench.join("video.py").is_file());
+        let (script, quick) = lookup("video").unwrap();
+        assert_eq!((script, quick), ("video.py", &["--quick"][..]));
+        assert!(names().any(|n| n == "video"));
+        let dir = stand_ins();
+        let d = dir.path().to_str().unwrap();
+        let cli = Cli::parse_from([
+            "edgebench",
+            "video",
+            "--quick",
+            "--duration",
+            "5s",
+            "--reps",
+            "2",
+            "--cpus",
+            "0:1",
+            "--peers",
+            "nginx",
+            "--keep",
+            "--out",
+            "/tmp/r",
+            "--bin-dir",
+            d,
+        ]);
+        let cmd = command(&cli, bench, script, quick).unwrap();
+        let a = args(&cmd);
+        assert!(a[0].ends_with("bench/video.py"));
+        assert_eq!(
+            &a[1..],
+            [
+                "--quick",
+                "--seconds",
+                "5",
+                "--repetitions",
+                "2",
+                "--cpus",
+                "0:1",
+                "--keep",
+                "--out",
+                "/tmp/r"
+            ]
+        );
+        let full = Cli::parse_from(["edgebench", "video", "--bin-dir", d]);
+        let cmd = command(&full, bench, script, quick).unwrap();
+        assert_eq!(&args(&cmd)[1..], ["--out", "docs/results"]);
+        // nginx's slice module is the comparison: no other peer, and not none.
+        for bad in ["none", "varnish", "nginx,ats"] {
+            let c = Cli::parse_from(["edgebench", "video", "--peers", bad, "--bin-dir", d]);
+            assert_eq!(
+                command(&c, bench, script, quick).unwrap_err().exit_code(),
+                2,
+                "--peers {bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use clap::Parser;
 
 use crate::mix::{build_classes, MAX_MIX_BYTES, MAX_PATHS, MAX_ZIPF};
 use crate::source::Sources;
-use crate::target::{check_header, Class, Ids, Scheme, Url};
+use crate::target::{check_header, Class, Ids, Scheme, Seek, Url};
 use crate::tls::{TlsClient, TlsOptions, Verify};
 
 /// Most requests a connection keeps in flight with `--pipeline`.
@@ -67,6 +67,15 @@ pub struct Args {
     /// Requests in flight per connection.
     #[arg(long = "pipeline", value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
+    /// Seeking player: each connection picks an object (the number from --paths) and an
+    /// offset uniform over 0..=SPAN-READ, then reads READ bytes in STEP-byte
+    /// `Range: bytes=a-b` requests, one after another; then seeks again.
+    #[arg(
+        long = "seek",
+        value_name = "SPAN,READ,STEP",
+        conflicts_with = "verify"
+    )]
+    pub seek: Option<String>,
     /// Check each body against its X-Checksum header (xxh3-64).
     #[arg(long = "verify")]
     pub verify: bool,
@@ -168,6 +177,8 @@ pub struct Config {
     pub zipf: Option<f64>,
     /// `--sequential`: ids taken in order.
     pub sequential: bool,
+    /// `--seek`: ranges read the way a seeking player reads them.
+    pub seek: Option<Seek>,
     /// True when `--mix` or `--paths` was given (the report adds a class table).
     pub show_classes: bool,
     /// `--source`: the local addresses sockets are bound to, round robin.
@@ -253,6 +264,15 @@ where
             "--sequential needs --paths N (the ids 1..N it takes in order)".into(),
         ));
     }
+    let seek = match &args.seek {
+        None => None,
+        Some(_) if args.paths.is_none() => {
+            return Err(usage(
+                "--seek needs --paths N (the objects 1..N it seeks in)".into(),
+            ))
+        }
+        Some(s) => Some(Seek::parse(s).map_err(usage)?),
+    };
     if args.requests == Some(0) {
         return Err(usage("--requests must be at least 1".into()));
     }
@@ -336,6 +356,7 @@ where
         paths: args.paths,
         zipf: args.zipf,
         sequential: args.sequential,
+        seek,
         url,
         addr,
         tls,
@@ -505,6 +526,17 @@ mod tests {
         assert!(usage_err(&["--bogus", u]).contains("--bogus"));
         assert!(usage_err(&["--zipf", "1", u]).contains("--zipf needs --paths"));
         assert!(usage_err(&["--sequential", u]).contains("--sequential needs --paths"));
+        assert!(usage_err(&["--seek", "8m,4m,1m", u]).contains("--seek needs --paths"));
+        assert!(usage_err(&["--paths", "2", "--seek", "1m,4m,1m", u]).contains("STEP <= READ"));
+        assert!(
+            usage_err(&["--paths", "2", "--seek", "8m,4m,1m", "--verify", u])
+                .contains("cannot be used with")
+        );
+        let c = parse(["edgeload", "--paths", "2", "--seek", "8m,4m,1m", u]).unwrap();
+        assert_eq!(
+            c.seek.map(|s| (s.span, s.read, s.step)),
+            Some((8 << 20, 4 << 20, 1 << 20))
+        );
         assert!(usage_err(&["--paths", "9", "--sequential", "--zipf", "1", u]).contains("--zipf"));
         for bad in [
             "--zipf=0",

@@ -164,6 +164,8 @@ struct Conn {
     inflight: VecDeque<InFlight>,
     reader: ResponseReader,
     rng: crate::mix::SplitMix64,
+    /// `--seek`: where this connection's current read is.
+    seek: crate::target::SeekState,
     timer: Pin<Box<Sleep>>,
     /// The request budget (`--requests`) ran out.
     exhausted: bool,
@@ -229,6 +231,7 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
         inflight: VecDeque::with_capacity(cfg.pipeline),
         reader: ResponseReader::new(cfg.verify),
         rng: crate::mix::SplitMix64::new(seed),
+        seek: Default::default(),
         timer: Box::pin(sleep_until(open_at.into())),
         exhausted: false,
         held_ticket: false,
@@ -407,8 +410,22 @@ impl Conn {
     /// Appends one request (class chosen by weight) to the write buffer.
     #[inline]
     fn push_request(&mut self, intended: Instant, from: Instant, sent: Instant) {
-        let class = self.shared.picker.pick(self.rng.next_u64());
-        self.shared.cfg.classes[class].write_request(&mut self.rng, &mut self.wbuf);
+        let cfg = &self.shared.cfg;
+        let class = match &cfg.seek {
+            None => {
+                let class = self.shared.picker.pick(self.rng.next_u64());
+                cfg.classes[class].write_request(&mut self.rng, &mut self.wbuf);
+                class
+            }
+            Some(seek) => {
+                let picker = &self.shared.picker;
+                let (class, id, first, last) =
+                    self.seek
+                        .next(seek, &cfg.classes, |r| picker.pick(r), &mut self.rng);
+                cfg.classes[class].write_range_request(id, first, last, &mut self.wbuf);
+                class
+            }
+        };
         self.inflight.push_back(InFlight {
             class,
             intended,

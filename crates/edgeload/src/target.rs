@@ -4,7 +4,9 @@
 //! URL, `--mix` and `--paths` into [`Class`]es; each class pre-serialises its request
 //! line and headers once, so the hot path only copies bytes (and, with `--paths`, writes
 //! the path number drawn by [`Ids`]: uniform, or Zipf with `--zipf`) into a reused write
-//! buffer. Nothing is allocated per request.
+//! buffer. Nothing is allocated per request. With `--seek` ([`Seek`]) each connection
+//! keeps a [`SeekState`]: the object and offset it reads from, advanced one range per
+//! request, and the `Range` line goes in before the blank line.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -338,6 +340,99 @@ impl Class {
         }
         out.extend_from_slice(&self.suffix);
     }
+
+    /// The path number of this class's next request (`None` without `--paths`).
+    #[inline]
+    pub fn draw_id(&self, rng: &mut SplitMix64) -> Option<u64> {
+        self.ids.as_ref().map(|ids| ids.draw(rng))
+    }
+
+    /// Appends this class's request for path number `id` (ignored without `--paths`)
+    /// with `Range: bytes=first-last` (`--seek`). No allocation once `out` has grown.
+    #[inline]
+    pub fn write_range_request(&self, id: u64, first: u64, last: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.prefix);
+        if self.ids.is_some() {
+            push_decimal(id, out);
+        }
+        // The suffix ends with the blank line: the Range line goes before it.
+        out.extend_from_slice(&self.suffix[..self.suffix.len() - 2]);
+        out.extend_from_slice(b"Range: bytes=");
+        push_decimal(first, out);
+        out.push(b'-');
+        push_decimal(last, out);
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+}
+
+/// `--seek SPAN,READ,STEP`: a seeking player. Each seek picks a class and a path number,
+/// then an offset uniform over `0..=SPAN-READ`, and reads `READ` bytes from there in
+/// `STEP`-byte ranges, one request after another; then it seeks again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seek {
+    pub span: u64,
+    pub read: u64,
+    pub step: u64,
+}
+
+impl Seek {
+    /// Parses `SPAN,READ,STEP` (sizes as `64m`, `4m`, `1m`, `4096`; binary suffixes);
+    /// needs 1 <= STEP <= READ <= SPAN.
+    pub fn parse(s: &str) -> Result<Seek, String> {
+        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+        let [span, read, step] = parts[..] else {
+            return Err(format!(
+                "--seek {s}: expected SPAN,READ,STEP (e.g. 2g,4m,1m)"
+            ));
+        };
+        let size = |t: &str| {
+            edgeorigin::parse_size(t)
+                .ok_or_else(|| format!("--seek {s}: '{t}' is not a size (4096, 64k, 1m, 2g)"))
+        };
+        let seek = Seek {
+            span: size(span)?,
+            read: size(read)?,
+            step: size(step)?,
+        };
+        if seek.step == 0 || seek.step > seek.read || seek.read > seek.span {
+            return Err(format!("--seek {s}: needs 1 <= STEP <= READ <= SPAN"));
+        }
+        Ok(seek)
+    }
+}
+
+/// Where one connection's current seek is: the request [`SeekState::next`] makes.
+#[derive(Debug, Clone, Default)]
+pub struct SeekState {
+    class: usize,
+    id: u64,
+    /// The next byte to ask for, and the end of this seek's read (exclusive).
+    at: u64,
+    end: u64,
+}
+
+impl SeekState {
+    /// The next request of this connection: (class, path number, first byte, last byte).
+    /// A finished read (or the first call) seeks: `pick` chooses the class from a
+    /// random number, its ids the path number, `rng` the offset.
+    pub fn next(
+        &mut self,
+        seek: &Seek,
+        classes: &[Class],
+        pick: impl Fn(u64) -> usize,
+        rng: &mut SplitMix64,
+    ) -> (usize, u64, u64, u64) {
+        if self.at >= self.end {
+            self.class = pick(rng.next_u64());
+            self.id = classes[self.class].draw_id(rng).unwrap_or(0);
+            self.at = rng.next_u64() % (seek.span - seek.read + 1);
+            self.end = self.at + seek.read;
+        }
+        let first = self.at;
+        let last = first.saturating_add(seek.step).min(self.end) - 1;
+        self.at = last + 1;
+        (self.class, self.id, first, last)
+    }
 }
 
 /// Writes `n` in decimal without going through `fmt` (and its allocations).
@@ -554,6 +649,93 @@ mod tests {
         }
         // P(1) ≈ 0.22 for α 1.2 over 1000 ids.
         assert!((150..300).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    fn seek_parses_and_bounds() {
+        assert_eq!(
+            Seek::parse("2g, 4m,1m").unwrap(),
+            Seek {
+                span: 2 << 30,
+                read: 4 << 20,
+                step: 1 << 20
+            }
+        );
+        assert_eq!(Seek::parse("10,10,1").unwrap().span, 10);
+        for (bad, why) in [
+            ("1m,4m", "expected SPAN,READ,STEP"),
+            ("1m,4m,1m,1", "expected SPAN,READ,STEP"),
+            ("x,4m,1m", "'x' is not a size"),
+            ("8m,4m,-1", "'-1' is not a size"),
+            ("1m,4m,1m", "STEP <= READ <= SPAN"),
+            ("8m,1m,4m", "STEP <= READ <= SPAN"),
+            ("8m,4m,0", "STEP <= READ <= SPAN"),
+        ] {
+            let e = Seek::parse(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--seek {bad}: ")), "{e}");
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn seeks_read_consecutive_ranges_then_seek_again() {
+        let seek = Seek::parse("64m,4m,1m").unwrap();
+        let classes = [Class::new(
+            "/v",
+            1,
+            "h",
+            &[],
+            false,
+            Some(Ids::new(10, None)),
+        )];
+        let mut rng = SplitMix64::new(7);
+        let mut st = SeekState::default();
+        let mut starts = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let (c, id, first, last) = st.next(&seek, &classes, |_| 0, &mut rng);
+            assert!(c == 0 && (1..=10).contains(&id) && first <= (60 << 20));
+            assert_eq!(last, first + (1 << 20) - 1);
+            starts.insert(first);
+            for k in 1..4u64 {
+                let r = st.next(&seek, &classes, |_| 0, &mut rng);
+                assert_eq!(r, (0, id, first + (k << 20), first + ((k + 1) << 20) - 1));
+            }
+        }
+        assert!(starts.len() > 45, "offsets are drawn anew per seek");
+        // A read that is not a multiple of the step ends on a short range; a read as long
+        // as the span always starts at 0.
+        let seek = Seek::parse("5000,5000,2000").unwrap();
+        let mut st = SeekState::default();
+        let got: Vec<_> = (0..4)
+            .map(|_| st.next(&seek, &classes, |_| 0, &mut rng))
+            .map(|(_, _, a, b)| (a, b))
+            .collect();
+        assert_eq!(got, [(0, 1999), (2000, 3999), (4000, 4999), (0, 1999)]);
+    }
+
+    #[test]
+    fn range_requests_carry_the_range_before_the_blank_line() {
+        let c = Class::new(
+            "/obj/2g",
+            1,
+            "h:1",
+            &["X-T: 1".into()],
+            false,
+            Some(Ids::new(3, None)),
+        );
+        let mut out = Vec::new();
+        c.write_range_request(7, 1048576, 2097151, &mut out);
+        assert_eq!(
+            out,
+            b"GET /obj/2g/7 HTTP/1.1\r\nHost: h:1\r\nX-T: 1\r\nRange: bytes=1048576-2097151\r\n\r\n"
+        );
+        let c = Class::new("/one", 1, "h", &[], true, None);
+        out.clear();
+        c.write_range_request(7, 0, 0, &mut out);
+        assert_eq!(
+            out,
+            b"GET /one HTTP/1.1\r\nHost: h\r\nConnection: close\r\nRange: bytes=0-0\r\n\r\n"
+        );
     }
 
     #[test]

@@ -374,6 +374,60 @@ fn mix_and_paths_spread_requests_and_report_classes() {
     assert_eq!(v["classes"][1]["requests"].as_u64(), Some(large));
 }
 
+/// `--seek`: every connection reads READ bytes in STEP ranges, consecutive, of one
+/// object, from an offset within the span; then seeks again.
+#[test]
+fn seek_reads_consecutive_ranges_from_random_offsets() {
+    let srv = TestServer::start(Framing::Length, None);
+    let (r, v) = edgeload_json(
+        &[
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--requests",
+            "64",
+            "--paths",
+            "3",
+            "--seek",
+            "16m,4m,1m",
+            &srv.url("/obj/2g"),
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(v["requests"], 64);
+    let ranges = srv.seen.ranges.lock().unwrap().clone();
+    assert_eq!(ranges.len(), 64, "every request has a Range");
+    let mib = 1u64 << 20;
+    let mut offsets = std::collections::HashSet::new();
+    for conn in 0..2 {
+        let mine: Vec<_> = ranges.iter().filter(|r| r.0 == conn).collect();
+        // Reads of 4 ranges; the shared --requests budget may cut a connection's last.
+        for read in mine.chunks(4) {
+            let (_, path, first) = read[0];
+            let id: u64 = path.strip_prefix("/obj/2g/").unwrap().parse().unwrap();
+            assert!((1..=3).contains(&id), "{path}");
+            let start: u64 = first
+                .strip_prefix("bytes=")
+                .and_then(|v| v.split('-').next())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(start <= 12 * mib, "{first}");
+            offsets.insert(start);
+            for (k, (_, p, range)) in read.iter().enumerate() {
+                let a = start + k as u64 * mib;
+                assert_eq!(
+                    (p, range.as_str()),
+                    (path, &*format!("bytes={a}-{}", a + mib - 1))
+                );
+            }
+        }
+    }
+    assert!(offsets.len() >= 14, "a new offset per seek: {offsets:?}");
+}
+
 #[test]
 fn zipf_paths_favour_the_low_ids() {
     // Zipf(1) over 100 ids: P(1) = 1 / H(100) ≈ 0.193, P(2) half of that.

@@ -226,6 +226,14 @@ async fn send(
     }
     wbuf.extend_from_slice(&reply.head);
     let mut sent = 0u64;
+    // Body bytes already counted in /stats: a streamed body counts as it is flushed.
+    let mut counted = 0u64;
+    let count = |n: u64| {
+        if let Some(class) = reply.class {
+            let c = ctx.borrow();
+            c.stats.add_bytes(c.thread, class, n);
+        }
+    };
     let plain = reply.framing == Framing::Length && reply.slow_bps.is_none() && !reply.reset;
     let direct = reply
         .body
@@ -270,10 +278,14 @@ async fn send(
             }
             if let Some(bps) = reply.slow_bps {
                 flush(stream, wbuf).await?;
+                count(sent - counted);
+                counted = sent;
                 let due = paced_from + Duration::from_micros(sent.saturating_mul(1_000_000) / bps);
                 tokio::time::sleep_until(due.into()).await;
             } else if wbuf.len() >= CHUNK {
                 flush(stream, wbuf).await?;
+                count(sent - counted);
+                counted = sent;
             }
         }
         if reply.framing == Framing::Chunked && !reply.reset {
@@ -283,7 +295,8 @@ async fn send(
     {
         let c = ctx.borrow();
         if let Some(class) = reply.class {
-            c.stats.record(c.thread, class, reply.status, sent);
+            c.stats
+                .record(c.thread, class, reply.status, sent - counted);
         }
     }
     if reply.reset {

@@ -38,7 +38,7 @@ const SALT_OBJ: u64 = 0x6f62_6a2d_6564_6765; // "obj-edge"
 const SALT_TXT: u64 = 0x7478_742d_6564_6765; // "txt-edge"
 /// Size of the scratch buffer used to hash a body without allocating it whole.
 pub const CHUNK: usize = 64 * 1024;
-/// Bound on the per-thread checksum cache (entries); it is cleared when full.
+/// Bound on the per-thread (and the shared) checksum cache (entries); cleared when full.
 const CHECKSUM_CACHE_ENTRIES: usize = 64 * 1024;
 
 /// The splitmix64 output function: a bijective 64-bit mix.
@@ -261,16 +261,46 @@ fn fill_txt(seed: u64, offset: u64, out: &mut [u8]) {
 
 thread_local! {
     /// Checksums this thread computed, by (kind, size, id).
-    static CHECKSUMS: RefCell<HashMap<(Kind, u64, u64), u64>> = RefCell::new(HashMap::new());
+    static CHECKSUMS: RefCell<Checksums> = RefCell::new(HashMap::new());
+}
+
+/// Objects from this size on also share their checksum between threads: hashing one
+/// takes milliseconds to seconds (2 GiB: about one), a lock far less.
+pub const SHARED_CHECKSUM_MIN: u64 = 16 << 20;
+
+/// Checksums by (kind, size, id).
+type Checksums = HashMap<(Kind, u64, u64), u64>;
+
+/// Checksums of big objects ([`SHARED_CHECKSUM_MIN`] and up) any thread computed.
+fn shared_checksums() -> &'static std::sync::Mutex<Checksums> {
+    static SHARED: OnceLock<std::sync::Mutex<Checksums>> = OnceLock::new();
+    SHARED.get_or_init(Default::default)
 }
 
 /// xxh3-64 of the whole body of (kind, size, id), computed in [`CHUNK`] pieces (never the
-/// whole body in memory) and remembered per thread, since sizes and ids repeat.
+/// whole body in memory) and remembered per thread, since sizes and ids repeat; a big
+/// object's is computed once per process (an experiment on huge objects asks each once,
+/// with HEAD, before it measures: `edgebench video`).
 pub fn checksum_of(kind: Kind, size: u64, id: u64) -> u64 {
-    if let Some(v) = CHECKSUMS.with(|c| c.borrow().get(&(kind, size, id)).copied()) {
+    let key = (kind, size, id);
+    if let Some(v) = CHECKSUMS.with(|c| c.borrow().get(&key).copied()) {
         return v;
     }
-    let v = compute_checksum(kind, size, id);
+    let shared = size >= SHARED_CHECKSUM_MIN;
+    let known = shared
+        .then(|| {
+            let m = shared_checksums().lock().unwrap_or_else(|e| e.into_inner());
+            m.get(&key).copied()
+        })
+        .flatten();
+    let v = known.unwrap_or_else(|| compute_checksum(kind, size, id));
+    if shared && known.is_none() {
+        let mut m = shared_checksums().lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= CHECKSUM_CACHE_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, v);
+    }
     remember_checksum(kind, size, id, v);
     v
 }
@@ -424,5 +454,24 @@ mod tests {
             );
             assert_eq!(checksum_of(kind, size, 9), xxhash_rust::xxh3::xxh3_64(&b));
         }
+    }
+
+    #[test]
+    fn big_checksums_are_shared_between_threads() {
+        let key = (Kind::Obj, SHARED_CHECKSUM_MIN, 77);
+        let small = (Kind::Obj, SHARED_CHECKSUM_MIN - 1, 77);
+        let v = std::thread::spawn(move || {
+            checksum_of(small.0, small.1, small.2);
+            checksum_of(key.0, key.1, key.2)
+        })
+        .join()
+        .unwrap();
+        let m = shared_checksums().lock().unwrap().clone();
+        assert_eq!(m.get(&key), Some(&v), "another thread computed it: shared");
+        assert!(!m.contains_key(&small), "small ones stay per thread");
+        // This thread finds it there (and remembers it).
+        assert_eq!(checksum_of(key.0, key.1, key.2), v);
+        assert_eq!(v, xxhash_rust::xxh3::xxh3_64(&body(key.0, key.1, key.2)));
+        assert_eq!(CHECKSUMS.with(|c| c.borrow().get(&key).copied()), Some(v));
     }
 }

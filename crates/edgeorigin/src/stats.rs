@@ -86,6 +86,15 @@ impl Stats {
         }
     }
 
+    /// Counts `body_bytes` more sent on shard `thread` by a reply still going out (a
+    /// long body counts as it is written, so `/stats` follows a 2 GiB transfer, and a
+    /// client that leaves midway is charged what it was sent); [`Stats::record`] adds
+    /// the rest and the request when the reply is done.
+    pub fn add_bytes(&self, thread: usize, class: Class, body_bytes: u64) {
+        let s = &self.shards[thread % self.shards.len()];
+        s.bytes[class as usize].fetch_add(body_bytes, Relaxed);
+    }
+
     /// Sums every shard.
     pub fn snapshot(&self) -> StatsSnapshot {
         let mut per = [(0u64, 0u64); 3];
@@ -159,16 +168,18 @@ mod tests {
         s.record(1, Class::Txt, 200, 5);
         s.record(0, Class::Other, 404, 9);
         s.record(7, Class::Other, 999, 1); // odd status and thread: counted, never a panic
+        s.add_bytes(1, Class::Obj, 1000); // a reply still going out: bytes, no request
+        s.add_bytes(0, Class::Obj, 0);
         let snap = s.snapshot();
         assert_eq!(snap.requests, 5);
-        assert_eq!(snap.bytes, 125);
-        assert_eq!(snap.obj, (2, 110));
+        assert_eq!(snap.bytes, 1125);
+        assert_eq!(snap.obj, (2, 1110));
         assert_eq!(snap.txt, (1, 5));
         assert_eq!(snap.other, (2, 10));
         assert_eq!(snap.by_status, vec![(200, 2), (206, 1), (404, 1)]);
         assert_eq!(
             snap.to_json(),
-            "{\"requests\":5,\"bytes\":125,\"by_class\":{\"obj\":{\"requests\":2,\"bytes\":110},\
+            "{\"requests\":5,\"bytes\":1125,\"by_class\":{\"obj\":{\"requests\":2,\"bytes\":1110},\
              \"txt\":{\"requests\":1,\"bytes\":5},\"other\":{\"requests\":2,\"bytes\":10}},\
              \"by_status\":{\"200\":2,\"206\":1,\"404\":1}}\n"
         );

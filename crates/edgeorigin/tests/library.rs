@@ -92,3 +92,56 @@ fn library_content_functions() {
         xxhash_rust::xxh3::xxh3_64(&whole)
     );
 }
+
+/// A range deep inside a 2 GiB object is its own bytes (nothing before it generated);
+/// `/stats` counts a streamed body as it is written, so a client that leaves midway is
+/// charged what it was sent, and no request.
+#[test]
+fn huge_ranges_and_streamed_bytes_are_counted_as_sent() {
+    use std::io::{Read, Write};
+    let h = start(Options {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Options::default()
+    })
+    .unwrap();
+    let addr = h.local_addr();
+    let first = (1u64 << 30) + 12345;
+    let range = format!("Range: bytes={first}-{}", first + (1 << 20) - 1);
+    let r = get(addr, "/obj/2g/3", &[&range]);
+    assert_eq!(r.status, 206);
+    let mut expect = vec![0u8; 1 << 20];
+    edgeorigin::object_bytes(2 << 30, 3, first, &mut expect);
+    assert!(r.body == expect, "the bytes at the offset");
+    assert_eq!(h.stats().obj, (1, 1 << 20));
+    h.reset_stats();
+
+    // 64 MiB, streamed: read 4 MiB of it, then leave.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /obj/64m/1 HTTP/1.1\r\nHost: o\r\n\r\n")
+        .unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    while got < 4 << 20 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the origin closed early");
+        got += n;
+    }
+    // Counted while it goes out (the count follows each write: wait for it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while h.stats().bytes < 3 << 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mid = h.stats();
+    assert!(mid.bytes >= 3 << 20, "{mid:?}");
+    assert_eq!(mid.requests, 0, "not answered yet");
+    drop(s);
+    // The write fails once the client is gone: the bytes stay, the request never counts.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let after = h.stats();
+    assert!(
+        after.bytes >= mid.bytes && after.bytes < 64 << 20,
+        "{after:?}"
+    );
+    assert_eq!(after.requests, 0);
+    h.shutdown();
+}

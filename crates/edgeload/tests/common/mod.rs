@@ -39,6 +39,8 @@ pub struct Seen {
     pub accepted_at: Mutex<Vec<Instant>>,
     /// Connections per peer address (`--source` tests), in accept order too.
     pub peers: Mutex<Vec<std::net::IpAddr>>,
+    /// Every request that carried a `Range`: (connection number from 0, path, value).
+    pub ranges: Mutex<Vec<(u64, String, String)>>,
 }
 
 pub struct TestServer {
@@ -57,13 +59,13 @@ impl TestServer {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                s.connections.fetch_add(1, Ordering::SeqCst);
+                let conn = s.connections.fetch_add(1, Ordering::SeqCst);
                 s.accepted_at.lock().unwrap().push(Instant::now());
                 if let Ok(peer) = stream.peer_addr() {
                     s.peers.lock().unwrap().push(peer.ip());
                 }
                 let s = s.clone();
-                std::thread::spawn(move || serve(stream, framing, corrupt_every, &s));
+                std::thread::spawn(move || serve(stream, conn, framing, corrupt_every, &s));
             }
         });
         TestServer { addr, seen }
@@ -112,7 +114,13 @@ pub fn body_for(path: &str) -> Vec<u8> {
     b
 }
 
-fn serve(mut stream: TcpStream, framing: Framing, corrupt_every: Option<u64>, seen: &Seen) {
+fn serve(
+    mut stream: TcpStream,
+    conn_no: u64,
+    framing: Framing,
+    corrupt_every: Option<u64>,
+    seen: &Seen,
+) {
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::new();
     let mut tmp = [0u8; 16384];
@@ -130,6 +138,17 @@ fn serve(mut stream: TcpStream, framing: Framing, corrupt_every: Option<u64>, se
             let close = req.headers.iter().any(|h| {
                 h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close")
             });
+            if let Some(r) = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("range"))
+            {
+                let value = String::from_utf8_lossy(r.value).into_owned();
+                seen.ranges
+                    .lock()
+                    .unwrap()
+                    .push((conn_no, path.clone(), value));
+            }
             buf.drain(..n);
             let count = seen.requests.fetch_add(1, Ordering::SeqCst) + 1;
             *seen.paths.lock().unwrap().entry(path.clone()).or_default() += 1;
