@@ -16,10 +16,10 @@
 //!   fits in one block; a lookup scans one block per level with a branch-free count.
 //! - [`DirTable`] (big tables, from [`DIR_MIN_RANGES`] ranges): DIR-16 style. The
 //!   starts share some leading bits (none for a world-wide IPv4 table, `2000::/3` for
-//!   IPv6); the next 16 bits index a directory of 65,536 buckets, each the ranges that
-//!   start under it, searched by a scan (a binary search when long). A lookup reads one
-//!   directory entry (256 KiB, cache-resident on a busy node), one or two cache lines
-//!   of keys, and a value fetched while the keys are scanned. `cargo bench -p edge-core
+//!   IPv6); the next 16 to 22 bits (as many as give buckets of about four ranges)
+//!   index a directory of buckets, each the starts under it, searched by a scan (a
+//!   binary search when long). A lookup reads one directory entry, one cache line of
+//!   keys (rarely two), and a value fetched while the keys are scanned. `cargo bench -p edge-core
 //!   --bench geo` measures both (`docs/limits.md` has the numbers).
 
 use std::fmt::Debug;
@@ -31,8 +31,16 @@ pub const NONE: u32 = u32::MAX;
 /// only for big tables.
 pub const DIR_MIN_RANGES: usize = 16 * 1024;
 
-/// Bits of the directory index of a [`DirTable`].
+/// Least bits of the directory index of a [`DirTable`] (65,536 buckets, 256 KiB).
 const DIR_BITS: u32 = 16;
+
+/// Most bits of the directory index (a 4M-entry directory, 16 MiB, for tables of
+/// 16M ranges and more).
+const MAX_DIR_BITS: u32 = 22;
+
+/// Ranges per bucket a [`DirTable`] aims at (the directory grows until the average is
+/// at most this): a bucket of 64-bit keys then fits in one cache line or two.
+const BUCKET_RANGES: usize = 4;
 
 /// Ranges of a [`DirTable`] bucket scanned one by one before a binary search pays off.
 const SCAN: usize = 32;
@@ -121,6 +129,31 @@ fn prefetch<T>(x: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;
+}
+
+/// A vector of room for `cap` items whose memory the kernel is asked to back with
+/// transparent huge pages (`MADV_HUGEPAGE`, before any page is touched). A lookup in a
+/// big table touches a random page of each array: with 4 KiB pages that is a TLB miss
+/// and a page walk per array, with 2 MiB pages the whole table needs a few dozen TLB
+/// entries. Only for arrays of several huge pages; a hint, results do not depend on it.
+fn huge_vec<T>(cap: usize) -> Vec<T> {
+    const HUGE: usize = 2 << 20;
+    let v = Vec::with_capacity(cap);
+    let bytes = cap * std::mem::size_of::<T>();
+    if bytes >= 4 * HUGE {
+        let at = v.as_ptr() as usize;
+        let first = at.next_multiple_of(HUGE);
+        let end = (at + bytes) & !(HUGE - 1);
+        if end > first {
+            // SAFETY: `first..end` lies inside the allocation `v` owns (page-aligned,
+            // rounded inward), and MADV_HUGEPAGE only changes how the kernel backs those
+            // pages, never their contents; an error (THP off) is ignored.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
 }
 
 /// The ranges being built: starts and values, adjacent ranges of equal value merged.
@@ -328,15 +361,19 @@ impl<K: Key> RangeTable<K> {
 #[derive(Clone)]
 pub struct DirTable<K> {
     /// Leading bits every start but the first (zero) shares; the directory indexes the
-    /// [`DIR_BITS`] bits after them.
+    /// `dir_bits` bits after them.
     shared: u32,
+    /// Bits of the directory index: from [`DIR_BITS`] up to [`MAX_DIR_BITS`], so that a
+    /// bucket holds about [`BUCKET_RANGES`] ranges.
+    dir_bits: u32,
     /// An address with those bits (the first non-zero start).
     region: K,
     /// `dir[b]..dir[b + 1]`: bucket `b` in `keys` and `vals`.
     dir: Box<[u32]>,
-    /// Each bucket starts with its first address (the range holding it), then the
-    /// starts inside it.
+    /// The starts inside each bucket.
     keys: Box<[K]>,
+    /// Per bucket: the value of the range that holds its first address, then one per
+    /// key (bucket `b` starts at `dir[b] + b`).
     vals: Box<[u32]>,
     /// Values of an address below the region (range 0) and above it (the last range).
     below: u32,
@@ -347,6 +384,7 @@ impl<K: Key> Debug for DirTable<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirTable")
             .field("shared_bits", &self.shared)
+            .field("dir_bits", &self.dir_bits)
             .field("entries", &self.keys.len())
             .finish()
     }
@@ -355,29 +393,40 @@ impl<K: Key> Debug for DirTable<K> {
 impl<K: Key> DirTable<K> {
     /// The directory form of flattened ranges (`starts[0]` is zero).
     fn from_ranges(starts: &[K], vals: &[u32]) -> DirTable<K> {
+        // Enough buckets for a few ranges each: one or two cache lines of keys per
+        // lookup, whatever the table's size.
+        let dir_bits = (DIR_BITS..=MAX_DIR_BITS)
+            .find(|&d| starts.len() >> d <= BUCKET_RANGES)
+            .unwrap_or(MAX_DIR_BITS);
+        DirTable::with_dir_bits(starts, vals, dir_bits)
+    }
+
+    /// [`DirTable::from_ranges`] with a directory of `dir_bits` bits (at most 32 and
+    /// the key's width).
+    fn with_dir_bits(starts: &[K], vals: &[u32], dir_bits: u32) -> DirTable<K> {
         let bits = u32::from(K::BITS);
+        let dir_bits = dir_bits.min(bits).min(32);
         let (shared, region) = match starts {
-            [_, first, .., last] => (first.common_bits(*last).min(bits - DIR_BITS), *first),
-            [_, only] => (bits - DIR_BITS, *only),
+            [_, first, .., last] => (first.common_bits(*last).min(bits - dir_bits), *first),
+            [_, only] => (bits - dir_bits, *only),
             _ => (0, K::ZERO),
         };
-        let buckets = 1usize << DIR_BITS;
-        let mut dir = Vec::with_capacity(buckets + 1);
-        let mut keys = Vec::with_capacity(starts.len() + buckets);
-        let mut out = Vec::with_capacity(starts.len() + buckets);
+        let buckets = 1usize << dir_bits;
+        let mut dir = huge_vec(buckets + 1);
+        let mut keys = huge_vec(starts.len());
+        let mut out = huge_vec(starts.len() + buckets);
         // `r`: the range that holds the current bucket's first address.
         let mut r = 0usize;
         for b in 0..buckets {
-            let base = region.with_bits(shared, DIR_BITS, b);
+            let base = region.with_bits(shared, dir_bits, b);
             while r + 1 < starts.len() && starts[r + 1] <= base {
                 r += 1;
             }
             dir.push(keys.len() as u32);
-            keys.push(base);
             out.push(vals[r]);
             while r + 1 < starts.len()
                 && starts[r + 1].common_bits(region) >= shared
-                && starts[r + 1].bits(shared, DIR_BITS) == b
+                && starts[r + 1].bits(shared, dir_bits) == b
             {
                 r += 1;
                 keys.push(starts[r]);
@@ -387,6 +436,7 @@ impl<K: Key> DirTable<K> {
         dir.push(keys.len() as u32);
         DirTable {
             shared,
+            dir_bits,
             region,
             dir: dir.into_boxed_slice(),
             keys: keys.into_boxed_slice(),
@@ -407,18 +457,20 @@ impl<K: Key> DirTable<K> {
                 self.above
             }
         } else {
-            let b = k.bits(self.shared, DIR_BITS);
+            let b = k.bits(self.shared, self.dir_bits);
             let (lo, hi) = (self.dir[b] as usize, self.dir[b + 1] as usize);
-            // The values are fetched while the keys are searched.
-            prefetch(&self.vals[lo]);
+            // Bucket `b`'s values start at `lo + b`: each bucket before it has one more
+            // value than keys (the range that holds its first address). They are
+            // fetched while the keys are searched.
+            prefetch(&self.vals[lo + b]);
             let bucket = &self.keys[lo..hi];
-            // Keys <= k; at least one (the bucket's first key is its first address).
+            // Starts inside the bucket at or below k.
             let n = if bucket.len() <= SCAN {
                 bucket.iter().map(|&x| usize::from(x <= k)).sum()
             } else {
                 bucket.partition_point(|&x| x <= k)
             };
-            self.vals[lo + n - 1]
+            self.vals[lo + b + n]
         };
         (v != NONE).then_some(v)
     }
@@ -667,12 +719,12 @@ mod tests {
             let (prefixes, probes) = random_case(rng, SIZES[round % SIZES.len()], &key);
             let (starts, vals) = flatten(prefixes.clone());
             let t = DirTable::from_ranges(&starts, &vals);
+            // Every directory width a big table may get (small tables get 16 bits).
+            let wide = DirTable::with_dir_bits(&starts, &vals, 17 + round as u32 % 6);
             for k in probes {
-                assert_eq!(
-                    t.get(k),
-                    brute(&prefixes, k),
-                    "{k:?} in {prefixes:?} ({t:?})"
-                );
+                let want = brute(&prefixes, k);
+                assert_eq!(t.get(k), want, "{k:?} in {prefixes:?} ({t:?})");
+                assert_eq!(wide.get(k), want, "{k:?} in {prefixes:?} ({wide:?})");
             }
         }
     }
@@ -694,6 +746,29 @@ mod tests {
         assert_eq!(one.get(0x0a12_3456), Some(1));
         assert_eq!((one.get(0x09ff_ffff), one.get(0x0b00_0000)), (None, None));
         assert_eq!((one.get(0), one.get(u32::MAX)), (None, None));
+    }
+
+    #[test]
+    fn huge_vec_is_an_ordinary_vector() {
+        for cap in [0usize, 1, 1000, 3 << 20, 9 << 20] {
+            let mut v: Vec<u32> = huge_vec(cap);
+            assert!(v.capacity() >= cap && v.is_empty());
+            v.extend((0..cap as u32).rev());
+            assert!(v.iter().rev().enumerate().all(|(i, &x)| x == i as u32));
+        }
+    }
+
+    #[test]
+    fn the_directory_grows_with_the_table() {
+        for (n, want) in [(1usize << 16, 16), (400_000, 17), (2_100_000, 19)] {
+            let starts: Vec<u64> = (0..n as u64).map(|i| i << 40).collect();
+            let vals: Vec<u32> = (0..n as u32).collect();
+            let t = DirTable::from_ranges(&starts, &vals);
+            assert_eq!(t.dir_bits, want, "{n} ranges");
+            let last = (n as u64 - 1) << 40;
+            assert_eq!(t.get(last + 5), Some(n as u32 - 1));
+            assert_eq!(t.get((n as u64 / 2) << 40), Some(n as u32 / 2));
+        }
     }
 
     #[test]
