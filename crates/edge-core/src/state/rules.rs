@@ -117,6 +117,8 @@ pub struct CacheRules {
     pub background_update: bool,
     pub cache_lock: bool,
     pub cache_lock_timeout: Duration,
+    /// `range_fetch`: whether a miss with one `Range` forwards it to the origin.
+    pub range_fetch: crate::config::RangeFetch,
     pub cache_min_uses: u32,
     /// `cache_revalidate = false` turns conditional refreshes off (None: on).
     pub cache_revalidate: bool,
@@ -131,6 +133,7 @@ impl CacheRules {
             background_update: loc.background_update,
             cache_lock: loc.cache_lock,
             cache_lock_timeout: loc.cache_lock_timeout.0,
+            range_fetch: loc.range_fetch,
             cache_min_uses: loc.cache_min_uses,
             cache_revalidate: loc.cache_revalidate != Some(false),
             cache_bypass: Predicates::compile(&loc.cache_bypass),

@@ -224,7 +224,7 @@ pub fn write_unsatisfiable(
 }
 
 /// Copies a stored header block without the lines named in `skip` (lowercase).
-fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
+pub(super) fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
     for line in block.split_inclusive(|&b| b == b'\n') {
         let name_end = line.iter().position(|&b| b == b':').unwrap_or(0);
         let name = &line[..name_end];
@@ -287,7 +287,7 @@ async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), Exch
 /// large one follows it by sendfile/pread, and one over `aio.sendfile_max` leaves with it
 /// from a mapping of the file when its pages are cached ([`send_mapped`]). Returns the
 /// body bytes sent.
-async fn send_body(
+pub(super) async fn send_body(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     entry: &HitEntry,
