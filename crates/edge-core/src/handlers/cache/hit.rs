@@ -287,7 +287,7 @@ async fn admit_to_memory(ctx: &Ctx<'_>, entry: &mut HitEntry) -> Result<(), Exch
 /// large one follows it by sendfile/pread, and one over `aio.sendfile_max` leaves with it
 /// from a mapping of the file when its pages are cached ([`send_mapped`]). Returns the
 /// body bytes sent.
-pub(super) async fn send_body(
+async fn send_body(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
     entry: &HitEntry,

@@ -17,9 +17,9 @@
 //!   hits) and on-the-fly transforms, entered through [`deliver`], which every path
 //!   that answers from the cache goes through; [`store`]: writing an object while
 //!   its clients stream it (misses and copies);
-//! - [`partial`]: stored partial objects (an origin's 206): ranges inside them served,
-//!   missing bytes fetched and combined; and misses that forward the client's `Range`
-//!   (`range_fetch = "forward"`);
+//! - [`partial`]: stored partial objects (an origin's 206, sent there by
+//!   [`deliver::stored`]): ranges inside them served, missing bytes fetched and
+//!   combined; and misses that forward the client's `Range` (`range_fetch = "forward"`);
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
 //! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
 //!   origin, and a 2xx/3xx answer invalidates what is stored for the URI (RFC 9111 4.4).
@@ -148,19 +148,14 @@ pub async fn handle(
         let now = SystemTime::now();
         let first = lookup(&ctx, &ex.req.headers, now).await;
         if let Lookup::Fresh(hit) = first {
-            if hit.meta.status == 206 {
-                return Box::pin(partial::serve(&ctx, conn, ex, hit, may(no_store))).await;
-            }
             return deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
-        if matches!(first, Lookup::Miss) {
-            if let Some(extra) = partial::forward_extra(&ctx, ex) {
-                // The client's range alone, not collapsed: another request's range
-                // may not hold this one's bytes.
-                let may = may(!store);
-                return Box::pin(partial::fetch_forwarded(&ctx, conn, ex, &extra, may)).await;
-            }
+        if matches!(first, Lookup::Miss) && partial::forwards(&ctx, ex) {
+            // The client's range alone, not collapsed: another request's range may not
+            // hold this one's bytes.
+            let may = if store { MayStore::Yes } else { MayStore::No };
+            return Box::pin(partial::forward_miss(&ctx, conn, ex, may)).await;
         }
         if !store || !rules.cache_lock {
             // Not stored, or no collapsing: this request goes to the origin on its own.
@@ -177,10 +172,6 @@ pub async fn handle(
                 return match again {
                     Lookup::Fresh(hit) => {
                         drop(handle); // followers join again and find the object
-                        if hit.meta.status == 206 {
-                            let may = may(no_store);
-                            return Box::pin(partial::serve(&ctx, conn, ex, hit, may)).await;
-                        }
                         deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await
                     }
                     Lookup::Stale(entry) => {
@@ -254,8 +245,6 @@ async fn lookup(ctx: &Ctx<'_>, req: &edge_http::HeaderMap, now: SystemTime) -> L
     ctx.w.publish_local();
     match found {
         Lookup::Fresh(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Fresh),
-        // A stale partial object is not revalidated: the request fetches what it needs.
-        Lookup::Stale(e) if e.meta.status == 206 => Lookup::Miss,
         Lookup::Stale(e) => verified(ctx, e).await.map_or(Lookup::Miss, Lookup::Stale),
         Lookup::Miss => Lookup::Miss,
     }
@@ -344,15 +333,6 @@ async fn fetch_alone(
             ))
             .await
         }
-    }
-}
-
-/// Whether a response fetched now may be stored, from "`no_cache` forbids it".
-fn may(forbidden: bool) -> MayStore {
-    if forbidden {
-        MayStore::No
-    } else {
-        MayStore::Yes
     }
 }
 
