@@ -393,3 +393,53 @@ fn a_206_of_another_version_is_dropped_and_the_request_refetched() {
     assert_eq!((r.status, cache_status(&r)), (206, "HIT"));
     assert_eq!(r.body, &v3[450..460]);
 }
+
+#[test]
+fn a_stale_part_is_fetched_again_not_revalidated() {
+    let s = setup("", FORWARD);
+    let path = "/obj/10k/6?max_age=1";
+    let all = reference(&s, path);
+    assert_eq!(range(&s, path, "0-99").status, 206);
+    let n0 = s.origin_count();
+    std::thread::sleep(Duration::from_millis(2100)); // past max-age=1
+    let r = range(&s, path, "0-99");
+    assert_eq!((r.status, cache_status(&r)), (206, "MISS"));
+    assert_eq!(r.body, &all[..100]);
+    assert_eq!(s.origin_count(), n0 + 1);
+}
+
+#[test]
+fn concurrent_misses_of_other_ranges_each_get_their_bytes() {
+    let s = setup("", FORWARD);
+    let path = "/obj/100k/7?delay_ms=300";
+    let all = reference(&s, path);
+    let addr = s.addr;
+    // Slow origin: these all miss at once. None may wait on another's range or get
+    // its bytes; the whole GET among them gets the whole object.
+    let specs = ["0-999", "50000-50999", "-10", "0-999", ""];
+    let threads: Vec<_> = specs
+        .iter()
+        .map(|spec| {
+            let spec = spec.to_string();
+            std::thread::spawn(move || {
+                let h = format!("Range: bytes={spec}");
+                let headers: Vec<&str> = if spec.is_empty() { vec![] } else { vec![&h] };
+                (spec.clone(), get(addr, path, &headers))
+            })
+        })
+        .collect();
+    for t in threads {
+        let (spec, r) = t.join().unwrap();
+        let want = match spec.as_str() {
+            "" => 0..102400,
+            "-10" => 102390..102400,
+            s => {
+                let (a, b) = s.split_once('-').unwrap();
+                a.parse().unwrap()..b.parse::<usize>().unwrap() + 1
+            }
+        };
+        let status = if spec.is_empty() { 200 } else { 206 };
+        assert_eq!(r.status, status, "{spec}");
+        assert_eq!(r.body, &all[want], "{spec}");
+    }
+}

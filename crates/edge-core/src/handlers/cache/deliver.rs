@@ -5,8 +5,9 @@
 //! How it fits: every place that answers a client from the cache with the identity
 //! object goes through here ([`stored`], [`filling`], [`follow`]), so a client that
 //! wants a coding gets the compressed copy wherever the object comes from: a hit, a
-//! stale or revalidated object, the leader of a miss, or a collapsed follower. A stored
-//! partial object (status 206) goes to [`super::partial`] instead.
+//! stale or revalidated object, the leader of a miss, or a collapsed follower.
+//! A stored partial object (status 206) never comes here: [`super::handle`] sends it
+//! to [`super::partial`], and revalidation makes a stale one a miss.
 
 use super::ctx::{mark, CacheStatus, Ctx, MayStore};
 use super::hit;
@@ -25,10 +26,6 @@ pub async fn stored(
     entry: HitEntry,
     st: CacheStatus,
 ) -> Result<(), ExchangeError> {
-    if entry.meta.status == 206 {
-        // A stored partial object: served for the bytes it holds, completed otherwise.
-        return Box::pin(super::partial::serve(ctx, conn, ex, entry)).await;
-    }
     match variant::plan_for(ctx, ex, &entry.meta) {
         Some(plan) => {
             mark(ctx.w, ex, st);

@@ -17,8 +17,8 @@
 //!   hits) and on-the-fly transforms, entered through [`deliver`], which every path
 //!   that answers from the cache goes through; [`store`]: writing an object while
 //!   its clients stream it (misses and copies);
-//! - [`partial`]: stored partial objects (an origin's 206, sent there by
-//!   [`deliver::stored`]): ranges inside them served, missing bytes fetched and
+//! - [`partial`]: stored partial objects (an origin's 206; a fresh lookup of one goes
+//!   there instead of [`deliver`]): ranges inside them served, missing bytes fetched and
 //!   combined; and misses that forward the client's `Range` (`range_fetch = "forward"`);
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
 //! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
@@ -148,6 +148,9 @@ pub async fn handle(
         let now = SystemTime::now();
         let first = lookup(&ctx, &ex.req.headers, now).await;
         if let Lookup::Fresh(hit) = first {
+            if hit.meta.status == 206 {
+                return Box::pin(partial::serve(&ctx, conn, ex, hit)).await;
+            }
             return deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
@@ -172,6 +175,9 @@ pub async fn handle(
                 return match again {
                     Lookup::Fresh(hit) => {
                         drop(handle); // followers join again and find the object
+                        if hit.meta.status == 206 {
+                            return Box::pin(partial::serve(&ctx, conn, ex, hit)).await;
+                        }
                         deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await
                     }
                     Lookup::Stale(entry) => {

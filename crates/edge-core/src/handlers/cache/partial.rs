@@ -4,9 +4,9 @@
 //!
 //! How it fits: the stored form is `edge_cache::part` (status 206 plus its
 //! `Content-Range` line), found by the normal lookup of the key.
-//! [`super::deliver::stored`] sends a fresh object whose status is 206 here ([`serve`];
-//! a 200 object's hit pays that one status comparison), and [`super::handle`] a miss
-//! with one client `Range` under `range_fetch = "forward"` ([`forward_miss`]). Both go
+//! [`super::handle`] sends a fresh object whose status is 206 here ([`serve`]; a 200
+//! object's hit pays that one status comparison), and a miss with one client `Range`
+//! under `range_fetch = "forward"` ([`forward_miss`]). Both go
 //! to the origin alone (no collapse lock): each request fetches exactly the bytes it
 //! needs, so a request never waits on another's range that may not cover its own. A
 //! stale partial object is not revalidated: [`super::revalidate`] makes it a miss
