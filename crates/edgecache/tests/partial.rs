@@ -443,3 +443,30 @@ fn concurrent_misses_of_other_ranges_each_get_their_bytes() {
         assert_eq!(r.body, &all[want], "{spec}");
     }
 }
+
+#[test]
+fn a_completed_object_is_compressed_like_one_fetched_whole() {
+    let s = setup("", "range_fetch = \"forward\"\ncompress = [\"gzip\"]");
+    let path = "/txt/100k/8";
+    let all = reference(&s, path);
+    let r = range(&s, path, "0-999");
+    assert_eq!(r.status, 206);
+    assert_eq!(
+        r.header("content-encoding"),
+        None,
+        "a part is never compressed"
+    );
+    let r = s.get(path, &[]);
+    assert_eq!((r.status, cache_status(&r)), (200, "MISS"));
+    assert_eq!(r.body, all);
+    let r = s.get(path, &[]);
+    assert_eq!((r.status, cache_status(&r)), (200, "HIT"));
+    let vary = r.headers_all("vary").join(",").to_ascii_lowercase();
+    assert!(vary.contains("accept-encoding"), "{vary:?}");
+    let r = s.get(path, &["Accept-Encoding: gzip"]);
+    assert_eq!(
+        (r.status, r.header("content-encoding")),
+        (200, Some("gzip"))
+    );
+    assert!(r.body.len() < all.len() / 2);
+}

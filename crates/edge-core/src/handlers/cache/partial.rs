@@ -170,6 +170,16 @@ async fn open_writer(
     let mut meta = policy::build_meta(&ctx.key, status, resp, fresh, t0, t1, Some(p.len()));
     meta.header_block = part::block_for(&meta.header_block, &p);
     meta.key = edge_cache::variant_key(&ctx.key, &meta.vary, req);
+    if let (true, Some(pol)) = (p.is_whole(), &ctx.p.compress) {
+        // A whole object is served compressed or not by Accept-Encoding, as one
+        // fetched whole is (`fill::open_writer`): its form says so downstream.
+        let facts = crate::compress::facts_of_block(200, &meta.header_block, Some(p.len()));
+        if crate::compress::varies(pol, &facts) {
+            if let Some(b) = edge_cache::coded::with_vary_accept_encoding(&meta.header_block) {
+                meta.header_block = b;
+            }
+        }
+    }
     let cache = ctx.cache.clone();
     ctx.w
         .file_io
