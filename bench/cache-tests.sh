@@ -183,6 +183,9 @@ servers = ["127.0.0.1:$SERVER_PORT"]
 prefix = "/"
 proxy = "suite"
 cache = ["c1"]
+# The suite expects a Range miss to reach the origin as a Range (partial-*); the
+# default, "whole", fetches the whole object (docs/cache.md, "Partial content").
+range_fetch = "forward"
 ${EDGECACHE_LOCATION_EXTRA:-}
 
 [admin]

@@ -18,6 +18,7 @@
 
 use crate::hit::block_header;
 use crate::meta::{ObjectMeta, BODY_LEN_UNKNOWN};
+use edge_http::HeaderMap;
 use std::ops::Range;
 
 /// Where a stored partial body sits in its representation.
@@ -51,6 +52,41 @@ impl Part {
         (meta.body_len == BODY_LEN_UNKNOWN || meta.body_len == part.len()).then_some(part)
     }
 
+    /// The part an origin's response head carries: `Some` for a 206 with one
+    /// `Content-Range` (not `multipart/byteranges`), a known complete length, and a
+    /// `Content-Length`, when given, equal to the range's length.
+    pub fn of_response(status: u16, headers: &HeaderMap) -> Option<Part> {
+        if status != 206 || headers.get_all("content-range").count() != 1 {
+            return None;
+        }
+        let multipart = headers.get("content-type").is_some_and(|t| {
+            let t = edge_http::trim_ows(t);
+            t.len() >= 10 && t[..10].eq_ignore_ascii_case(b"multipart/")
+        });
+        if multipart {
+            return None;
+        }
+        let cr = edge_http::parse_content_range(headers.get("content-range")?)?;
+        let (r, total) = (cr.range?, cr.complete_len?);
+        let part = Part {
+            start: r.first(),
+            end: r.end(),
+            total,
+        };
+        let lens = headers.get_all("content-length").collect::<Vec<_>>();
+        let len_ok = match lens.as_slice() {
+            [] => true,
+            [v] => {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    == Some(part.len())
+            }
+            _ => false,
+        };
+        len_ok.then_some(part)
+    }
+
     /// Bytes held.
     pub fn len(&self) -> u64 {
         self.end - self.start
@@ -79,6 +115,117 @@ impl Part {
     /// The `Content-Range` value of the bytes `r` of this representation.
     pub fn content_range(&self, r: &Range<u64>) -> String {
         format!("bytes {}-{}/{}", r.start, r.end - 1, self.total)
+    }
+}
+
+/// What a request for the representation's bytes `want` needs, given the stored part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need {
+    /// The part holds every byte of `want`.
+    Held,
+    /// Fetch `fetch` (adjacent to the part, or across a gap of at most the allowed
+    /// size) and store `union`, the part and the fetched bytes together: one
+    /// contiguous range that holds `want`.
+    Combine {
+        fetch: Range<u64>,
+        union: Range<u64>,
+    },
+    /// Fetch `want` as a request of its own: it holds the part (the new response
+    /// alone is the union), or it lies further from the part than the allowed gap
+    /// (the new response replaces the part: one stored range per object).
+    Replace,
+}
+
+/// The origin fetch that completes `part` for `want` (representation offsets, within
+/// `part.total`): only the missing bytes, so that a part and the fetched bytes form one
+/// contiguous range. `max_gap`: the most bytes neither held nor wanted that a fetch may
+/// include to keep the stored range contiguous.
+pub fn need(part: &Part, want: &Range<u64>, max_gap: u64) -> Need {
+    if part.covers(want) || want.is_empty() {
+        return Need::Held;
+    }
+    if want.start < part.start && want.end > part.end {
+        return Need::Replace;
+    }
+    let gap = if want.end < part.start {
+        part.start - want.end
+    } else {
+        want.start.saturating_sub(part.end)
+    };
+    if gap > max_gap {
+        return Need::Replace;
+    }
+    if want.start < part.start {
+        Need::Combine {
+            fetch: want.start..part.start,
+            union: want.start..part.end,
+        }
+    } else {
+        Need::Combine {
+            fetch: part.end..want.end,
+            union: part.start..want.end,
+        }
+    }
+}
+
+/// The `Range` request value for the bytes `r` of a representation of `total` bytes:
+/// open-ended (`bytes=a-`) when `r` runs to the end.
+pub fn range_request(r: &Range<u64>, total: u64) -> String {
+    if r.end >= total {
+        format!("bytes={}-", r.start)
+    } else {
+        format!("bytes={}-{}", r.start, r.end - 1)
+    }
+}
+
+/// A stored header block rewritten for a body holding `part` of the representation:
+/// the old `Content-Range` line dropped, and the part's own appended when it is not
+/// the whole (a whole object is a plain 200 object, with no `Content-Range`).
+pub fn block_for(block: &[u8], part: &Part) -> Vec<u8> {
+    let mut out = Vec::with_capacity(block.len() + 48);
+    for line in block.split_inclusive(|&b| b == b'\n') {
+        let name = &line[..line.iter().position(|&b| b == b':').unwrap_or(0)];
+        if !name.eq_ignore_ascii_case(b"content-range") {
+            out.extend_from_slice(line);
+        }
+    }
+    if !part.is_whole() {
+        out.extend_from_slice(b"Content-Range: ");
+        out.extend_from_slice(part.content_range(&part.range()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Whether an origin response (`new`) is the same representation as the stored part
+/// `old`, so that their bytes may be combined (RFC 9111 3.4: the same strong
+/// validator): equal strong ETags, or, when neither has an ETag, the same
+/// `Last-Modified` (sent as `If-Range`, which an origin honours only for a strong
+/// date, RFC 9110 13.1.5). No validator: never combined.
+pub fn same_representation(old: &ObjectMeta, new: &HeaderMap) -> bool {
+    match (old.etag.as_deref(), new.get("etag")) {
+        (Some(a), Some(b)) => {
+            let (a, b) = (a.as_bytes(), edge_http::trim_ows(b));
+            !a.starts_with(b"W/") && a.starts_with(b"\"") && a == b
+        }
+        (None, None) => {
+            let lm = new
+                .get_str("last-modified")
+                .and_then(|v| edge_http::parse_http_date(v.trim()));
+            lm.is_some() && lm == old.last_modified
+        }
+        _ => false,
+    }
+}
+
+/// The `If-Range` value that guards a completion fetch for `old`: its strong ETag, or
+/// its `Last-Modified` date; `None` when it has neither (the origin's answer then
+/// never combines, see [`same_representation`]).
+pub fn if_range(old: &ObjectMeta) -> Option<String> {
+    match old.etag.as_deref() {
+        Some(e) if e.starts_with('"') => Some(e.to_owned()),
+        Some(_) => None,
+        None => old.last_modified.map(edge_http::fmt_http_date),
     }
 }
 
@@ -132,5 +279,181 @@ mod tests {
                 "{status} {block:?} {len}"
             );
         }
+    }
+
+    fn part(start: u64, end: u64, total: u64) -> Part {
+        Part { start, end, total }
+    }
+
+    #[test]
+    fn missing_bytes_are_fetched_next_to_the_part() {
+        let p = part(4, 10, 10);
+        assert_eq!(need(&p, &(4..10), 0), Need::Held);
+        assert_eq!(need(&p, &(6..9), 0), Need::Held);
+        assert_eq!(need(&p, &(9..10), 0), Need::Held);
+        // The whole object: only the head is missing.
+        assert_eq!(
+            need(&p, &(0..10), 0),
+            Need::Combine {
+                fetch: 0..4,
+                union: 0..10
+            }
+        );
+        // Overlapping on the left, adjacent on the left.
+        assert_eq!(
+            need(&p, &(2..6), 0),
+            Need::Combine {
+                fetch: 2..4,
+                union: 2..10
+            }
+        );
+        assert_eq!(
+            need(&p, &(0..4), 0),
+            Need::Combine {
+                fetch: 0..4,
+                union: 0..10
+            }
+        );
+        // cache-tests partial-store-partial-complete: 0-4 held, the whole wanted.
+        let head = part(0, 5, 10);
+        assert_eq!(
+            need(&head, &(0..10), 0),
+            Need::Combine {
+                fetch: 5..10,
+                union: 0..10
+            }
+        );
+        assert_eq!(range_request(&(5..10), 10), "bytes=5-");
+        assert_eq!(range_request(&(0..4), 10), "bytes=0-3");
+        // The last byte alone.
+        assert_eq!(
+            need(&part(0, 9, 10), &(9..10), 0),
+            Need::Combine {
+                fetch: 9..10,
+                union: 0..10
+            }
+        );
+    }
+
+    #[test]
+    fn a_gap_is_fetched_only_up_to_the_limit() {
+        let p = part(100, 200, 1000);
+        // 50 bytes between the part and the wanted range.
+        assert_eq!(need(&p, &(250..300), 10), Need::Replace);
+        assert_eq!(
+            need(&p, &(250..300), 50),
+            Need::Combine {
+                fetch: 200..300,
+                union: 100..300
+            }
+        );
+        assert_eq!(need(&p, &(0..50), 49), Need::Replace);
+        assert_eq!(
+            need(&p, &(0..50), 50),
+            Need::Combine {
+                fetch: 0..100,
+                union: 0..200
+            }
+        );
+        // A range around the part: fetched whole, it alone is the union.
+        assert_eq!(need(&p, &(50..250), u64::MAX), Need::Replace);
+        assert_eq!(need(&p, &(0..1000), u64::MAX), Need::Replace);
+    }
+
+    #[test]
+    fn the_union_always_holds_the_part_and_the_wanted_bytes() {
+        // Every part and wanted range of a 12-byte object: a Combine's fetch is
+        // disjoint from the part, and fetch + part is exactly the union.
+        let total = 12;
+        for (s, e) in (0..total).flat_map(|s| (s + 1..=total).map(move |e| (s, e))) {
+            let p = part(s, e, total);
+            for (a, b) in (0..total).flat_map(|a| (a + 1..=total).map(move |b| (a, b))) {
+                let want = a..b;
+                match need(&p, &want, 3) {
+                    Need::Held => assert!(p.covers(&want)),
+                    Need::Replace => assert!(!p.covers(&want)),
+                    Need::Combine { fetch, union } => {
+                        assert!(
+                            fetch.end <= p.start || fetch.start >= p.end,
+                            "{p:?} {want:?}"
+                        );
+                        assert!(union.start <= want.start && want.end <= union.end);
+                        assert!(union.start <= p.start && p.end <= union.end);
+                        assert_eq!(fetch.end - fetch.start + p.len(), union.end - union.start);
+                        assert!(union.end <= total && !fetch.is_empty());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_response_names_its_part_only_when_consistent() {
+        let h = |lines: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (n, v) in lines {
+                m.append(n.to_string(), v.as_bytes().to_vec());
+            }
+            m
+        };
+        let ok = h(&[("Content-Range", "bytes 4-9/10"), ("Content-Length", "6")]);
+        assert_eq!(Part::of_response(206, &ok), Some(part(4, 10, 10)));
+        assert_eq!(Part::of_response(200, &ok), None);
+        for bad in [
+            h(&[("Content-Range", "bytes 4-9/*")]),
+            h(&[("Content-Range", "bytes 4-9/10"), ("Content-Length", "5")]),
+            h(&[
+                ("Content-Range", "bytes 4-9/10"),
+                ("Content-Range", "bytes 4-9/10"),
+            ]),
+            h(&[
+                ("Content-Range", "bytes 4-9/10"),
+                ("Content-Type", "multipart/byteranges; boundary=x"),
+            ]),
+            h(&[("Content-Type", "text/plain")]),
+        ] {
+            assert_eq!(Part::of_response(206, &bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_block_carries_the_range_it_holds() {
+        let block = b"Date: x\r\nContent-Range: bytes 4-9/10\r\nETag: \"a\"\r\n";
+        assert_eq!(
+            block_for(block, &part(0, 10, 10)),
+            b"Date: x\r\nETag: \"a\"\r\n"
+        );
+        assert_eq!(
+            block_for(block, &part(2, 10, 10)),
+            b"Date: x\r\nETag: \"a\"\r\nContent-Range: bytes 2-9/10\r\n"
+        );
+    }
+
+    #[test]
+    fn only_a_strong_validator_combines() {
+        let mut old = meta(206, "Content-Range: bytes 0-4/10\r\n", 5);
+        let mut new = HeaderMap::new();
+        assert!(!same_representation(&old, &new), "no validator");
+        assert_eq!(if_range(&old), None);
+        old.etag = Some("\"a\"".into());
+        new.append("ETag", b"\"a\"".to_vec());
+        assert!(same_representation(&old, &new));
+        assert_eq!(if_range(&old).as_deref(), Some("\"a\""));
+        let mut other = HeaderMap::new();
+        other.append("ETag", b"\"b\"".to_vec());
+        assert!(!same_representation(&old, &other));
+        old.etag = Some("W/\"a\"".into());
+        let mut weak = HeaderMap::new();
+        weak.append("ETag", b"W/\"a\"".to_vec());
+        assert!(!same_representation(&old, &weak));
+        assert_eq!(if_range(&old), None);
+        // Last-Modified when neither has an ETag.
+        old.etag = None;
+        let lm = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        old.last_modified = Some(lm);
+        let mut dated = HeaderMap::new();
+        dated.append("Last-Modified", edge_http::fmt_http_date(lm).into_bytes());
+        assert!(same_representation(&old, &dated));
+        assert!(if_range(&old).is_some());
     }
 }

@@ -82,7 +82,8 @@ impl Default for PolicyConfig {
 pub enum NoCacheReason {
     /// Not GET or HEAD.
     Method,
-    /// 1xx, 206 (we only store whole bodies), 304, or an unknown class.
+    /// 1xx, 206 (but a valid single range through [`storable_part`]), 304, or an
+    /// unknown class.
     Status,
     /// Client sent `no-store` (only with `honour_client_no_cache`).
     RequestNoStore,
@@ -322,10 +323,43 @@ pub fn storable(
     request_time: SystemTime,
     response_time: SystemTime,
 ) -> Result<Freshness, NoCacheReason> {
+    if status == 206 {
+        return Err(NoCacheReason::Status);
+    }
+    storable_status(method, req, status, resp, cfg, request_time, response_time)
+}
+
+/// [`storable`] for a 206 from the origin, stored as a partial object
+/// ([`crate::part`]): only a single range (`Content-Range: bytes a-b/total`, a known
+/// complete length, not `multipart/byteranges`) whose `Content-Length`, when given,
+/// is the range's length. Only the paths that asked the origin for a range call this.
+pub fn storable_part(
+    method: &Method,
+    req: &HeaderMap,
+    resp: &HeaderMap,
+    cfg: &PolicyConfig,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Result<(Freshness, crate::part::Part), NoCacheReason> {
+    let part = crate::part::Part::of_response(206, resp).ok_or(NoCacheReason::Status)?;
+    let fresh = storable_status(method, req, 206, resp, cfg, request_time, response_time)?;
+    Ok((fresh, part))
+}
+
+/// The rules of [`storable`] once the status is one that may be stored at all.
+fn storable_status(
+    method: &Method,
+    req: &HeaderMap,
+    status: u16,
+    resp: &HeaderMap,
+    cfg: &PolicyConfig,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Result<Freshness, NoCacheReason> {
     if !matches!(method, Method::Get | Method::Head) {
         return Err(NoCacheReason::Method);
     }
-    if !(200..600).contains(&status) || status == 206 || status == 304 {
+    if !(200..600).contains(&status) || status == 304 {
         return Err(NoCacheReason::Status);
     }
     if cfg.honour_client_no_cache && CacheControl::parse(req).no_store {

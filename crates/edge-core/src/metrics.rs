@@ -45,6 +45,11 @@ pub struct WorkerStats {
     pub cache_bytes_hit: AtomicU64,
     /// Body bytes of cached locations relayed from the origin (misses, bypass).
     pub cache_bytes_origin: AtomicU64,
+    /// Stored partial objects completed: the missing bytes combined with the stored
+    /// ones, and origin answers that could not be (another representation, no strong
+    /// validator, another range) and replaced the part instead.
+    pub partial_combined: AtomicU64,
+    pub partial_not_combined: AtomicU64,
     /// The worker's RAM tier and open-file cache (copied from their plain counters
     /// after each lookup: stores, no read-modify-write).
     pub local: LocalStats,

@@ -501,6 +501,10 @@ fn config_test_rejects_bad_slice_keys() {
             "cache = [\"c\"]\nslice = \"1m\"\nuse_stale = [\"error\"]",
             "location.use_stale: does not apply",
         ),
+        (
+            "cache = [\"c\"]\nslice = \"1m\"\nrange_fetch = \"forward\"",
+            "location.range_fetch: does not apply",
+        ),
     ] {
         let (code, stderr, path) = check_config(&base(extra));
         assert_eq!(code, Some(2), "{extra}: {stderr}");

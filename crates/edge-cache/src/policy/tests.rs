@@ -672,3 +672,67 @@ fn public_makes_any_status_heuristically_cacheable() {
         Err(NoCacheReason::NoFreshness)
     );
 }
+
+#[test]
+fn a_206_is_stored_only_through_storable_part_with_one_known_range() {
+    let cfg = PolicyConfig::default();
+    let store = |resp: &[(&str, &str)]| {
+        storable_part(
+            &Method::Get,
+            &HeaderMap::new(),
+            &hdrs(resp),
+            &cfg,
+            t0(),
+            t0(),
+        )
+    };
+    let ok = [
+        ("Cache-Control", "max-age=60"),
+        ("Content-Range", "bytes 4-9/10"),
+        ("Content-Length", "6"),
+    ];
+    let (f, p) = store(&ok).unwrap();
+    assert_eq!(f.lifetime, Duration::from_secs(60));
+    assert_eq!((p.start, p.end, p.total), (4, 10, 10));
+    // The plain path never stores a 206.
+    let plain = storable(
+        &Method::Get,
+        &HeaderMap::new(),
+        206,
+        &hdrs(&ok),
+        &cfg,
+        t0(),
+        t0(),
+    );
+    assert_eq!(plain.unwrap_err(), NoCacheReason::Status);
+    for bad in [
+        [
+            ("Cache-Control", "max-age=60"),
+            ("Content-Range", "bytes 4-9/*"),
+            ("X", "y"),
+        ],
+        [
+            ("Cache-Control", "max-age=60"),
+            ("Content-Range", "bytes 4-9/10"),
+            ("Content-Length", "5"),
+        ],
+        [
+            ("Cache-Control", "max-age=60"),
+            ("Content-Range", "bytes 4-9/10"),
+            ("Content-Type", "multipart/byteranges; boundary=a"),
+        ],
+        [
+            ("Cache-Control", "max-age=60"),
+            ("Content-Range", "bytes */10"),
+            ("X", "y"),
+        ],
+    ] {
+        assert_eq!(store(&bad).unwrap_err(), NoCacheReason::Status, "{bad:?}");
+    }
+    // The rest of the rules still apply.
+    let private = [
+        ("Cache-Control", "private, max-age=60"),
+        ("Content-Range", "bytes 0-0/1"),
+    ];
+    assert_eq!(store(&private).unwrap_err(), NoCacheReason::Private);
+}

@@ -452,6 +452,24 @@ fn cache_metrics(o: &mut String, m: &Metrics, shared: &Shared) {
         "",
         m.sum(|w| &w.slice_mismatches),
     );
+    prom_header(
+        o,
+        "edgecache_cache_partial_total",
+        "counter",
+        "Stored partial objects completed from the origin, by result.",
+    );
+    prom(
+        o,
+        "edgecache_cache_partial_total",
+        "result=\"combined\"",
+        m.sum(|w| &w.partial_combined),
+    );
+    prom(
+        o,
+        "edgecache_cache_partial_total",
+        "result=\"not_combined\"",
+        m.sum(|w| &w.partial_not_combined),
+    );
     let mut caches: Vec<_> = shared.caches.values().collect();
     caches.sort_by(|a, b| a.name().cmp(b.name()));
     let stats: Vec<_> = caches.iter().map(|c| c.stats()).collect();

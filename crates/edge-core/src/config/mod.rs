@@ -1010,6 +1010,19 @@ pub enum UseStale {
     Http5xx,
 }
 
+/// `range_fetch`: what a cache miss asks the origin for when the client sent one
+/// `Range` (docs/cache.md, "Partial content").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RangeFetch {
+    /// The whole object (nginx's default): stored whole, the client gets its range.
+    #[default]
+    Whole,
+    /// The client's range (`Range`, and its `If-Range`): the origin's 206 is stored as
+    /// a partial object, reused for ranges inside it and completed on demand.
+    Forward,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Location {
@@ -1072,6 +1085,8 @@ pub struct Location {
     /// in the background (docs/cache.md "Slicing").
     #[serde(default)]
     pub slice_prefetch: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub range_fetch: RangeFetch,
     #[serde(default)]
     pub cache_set_cookie: bool,
     #[serde(default)]

@@ -671,12 +671,16 @@ fn validate_slice(loc: &crate::config::Location) -> Result<(), VErr> {
         ("location.use_stale", !loc.use_stale.is_empty()),
         ("location.background_update", loc.background_update),
         ("location.cache_revalidate", loc.cache_revalidate.is_some()),
+        (
+            "location.range_fetch",
+            loc.range_fetch == crate::config::RangeFetch::Forward,
+        ),
     ];
     if let Some((key, _)) = idle.iter().find(|(_, set)| *set) {
         return err(
             Some(s.span()),
             key,
-            "does not apply to a sliced location (slices are always collapsed, and a stale slice is fetched again)",
+            "does not apply to a sliced location (slices are always collapsed and fetched by range, and a stale slice is fetched again)",
         );
     }
     Ok(())

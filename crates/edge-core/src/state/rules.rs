@@ -117,6 +117,8 @@ pub struct CacheRules {
     pub background_update: bool,
     pub cache_lock: bool,
     pub cache_lock_timeout: Duration,
+    /// `range_fetch`: whether a miss with one `Range` forwards it to the origin.
+    pub range_fetch: crate::config::RangeFetch,
     pub cache_min_uses: u32,
     /// `slice`: the slice size in bytes (0: objects are cached whole).
     pub slice: u64,
@@ -135,6 +137,7 @@ impl CacheRules {
             background_update: loc.background_update,
             cache_lock: loc.cache_lock,
             cache_lock_timeout: loc.cache_lock_timeout.0,
+            range_fetch: loc.range_fetch,
             cache_min_uses: loc.cache_min_uses,
             slice: loc.slice.as_ref().map_or(0, |s| s.get_ref().0),
             slice_prefetch: loc.slice_prefetch.as_ref().map_or(0, |n| *n.get_ref()),

@@ -6,6 +6,8 @@
 //! object goes through here ([`stored`], [`filling`], [`follow`]), so a client that
 //! wants a coding gets the compressed copy wherever the object comes from: a hit, a
 //! stale or revalidated object, the leader of a miss, or a collapsed follower.
+//! A stored partial object (status 206) never comes here: [`super::handle`] sends it
+//! to [`super::partial`], and revalidation makes a stale one a miss.
 
 use super::ctx::{mark, CacheStatus, Ctx, MayStore};
 use super::hit;

@@ -19,6 +19,9 @@
 //!   its clients stream it (misses and copies);
 //! - [`slice`]: a location with `slice = "1m"` caches objects as fixed-size slices,
 //!   each fetched with its own `Range` and served from the slices a request covers;
+//! - [`partial`]: stored partial objects (an origin's 206; a fresh lookup of one goes
+//!   there instead of [`deliver`]): ranges inside them served, missing bytes fetched and
+//!   combined; and misses that forward the client's `Range` (`range_fetch = "forward"`);
 //! - [`purge`]: the `PURGE` method and the admin `POST /purge`;
 //! - [`invalidate`]: unsafe methods (POST, PUT, DELETE, PATCH, unknown ones) go to the
 //!   origin, and a 2xx/3xx answer invalidates what is stored for the URI (RFC 9111 4.4).
@@ -33,6 +36,7 @@ pub mod hit;
 pub mod invalidate;
 pub mod key;
 pub mod lookup;
+pub mod partial;
 pub mod purge;
 pub mod revalidate;
 pub mod slice;
@@ -153,9 +157,18 @@ pub async fn handle(
         let now = SystemTime::now();
         let first = lookup(&ctx, &ex.req.headers, now).await;
         if let Lookup::Fresh(hit) = first {
+            if hit.meta.status == 206 {
+                return Box::pin(partial::serve(&ctx, conn, ex, hit)).await;
+            }
             return deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await;
         }
         let store = !no_store && min_uses_reached(&ctx, &first, primary);
+        if matches!(first, Lookup::Miss) && partial::forwards(&ctx, ex) {
+            // The client's range alone, not collapsed: another request's range may not
+            // hold this one's bytes.
+            let may = if store { MayStore::Yes } else { MayStore::No };
+            return Box::pin(partial::forward_miss(&ctx, conn, ex, may)).await;
+        }
         if !store || !rules.cache_lock {
             // Not stored, or no collapsing: this request goes to the origin on its own.
             let may = if store { MayStore::Yes } else { MayStore::No };
@@ -171,6 +184,9 @@ pub async fn handle(
                 return match again {
                     Lookup::Fresh(hit) => {
                         drop(handle); // followers join again and find the object
+                        if hit.meta.status == 206 {
+                            return Box::pin(partial::serve(&ctx, conn, ex, hit)).await;
+                        }
                         deliver::stored(&ctx, conn, ex, hit, CacheStatus::Hit).await
                     }
                     Lookup::Stale(entry) => {

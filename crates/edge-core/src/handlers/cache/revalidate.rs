@@ -29,12 +29,14 @@ use std::time::SystemTime;
 
 /// May a stale object be served while someone else refreshes it?
 pub fn may_serve_updating(ctx: &Ctx<'_>, meta: &ObjectMeta, now: SystemTime) -> bool {
-    policy::can_serve_stale_with(
-        meta,
-        now,
-        StaleReason::Updating,
-        ctx.use_stale(UseStale::Updating),
-    )
+    // Never a partial object: it is not revalidated (see [`revalidate`]).
+    meta.status != 206
+        && policy::can_serve_stale_with(
+            meta,
+            now,
+            StaleReason::Updating,
+            ctx.use_stale(UseStale::Updating),
+        )
 }
 
 /// May this request itself serve stale and leave the refresh to a background task?
@@ -175,6 +177,12 @@ pub async fn revalidate(
     entry: HitEntry,
     store: MayStore,
 ) -> Result<(), ExchangeError> {
+    if entry.meta.status == 206 {
+        // A stale partial object is not revalidated: the request fetches what it
+        // needs, and the response replaces the part.
+        drop(handle);
+        return super::partial::miss(ctx, conn, ex, store).await;
+    }
     let now = SystemTime::now();
     // Whatever the refresh, it goes upstream: its proxy_set_header fields, once.
     crate::handlers::context::upstream_fields(conn, ex, ctx.shared, ctx.route);
