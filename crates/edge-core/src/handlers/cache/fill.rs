@@ -37,6 +37,10 @@ use tokio::sync::mpsc;
 
 /// Upstream read buffer growth.
 const UP_BUF: usize = 64 * 1024;
+/// Upstream read buffer growth while storing: each read becomes one disk write (a
+/// hand-off to the file I/O pool) and one write to the leader's client, so a fast
+/// origin's body goes in fewer, larger steps.
+const STORE_BUF: usize = 256 * 1024;
 /// Bytes gathered before a write to the client.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -398,7 +402,8 @@ pub async fn pump(
         // they arrive (followers were already told by `progress`).
         flush(&mut client, &mut out, send, &mut client_error).await;
         if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf.reserve(UP_BUF);
+            up.buf
+                .reserve(if store.is_some() { STORE_BUF } else { UP_BUF });
         }
         match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
             Ok(Ok(0)) => {

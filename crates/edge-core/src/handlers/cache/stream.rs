@@ -51,8 +51,8 @@ pub enum Relay {
 }
 
 /// Messages the relay buffers before the leader's client counts as behind (bounded
-/// memory per fill: at most this many upstream reads).
-pub const RELAY_DEPTH: usize = 16;
+/// memory per fill: at most this many upstream reads, of up to 256 KiB each).
+pub const RELAY_DEPTH: usize = 8;
 
 /// The leader's extras when it streams its own fill.
 pub struct Leader {
