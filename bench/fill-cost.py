@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import BIN, edgeload_requests, free_port, origin_requests, spawn_origin, wait_port
+from benchlib import (BIN, edgeload_requests, free_port, origin_requests, spawn_origin,
+                      strace_counts, wait_port)
 
 _spec = importlib.util.spec_from_file_location(
     "hit_cost", os.path.join(os.path.dirname(os.path.abspath(__file__)), "hit-cost.py"))
@@ -68,13 +69,7 @@ def strace_per_miss(p, port, size, n, work, origin_port):
     fetched = origin_requests(origin_port) - o0
     s.send_signal(signal.SIGINT)
     s.wait()
-    calls = {}
-    with open(log) as f:
-        for line in f:
-            parts = line.split()
-            if (len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier()
-                    and parts[-1] != "total"):
-                calls[parts[-1]] = int(parts[3])
+    calls = strace_counts(log)
     return {k: v / done for k, v in calls.items() if v >= done / 20}, fetched / max(done, 1)
 
 
