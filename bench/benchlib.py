@@ -269,6 +269,19 @@ def checked_edgecache(dir, text):
     return [os.path.join(BIN, "edgecache"), "-c", path]
 
 
+def strace_counts(path):
+    """Calls per syscall name from an `strace -c -o path` summary (the total line left
+    out)."""
+    calls = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if (len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier()
+                    and parts[-1] != "total"):
+                calls[parts[-1]] = int(parts[3])
+    return calls
+
+
 def edgeload_requests(url, requests, connections=1, timeout="300s", extra=()):
     """Sends `requests` requests to `url` with one edgeload thread over `connections`
     connections (`extra` flags before the URL); returns how many it reports answered."""

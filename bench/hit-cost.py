@@ -34,7 +34,7 @@ import time
 import urllib.request
 
 from benchlib import (ROOT, BIN, add_callgrind_args, callgrind_ir, edgeload_requests,
-                      free_port, spawn_origin, wait_port)
+                      free_port, spawn_origin, strace_counts, wait_port)
 
 
 
@@ -137,12 +137,7 @@ def strace_calls(cmd, port, path, n, connections, work):
         done = load(port, path, n, connections)
         s.send_signal(signal.SIGINT)
         s.wait()
-        calls = {}
-        with open(log) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier() and parts[-1] != "total":
-                    calls[parts[-1]] = int(parts[3])
+        calls = strace_counts(log)
         # Noise floor: calls made a handful of times are timers and housekeeping.
         per = {k: v / done for k, v in calls.items() if v >= done / 20}
         return per

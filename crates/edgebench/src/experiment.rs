@@ -34,8 +34,14 @@ pub enum Expect {
     /// Cache hits: the runner warns when a cell did not produce HITs or reached the origin.
     #[default]
     Hit,
-    /// Anything goes (miss/collapse experiments): no hit check.
+    /// Anything goes (collapse experiments): no hit check.
     Any,
+    /// Every request a miss (`fill`): the load generator draws each workload's ids from
+    /// a range too large to list (edgeload `--paths N`, N up to 2^32 - 1, so a run's
+    /// requests practically never repeat an id), the fill and the probe use id 0, which
+    /// it never draws, and the runner warns when a cell's requests did not reach the
+    /// origin.
+    Miss,
 }
 
 /// The file as written.
@@ -587,7 +593,8 @@ impl Experiment {
             if let Some(d) = &w.duration {
                 parse_duration(d).map_err(|e| format!("workload {:?}: duration: {e}", w.name))?;
             }
-            expand_paths(&w.urls).map_err(|e| format!("workload {:?}: {e}", w.name))?;
+            workload_paths(&w.urls, self.expect)
+                .map_err(|e| format!("workload {:?}: {e}", w.name))?;
             zipf_of(&w.urls).map_err(|e| format!("workload {:?}: {e}", w.name))?;
             if let Some(b) = &w.before {
                 let what = format!("workload {:?}: before", w.name);
@@ -803,7 +810,7 @@ impl Experiment {
                 rate: w.rate,
                 headers: w.headers.clone(),
                 duration,
-                paths: expand_paths(&groups).map_err(bad)?,
+                paths: workload_paths(&groups, self.expect).map_err(bad)?,
                 groups,
                 probe,
                 object_size,
@@ -867,6 +874,34 @@ impl Experiment {
             targets: self.targets.clone(),
         })
     }
+}
+
+/// A workload's paths for the fill and the probe: every one ([`expand_paths`]), or with
+/// `expect = "miss"` one per group with id 0 (the load generator draws the ids itself,
+/// from 1).
+fn workload_paths(
+    groups: &[UrlGroup],
+    expect: Expect,
+) -> std::result::Result<Vec<(String, u32)>, String> {
+    if expect != Expect::Miss {
+        return expand_paths(groups);
+    }
+    if id_range(groups).is_none() {
+        return Err(
+            "with expect = \"miss\" every URL group must end in \"/{id}\" with the \
+                    same `ids` (edgeload draws the ids)"
+                .into(),
+        );
+    }
+    let zero: Vec<UrlGroup> = groups
+        .iter()
+        .map(|g| UrlGroup {
+            ids: None,
+            path: g.path.replace("{id}", "0"),
+            ..g.clone()
+        })
+        .collect();
+    expand_paths(&zero)
 }
 
 /// Expands `{id}` templates into concrete (path, weight) pairs, bounded by [`MAX_PATHS`].
@@ -1445,6 +1480,44 @@ duration = "1s"
             let err = Experiment::parse(&text).unwrap_err();
             assert!(err.contains(needle), "expected {needle:?} in {err:?}");
         }
+    }
+
+    #[test]
+    fn a_miss_workload_lets_edgeload_draw_ids_it_never_lists() {
+        let text = SAMPLE
+            .replace("warmup = \"1s\"", "warmup = \"1s\"\nexpect = \"miss\"")
+            .replace(
+                "urls = [{ path = \"/obj/1k/{id}\", ids = 3 }]",
+                "urls = [{ path = \"/obj/1k/{id}\", ids = 4294967295 }]",
+            )
+            .replace(
+                "urls = [{ path = \"/a\", weight = 2 }, { path = \"/b/{id}\", ids = 2 }]",
+                "urls = [{ path = \"/a/{id}\", ids = 9 }, { path = \"/b/{id}\", ids = 9 }]",
+            );
+        let p = Experiment::parse(&text)
+            .unwrap()
+            .plan(&PlanOptions::default())
+            .unwrap();
+        assert_eq!(p.expect, Expect::Miss);
+        let w = &p.workloads[0];
+        assert_eq!(
+            w.paths,
+            vec![("/obj/1k/0".into(), 1)],
+            "fill and probe: id 0"
+        );
+        let t = crate::load::edgeload_targets(&w.groups, &w.paths).unwrap();
+        assert_eq!(
+            (t.url_path.as_str(), t.paths),
+            ("/obj/1k", Some(4294967295))
+        );
+        assert_eq!(
+            p.workloads[1].paths,
+            vec![("/a/0".into(), 1), ("/b/0".into(), 1)]
+        );
+        // A shape edgeload cannot draw is refused, not listed.
+        let listed = text.replace("{ path = \"/a/{id}\", ids = 9 }", "{ path = \"/a\" }");
+        let err = Experiment::parse(&listed).unwrap_err();
+        assert!(err.contains("expect = \"miss\""), "{err}");
     }
 
     #[test]

@@ -222,6 +222,11 @@ impl LoadGen {
                         "wrk cannot draw Zipf ids (`zipf` in a URL group); use edgeload for this workload",
                     ));
                 }
+                if id_range(spec.groups).is_some_and(|n| n as usize > spec.paths.len()) {
+                    return Err(Error::usage(
+                        "wrk cannot draw ids from a range it is not given path by path (expect = \"miss\"); use edgeload for this workload",
+                    ));
+                }
                 if !spec.keepalive {
                     a.push("-H".into());
                     a.push("Connection: close".into());
@@ -715,5 +720,25 @@ Transfer/sec:     71.00MB
             .args(&spec, dir.path(), "c2")
             .unwrap_err();
         assert!(e.msg.contains("Zipf"), "{}", e.msg);
+        // Ids drawn from a range that is not listed (expect = "miss"): edgeload only.
+        let groups = vec![group("/obj/4k/{id}", Some(4294967295), 1)];
+        let one = vec![("/obj/4k/0".to_string(), 1)];
+        let spec = LoadSpec {
+            groups: &groups,
+            paths: &one,
+            ..spec
+        };
+        let a = LoadGen::Edgeload("edgeload".into())
+            .args(&spec, dir.path(), "c3")
+            .unwrap()
+            .join(" ");
+        assert!(
+            a.ends_with("--paths 4294967295 http://127.0.0.1:8080/obj/4k"),
+            "{a}"
+        );
+        let e = LoadGen::Wrk("wrk".into())
+            .args(&spec, dir.path(), "c3")
+            .unwrap_err();
+        assert!(e.msg.contains("miss"), "{}", e.msg);
     }
 }

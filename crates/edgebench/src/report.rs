@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Context, Result};
-use crate::experiment::{Metric, TargetSpec};
+use crate::experiment::{Expect, Metric, TargetSpec};
 use crate::load::PERCENTILES;
 use crate::runner::{Cell, Results, ServerState};
 use crate::servers::ServerKind;
@@ -203,6 +203,13 @@ fn cache_cell(res: &Results, w: &str, row: &Row) -> String {
     }
 }
 
+/// True when every request of the row's cells reached the origin (all but 1% and a few
+/// in flight): what `expect = "miss"` promises.
+fn miss_verified(row: &Row) -> bool {
+    row.origin
+        .is_none_or(|o| o as f64 + 10.0 >= row.requests as f64 * 0.99)
+}
+
 /// True when the row's probe said HIT and its cells sent (almost) nothing to the origin.
 fn hit_verified(res: &Results, w: &str, row: &Row) -> bool {
     let probe_hit = res
@@ -256,10 +263,13 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
                     }
                     _ => String::new(),
                 };
-                let caveat = if hit_verified(res, &w.name, r) {
-                    ""
-                } else {
-                    " **Not verified as cache hits** (see Warnings): this row may measure the proxy path."
+                let caveat = match p.expect {
+                    Expect::Miss if miss_verified(r) => "",
+                    Expect::Miss => {
+                        " **Not verified as misses** (see Warnings): some requests did not reach the origin."
+                    }
+                    _ if hit_verified(res, &w.name, r) => "",
+                    _ => " **Not verified as cache hits** (see Warnings): this row may measure the proxy path.",
                 };
                 let _ = writeln!(
                     m,
@@ -548,7 +558,12 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
     }
 
     let _ = writeln!(m, "## Warnings\n");
-    if res.warnings.is_empty() {
+    if res.warnings.is_empty() && p.expect == Expect::Miss {
+        let _ = writeln!(
+            m,
+            "None: every cell completed, and every cell's requests reached the origin (misses).\n"
+        );
+    } else if res.warnings.is_empty() {
         let _ = writeln!(m, "None: every cell completed, every hit probe said HIT, and no hit cell reached the origin.\n");
     } else {
         for w in &res.warnings {
@@ -930,6 +945,24 @@ urls = [{ path = "/obj/1k/1" }]
         ] {
             assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
         }
+    }
+
+    #[test]
+    fn a_miss_experiment_flags_rows_that_did_not_reach_the_origin() {
+        let mut res = results();
+        res.plan.expect = Expect::Miss;
+        res.warnings.clear();
+        for c in &mut res.cells {
+            c.origin_requests = Some(c.load.requests);
+        }
+        let md = markdown(&res, &[]);
+        assert!(!md.contains("Not verified"), "{md}");
+        assert!(
+            md.contains("every cell's requests reached the origin"),
+            "{md}"
+        );
+        res.cells[0].origin_requests = Some(0);
+        assert!(markdown(&res, &[]).contains("Not verified as misses"));
     }
 
     #[test]

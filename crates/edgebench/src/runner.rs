@@ -943,6 +943,20 @@ fn run_cell(
             }
         }
     }
+    if let (Expect::Miss, Some(o)) = (opts.plan.expect, origin_requests) {
+        if o + ORIGIN_SLACK < (load.requests as f64 * (1.0 - MAX_ORIGIN_SHARE)) as u64 {
+            warn(
+                warnings,
+                format!(
+                    "{} · {} · rep {}: the origin served only {o} of {} requests: this cell did not measure misses",
+                    w.name,
+                    r.spec.name,
+                    rep + 1,
+                    load.requests
+                ),
+            );
+        }
+    }
     if let Some(p) = &probe {
         if p.errors > 0 {
             warn(

@@ -877,6 +877,33 @@ fn use_stale_updating_serves_others_while_one_request_revalidates() {
 }
 
 #[test]
+fn the_leaders_client_gets_the_origins_bytes_and_the_object_is_stored_by_its_last_byte() {
+    // The leader's client is fed from the fill task (no read back from the file); the
+    // chunk that ends the body waits for the commit, so a PURGE sent the moment the
+    // response is complete finds the object (as it would after a follower's).
+    let s = setup("", "");
+    for (size, n) in [("1k", 5), ("100k", 5), ("3m", 3)] {
+        for id in 0..n {
+            let path = format!("/obj/{size}/{}", 60 + id);
+            let full = get(s.origin_addr, &path, &[]).body;
+            let r = s.get(&path, &[]);
+            assert_eq!((r.status, status(&r)), (200, "MISS"), "{path}");
+            assert_eq!(r.body.len(), full.len(), "{path}");
+            assert!(
+                r.body == full,
+                "{path}: the leader's bytes differ from the origin's"
+            );
+            let p = Client::connect(s.addr).request("PURGE", &path, &[]);
+            assert_eq!(
+                (p.status, p.body.as_slice()),
+                (200, &b"{\"purged\": 1}\n"[..]),
+                "{path}: stored before the client had its last byte"
+            );
+        }
+    }
+}
+
+#[test]
 fn range_on_a_miss_gets_its_range_while_the_whole_object_is_stored() {
     let s = setup("", "");
     let full = get(s.origin_addr, "/obj/1m/47", &[]).body;

@@ -1,20 +1,23 @@
-//! Misses: the leader fetches from the origin and writes the object; every client of
-//! the fill, the leader's included, streams the temp file as it grows.
+//! Misses: the leader fetches from the origin, sends the body to its own client as it
+//! reads it and writes the object; followers stream the temp file as it grows.
 //!
 //! How it fits: [`super::handle`] joins the collapse lock of the key
 //! (`cache.inflight().join`). The leader calls [`fetch_and_fill`]: a GET without the
 //! client's validators or Range, then [`respond`] decides with `policy::storable`, opens
 //! an `ObjectWriter` and publishes the head to the followers. The origin-to-disk copy
-//! ([`pump`]) then runs in its own task on the worker, at the origin's pace, while the
-//! leader's client is served from the file like the followers
-//! ([`super::stream::stream_fill`]): a slow first client never slows the others, and a
-//! leader whose client hangs up still completes the object. The failure rules of
-//! `edge_cache::inflight` apply: a leader failing before the head makes followers
-//! retry; after the head, followers' connections are cut (their head promised a
-//! length); a disk write error fails the fill but never the leader's own client (it
-//! continues from an in-memory relay). Responses that are not stored, and fills
-//! without a collapse lock (`cache_lock = false`), are relayed to the client directly
-//! by [`pump`], paced by the client.
+//! ([`pump`]) then runs in its own task on the worker, at the origin's pace, and hands
+//! each chunk it reads to the leader's client through a bounded channel
+//! ([`LeadRelay`], [`super::stream::Relay`]) before writing it: no read back from the
+//! file. The channel is never waited on while storing: a leader's client that falls
+//! behind by [`RELAY_DEPTH`] chunks is told so and reads the rest from the file like a
+//! follower ([`super::stream::stream_fill`]), so a slow first client never slows the
+//! others, and a leader whose client hangs up still completes the object. The failure
+//! rules of `edge_cache::inflight` apply: a leader failing before the head makes
+//! followers retry; after the head, followers' connections are cut (their head promised
+//! a length); a disk write error fails the fill but never the leader's own client (the
+//! rest of the body goes through the relay, at its pace). Responses that are not
+//! stored, and fills without a collapse lock (`cache_lock = false`), are relayed to the
+//! client directly by [`pump`], paced by the client.
 
 use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::store::{publish, Store};
@@ -34,6 +37,10 @@ use tokio::sync::mpsc;
 
 /// Upstream read buffer growth.
 const UP_BUF: usize = 64 * 1024;
+/// Upstream read buffer growth while storing: each read becomes one disk write (a
+/// hand-off to the file I/O pool) and one write to the leader's client, so a fast
+/// origin's body goes in fewer, larger steps.
+const STORE_BUF: usize = 256 * 1024;
 /// Bytes gathered before a write to the client.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -163,8 +170,8 @@ pub async fn respond(
     }
 }
 
-/// A stored fill with followers: the origin-to-disk copy runs in its own task, and
-/// this request's client streams the file like every follower.
+/// A stored fill (followers may join): the origin-to-disk copy runs in its own task,
+/// and this request's client gets the origin's bytes from it through the relay.
 async fn lead(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -192,7 +199,7 @@ async fn lead(
     });
     let leader = Leader {
         extra,
-        relay: rx,
+        relay: Some(rx),
         from_origin: true,
     };
     super::deliver::filling(ctx, conn, ex, &fill, head, Some(leader)).await
@@ -253,17 +260,16 @@ pub async fn open_writer(
 /// Relays the upstream body to the client (when there is one) and into the store (when
 /// storing). If the client goes away mid-body and a store is open, the body is still
 /// read to its end (each read bounded by the upstream `read_timeout`), so followers and
-/// the cache get the whole object. `relay` is the leader's lifeline when it streams
-/// from the file: after a disk write error the rest of the body goes through it.
+/// the cache get the whole object. `relay` feeds the leader's client of a stored miss
+/// (the fill task's side of [`Relay`], see [`LeadRelay`]).
 pub async fn pump(
     ctx: &Ctx<'_>,
     mut client: Option<(&mut Conn, &mut Exchange)>,
     mut up: UpstreamResponse,
     mut store: Option<Store>,
-    mut relay: Option<mpsc::Sender<Relay>>,
+    relay: Option<mpsc::Sender<Relay>>,
 ) -> Result<(), ExchangeError> {
-    // Relaying starts only once the store failed (before that the leader reads the file).
-    let mut relaying = false;
+    let mut lead = relay.map(LeadRelay::new);
     let group = &ctx.p.upstream;
     let send = ctx.shared.timeouts.send;
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
@@ -310,31 +316,42 @@ pub async fn pump(
                     break;
                 }
             };
-            if !d.data.is_empty() {
-                let mut relay_from = None;
+            let (n, len) = (d.consumed, d.data.len());
+            // The decoded bytes end where the consumed input ends. The leader's client
+            // gets them as a slice of the read buffer itself (no copy).
+            let chunk = match &lead {
+                Some(l) if len > 0 && l.wants() => {
+                    Some(up.buf.split_to(n).freeze().slice(n - len..))
+                }
+                _ => None,
+            };
+            let data: &[u8] = match &chunk {
+                Some(c) => c,
+                None => &up.buf[n - len..n],
+            };
+            if !data.is_empty() {
+                let end = pos + len as u64;
+                if let (Some(l), Some(c)) = (lead.as_mut(), &chunk) {
+                    match store {
+                        Some(_) => {
+                            let last = matches!(up.head.body, BodyKind::Length(t) if end >= t);
+                            l.offer(c.clone(), last);
+                        }
+                        None => l.give(c.clone()).await,
+                    }
+                }
                 if let Some(s) = store.as_mut() {
-                    if !s.write(&ctx.w.file_io, d.data).await {
-                        relay_from = Some(s.writer.written());
-                        store = None; // fails the fill; this client continues uncached
-                    }
-                } else if relaying {
-                    relay_from = Some(pos);
-                }
-                if let (Some(at), Some(tx)) = (relay_from, relay.as_ref()) {
-                    let skip = (at.saturating_sub(pos) as usize).min(d.data.len());
-                    let tail = Bytes::copy_from_slice(&d.data[skip..]);
-                    let first = !relaying;
-                    relaying = true;
-                    let ok = (!first || tx.send(Relay::From(at)).await.is_ok())
-                        && (tail.is_empty() || tx.send(Relay::Data(tail)).await.is_ok());
-                    if !ok {
-                        relay = None; // the leader's client is gone
+                    if !s.write(&ctx.w.file_io, data).await {
+                        let at = s.writer.written();
+                        store = None; // fails the fill; the leader's client goes on
+                        if let Some(l) = lead.as_mut() {
+                            l.store_failed(at, pos, data).await;
+                        }
                     }
                 }
-                let end = pos + d.data.len() as u64;
                 let (lo, hi) = (pos.max(want.start), end.min(want.end));
                 if to_client && client_error.is_none() && lo < hi {
-                    let part = &d.data[(lo - pos) as usize..(hi - pos) as usize];
+                    let part = &data[(lo - pos) as usize..(hi - pos) as usize];
                     match filter.as_mut() {
                         Some(f) => {
                             coded.clear();
@@ -356,8 +373,9 @@ pub async fn pump(
                 }
                 pos = end;
             }
-            let n = d.consumed;
-            bytes::Buf::advance(&mut up.buf, n);
+            if chunk.is_none() {
+                bytes::Buf::advance(&mut up.buf, n);
+            }
             if out.len() >= FLUSH_AT {
                 flush(&mut client, &mut out, send, &mut client_error).await;
             }
@@ -368,7 +386,7 @@ pub async fn pump(
         if let Some(b) = bad {
             break Err(b);
         }
-        let relay_open = relaying && relay.is_some();
+        let relay_open = lead.as_ref().is_some_and(LeadRelay::open);
         if store.is_none()
             && !relay_open
             && (client_error.is_some() || !to_client || pos >= want.end)
@@ -384,7 +402,8 @@ pub async fn pump(
         // they arrive (followers were already told by `progress`).
         flush(&mut client, &mut out, send, &mut client_error).await;
         if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf.reserve(UP_BUF);
+            up.buf
+                .reserve(if store.is_some() { STORE_BUF } else { UP_BUF });
         }
         match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
             Ok(Ok(0)) => {
@@ -432,8 +451,8 @@ pub async fn pump(
     if let Some(s) = store {
         s.finish(&ctx.w.file_io).await;
     }
-    if let (true, Some(tx)) = (relaying, relay.as_ref()) {
-        let _ = tx.send(Relay::End).await;
+    if let Some(l) = lead {
+        l.end().await;
     }
     if chunked && client_error.is_none() {
         out.extend_from_slice(edge_http::LAST_CHUNK);
@@ -444,6 +463,126 @@ pub async fn pump(
     match client_error {
         Some(e) => Err(ExchangeError::Client(e)),
         None => Ok(()),
+    }
+}
+
+/// The fill task's side of the leader's relay: every chunk read from the origin goes to
+/// the leader's client before it is written to disk, without ever waiting for that
+/// client while the object is being stored (the fill runs at the origin's pace). One
+/// slot of the channel is kept for `Behind`: a client that lets [`RELAY_DEPTH`] - 1
+/// chunks pile up is told so and reads the rest from the file. Once nothing is stored
+/// (a disk write error) the client is the only reader left, and the relay waits for it.
+struct LeadRelay {
+    /// `None` once the client is gone (or never wanted a body: HEAD, 304, 416).
+    tx: Option<mpsc::Sender<Relay>>,
+    /// `Behind` was sent: the client reads the file.
+    behind: bool,
+    /// The store failed: every chunk goes through the relay, at the client's pace.
+    paced: bool,
+    /// The chunk that ends a known-length body, sent after the commit: a client that
+    /// has the whole body can count on the object being in the index (as `Store`
+    /// publishes the last byte to followers only then).
+    held: Option<Bytes>,
+}
+
+impl LeadRelay {
+    fn new(tx: mpsc::Sender<Relay>) -> LeadRelay {
+        LeadRelay {
+            tx: Some(tx),
+            behind: false,
+            paced: false,
+            held: None,
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Whether the client takes the next chunk from the relay (not from the file).
+    fn wants(&self) -> bool {
+        self.tx.is_some() && (!self.behind || self.paced)
+    }
+
+    /// A chunk that is also being stored: queued without waiting, or the client is
+    /// told it is behind. `last`: it ends a known-length body (held until the commit).
+    fn offer(&mut self, b: Bytes, last: bool) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        if self.behind {
+            return;
+        }
+        if last {
+            self.held = Some(b);
+            return;
+        }
+        let msg = if tx.capacity() > 1 {
+            Relay::Data(b)
+        } else {
+            self.behind = true;
+            Relay::Behind
+        };
+        // Full cannot happen (the last slot is `Behind`'s): closed, the client is gone.
+        if tx.try_send(msg).is_err() {
+            self.tx = None;
+        }
+    }
+
+    /// A chunk when nothing is stored: the client paces the fill.
+    async fn give(&mut self, b: Bytes) {
+        if let Some(tx) = &self.tx {
+            if tx.send(Relay::Data(b)).await.is_err() {
+                self.tx = None;
+            }
+        }
+    }
+
+    /// The disk write of `data` (body offset `pos`) failed; the file holds the body up
+    /// to `at`. A client reading the file gets the rest from the relay from there; one
+    /// fed from the relay already has `data` (it was offered before the write).
+    async fn store_failed(&mut self, at: u64, pos: u64, data: &[u8]) {
+        self.paced = true;
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        if self.behind {
+            let skip = (at.saturating_sub(pos) as usize).min(data.len());
+            let tail = Bytes::copy_from_slice(&data[skip..]);
+            let ok = tx.send(Relay::From(at)).await.is_ok()
+                && (tail.is_empty() || tx.send(Relay::Data(tail)).await.is_ok());
+            if !ok {
+                self.tx = None;
+            }
+        }
+    }
+
+    /// The body ended cleanly and the commit is over: the held chunk, then `End`. While
+    /// storing this never waits: without room for both the client is told it is behind
+    /// and reads the end from the (committed) file.
+    async fn end(self) {
+        let Some(tx) = self.tx else {
+            return;
+        };
+        if self.paced {
+            if let Some(b) = self.held {
+                if tx.send(Relay::Data(b)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Relay::End).await;
+            return;
+        }
+        if self.behind {
+            return;
+        }
+        let _ = match self.held {
+            Some(b) if tx.capacity() >= 2 => tx
+                .try_send(Relay::Data(b))
+                .and_then(|()| tx.try_send(Relay::End)),
+            Some(_) => tx.try_send(Relay::Behind),
+            None => tx.try_send(Relay::End),
+        };
     }
 }
 
@@ -515,4 +654,93 @@ async fn flush(
         }
     }
     out.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<Relay>) -> Vec<String> {
+        let mut got = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            got.push(match m {
+                Relay::Data(b) => format!("data {}", b.len()),
+                Relay::Behind => "behind".into(),
+                Relay::From(at) => format!("from {at}"),
+                Relay::End => "end".into(),
+            });
+        }
+        got
+    }
+
+    #[test]
+    fn a_reading_client_gets_every_chunk_and_the_last_after_the_commit() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH);
+        let mut l = LeadRelay::new(tx);
+        l.offer(Bytes::from_static(b"ab"), false);
+        l.offer(Bytes::from_static(b"cde"), true);
+        // The last chunk waits for the commit (`end`).
+        assert_eq!(drain(&mut rx), ["data 2"]);
+        rt().block_on(l.end());
+        assert_eq!(drain(&mut rx), ["data 3", "end"]);
+    }
+
+    #[test]
+    fn a_client_that_stops_reading_is_told_it_is_behind_and_nothing_waits() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH);
+        let mut l = LeadRelay::new(tx);
+        for _ in 0..RELAY_DEPTH * 3 {
+            l.offer(Bytes::from_static(b"x"), false); // never blocks
+        }
+        assert!(!l.wants(), "the fill no longer feeds it");
+        l.offer(Bytes::from_static(b"y"), true);
+        rt().block_on(l.end()); // returns at once: the client reads the file
+        let got = drain(&mut rx);
+        assert_eq!(got.len(), RELAY_DEPTH);
+        assert!(got[..RELAY_DEPTH - 1].iter().all(|m| m == "data 1"));
+        assert_eq!(got[RELAY_DEPTH - 1], "behind");
+    }
+
+    #[test]
+    fn without_room_for_the_last_chunk_and_the_end_the_client_reads_the_file() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH);
+        let mut l = LeadRelay::new(tx);
+        for _ in 0..RELAY_DEPTH - 1 {
+            l.offer(Bytes::from_static(b"x"), false);
+        }
+        assert!(l.wants(), "one slot left: not behind yet");
+        l.offer(Bytes::from_static(b"z"), true);
+        rt().block_on(l.end());
+        let got = drain(&mut rx);
+        assert_eq!(got.len(), RELAY_DEPTH);
+        assert_eq!(got.last().map(String::as_str), Some("behind"));
+    }
+
+    #[test]
+    fn after_a_store_failure_a_client_behind_gets_the_rest_from_the_relay() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH * 4);
+        let mut l = LeadRelay::new(tx);
+        l.behind = true; // as after `Behind`
+        let rt = rt();
+        rt.block_on(l.store_failed(100, 90, &[7u8; 30]));
+        assert!(l.wants(), "paced: every chunk goes through the relay now");
+        rt.block_on(l.give(Bytes::from_static(b"more")));
+        rt.block_on(l.end());
+        assert_eq!(drain(&mut rx), ["from 100", "data 20", "data 4", "end"]);
+    }
+
+    #[test]
+    fn a_client_that_hung_up_is_dropped_and_the_fill_goes_on() {
+        let (tx, rx) = mpsc::channel(RELAY_DEPTH);
+        drop(rx);
+        let mut l = LeadRelay::new(tx);
+        l.offer(Bytes::from_static(b"x"), false);
+        assert!(!l.open() && !l.wants());
+    }
 }

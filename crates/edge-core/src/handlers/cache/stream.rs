@@ -1,17 +1,22 @@
 //! Serving a client from a fill in progress: collapsed followers (`X-Cache-Status:
-//! HIT`) and, since the origin-to-disk copy runs in its own task, the leader's own
-//! client too (`MISS`/`EXPIRED`).
+//! HIT`) from the temp file, and the leader's own client (`MISS`/`EXPIRED`) from the
+//! fill task's relay.
 //!
 //! How it fits: [`super::deliver`] calls [`stream_fill`] for a request that joined
 //! someone else's fill ([`super::deliver::follow`]) and for the leader's client
 //! ([`super::fill`]), unless the client wants the object compressed
-//! ([`super::variant`]). Both send the bytes already in the temp file and sleep on the fill's watch channel until
-//! more arrive, so a slow client never slows the fill (nor the other clients), and the
-//! first bytes reach everyone while the origin is still sending. One `Range` is served
-//! as a 206 from the arriving bytes; several as a multipart/byteranges 206 whose parts
-//! go out as their bytes arrive. If the disk write fails mid-body, the leader's
-//! client continues from an in-memory relay (the fill task passes the rest of the
-//! origin's body through a bounded channel), while the followers' connections are cut.
+//! ([`super::variant`]). Followers send the bytes already in the temp file and sleep on
+//! the fill's watch channel until more arrive, so a slow client never slows the fill
+//! (nor the other clients), and the first bytes reach everyone while the origin is
+//! still sending. The leader's client of a miss instead gets each chunk the fill task
+//! reads from the origin ([`Relay`], its head in one `writev` with the first bytes), and
+//! never reads the file back; if it falls [`RELAY_DEPTH`] chunks behind, the fill task
+//! stops feeding it and it continues from the file like a follower. One `Range` is
+//! served as a 206 from the arriving bytes; several as a multipart/byteranges 206 whose
+//! parts go out (from the file) as their bytes arrive. If the disk write fails
+//! mid-body, the leader's client continues from the relay (the fill task then passes
+//! it the rest of the origin's body at its pace), while the followers' connections are
+//! cut.
 
 use super::ctx::Ctx;
 use super::hit;
@@ -28,28 +33,35 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::mpsc;
 
-/// What the fill task sends the leader's client once the disk write failed mid-body.
+/// What the fill task of a miss sends its leader's client: the origin's body as it is
+/// read, so that client never reads the temp file back.
 #[derive(Debug)]
 pub enum Relay {
-    /// The file holds the body up to this offset; the rest follows as `Data`.
-    From(u64),
-    /// The next body bytes.
+    /// The next body bytes (the first start at offset 0, each follows the last).
     Data(Bytes),
-    /// The origin's body ended cleanly.
+    /// The client fell [`RELAY_DEPTH`] messages behind: nothing more is relayed, it
+    /// reads the rest from the file like a follower, from what it has got so far.
+    Behind,
+    /// After `Behind`, the disk write failed: the file holds the body up to this
+    /// offset, the rest follows as `Data` (at the client's pace: nothing else is fed).
+    From(u64),
+    /// The origin's body ended cleanly (and the commit is over, so a client that has
+    /// the whole body finds the object in the index).
     End,
 }
 
-/// Messages the relay buffers before the fill task waits for the leader's client
-/// (bounded memory per fill: at most this many upstream reads).
-pub const RELAY_DEPTH: usize = 16;
+/// Messages the relay buffers before the leader's client counts as behind (bounded
+/// memory per fill: at most this many upstream reads, of up to 256 KiB each).
+pub const RELAY_DEPTH: usize = 8;
 
 /// The leader's extras when it streams its own fill.
 pub struct Leader {
     /// Header lines the stored block lacks but this client must get (its
     /// `Set-Cookie`s, stored only with `cache_set_cookie`, never in the object).
     pub extra: Vec<u8>,
-    /// The rest of the body if the disk write fails.
-    pub relay: mpsc::Receiver<Relay>,
+    /// The origin's body straight from the fill task (a miss); `None` streams the
+    /// file like a follower (the production of a compressed copy).
+    pub relay: Option<mpsc::Receiver<Relay>>,
     /// The bytes come from the origin (a miss), not from the cache (the production of
     /// a compressed copy from a stored object): for the byte counters.
     pub from_origin: bool,
@@ -77,7 +89,7 @@ pub async fn stream_fill(
         ex.body = None;
     }
     let (extra, mut relay, from_origin) = match leader {
-        Some(l) => (l.extra, Some(l.relay), l.from_origin),
+        Some(l) => (l.extra, l.relay, l.from_origin),
         None => (Vec::new(), None, false),
     };
     let meta = &head.meta;
@@ -129,29 +141,48 @@ pub async fn stream_fill(
     }
     out.extend_from_slice(&extra);
     hit::finish_head(ex, age, &mut out);
-    conn.write_all(&out, send).await?;
     if ex.is_head() || no_body {
+        conn.write_all(&out, send).await?;
         return Ok(());
     }
-    let mut body = Body::new(ctx, conn, &head, want.unwrap_or(0..u64::MAX), chunked);
-    let result = follow_file(&mut body, fill, &head, relay.as_mut()).await;
+    let mut body = Body::new(ctx, conn, &head, out, want.unwrap_or(0..u64::MAX), chunked);
+    // A leader fed by the fill task (a miss) sends the origin's bytes as they come; it
+    // reads the file only if it fell behind.
+    let mut from_file = Some(0);
+    let mut result = Ok(());
+    if let Some(rx) = relay.as_mut() {
+        match direct(&mut body, rx).await {
+            Ok(at) => from_file = at,
+            Err(e) => result = Err(e),
+        }
+    }
+    if let (Some(at), Ok(())) = (from_file, &result) {
+        result = follow_file(&mut body, fill, &head, at, relay.as_mut()).await;
+    }
+    // The head goes out even when the body failed before its first byte: the client
+    // sees the response cut, as a follower does.
+    let head_sent = body.flush_head().await;
     count_sent(ctx, ex, body.sent, from_origin);
     result?;
+    head_sent?;
     if chunked {
         conn.write_all(edge_http::LAST_CHUNK, send).await?;
     }
     Ok(())
 }
 
-/// Sends the wanted bytes of a fill as the fill writes them; after a leader failure,
-/// from `relay` when there is one (the leader's own client), else the body is cut.
+/// Sends the wanted bytes of a fill from body offset `at` on, as the fill writes them;
+/// after a leader failure, from `relay` when there is one (the leader's own client),
+/// else the body is cut.
 async fn follow_file(
     body: &mut Body<'_>,
     fill: &Arc<Fill>,
     head: &Arc<FillHead>,
+    at: u64,
     mut relay: Option<&mut mpsc::Receiver<Relay>>,
 ) -> Result<(), ExchangeError> {
     let mut reader = fill.reader(head.clone());
+    reader.advance(at);
     loop {
         if reader.position() >= body.want.end {
             return Ok(()); // the requested range is complete
@@ -184,9 +215,33 @@ pub async fn stream_range(
     head: &Arc<FillHead>,
     want: Range<u64>,
 ) -> (Result<(), ExchangeError>, u64) {
-    let mut body = Body::new(ctx, conn, head, want, false);
-    let r = follow_file(&mut body, fill, head, None).await;
+    let mut body = Body::new(ctx, conn, head, Vec::new(), want, false);
+    let r = follow_file(&mut body, fill, head, 0, None).await;
     (r, body.sent)
+}
+
+/// The leader's client of a miss, fed from the fill task's relay: `Ok(None)` when it
+/// has its whole body (or range), `Ok(Some(at))` when it fell behind and continues from
+/// the file at body offset `at`. A relay that ends without `End` is a failed origin.
+async fn direct(
+    body: &mut Body<'_>,
+    rx: &mut mpsc::Receiver<Relay>,
+) -> Result<Option<u64>, ExchangeError> {
+    let mut at = 0u64;
+    while at < body.want.end {
+        match rx.recv().await {
+            Some(Relay::Data(b)) => {
+                body.memory_part(at, &b).await?;
+                at += b.len() as u64;
+            }
+            Some(Relay::End) => return Ok(None),
+            Some(Relay::Behind) => return Ok(Some(at)),
+            Some(Relay::From(_)) | None => {
+                return Err(ExchangeError::Aborted("origin failed mid-body".into()))
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Several ranges of a fill in progress: a multipart/byteranges 206 (RFC 9110 14.6),
@@ -284,6 +339,9 @@ fn count_sent(ctx: &Ctx<'_>, ex: &mut Exchange, sent: u64, from_origin: bool) {
 /// Where one client's body goes, and which part of the object it wants.
 struct Body<'a> {
     conn: &'a mut Conn,
+    /// The response head until it is sent: with the first body bytes from memory (one
+    /// `writev`), else before the first file part.
+    head: Vec<u8>,
     file: &'a std::fs::File,
     body_offset: u64,
     want: Range<u64>,
@@ -301,15 +359,18 @@ fn clip(have: Range<u64>, want: &Range<u64>) -> Option<Range<u64>> {
 }
 
 impl<'a> Body<'a> {
+    /// `response_head`: the head bytes still to send (empty when already sent).
     fn new(
         ctx: &'a Ctx<'_>,
         conn: &'a mut Conn,
         head: &'a FillHead,
+        response_head: Vec<u8>,
         want: Range<u64>,
         chunked: bool,
     ) -> Body<'a> {
         Body {
             conn,
+            head: response_head,
             file: &head.file,
             body_offset: head.body_offset,
             want,
@@ -327,6 +388,7 @@ impl<'a> Body<'a> {
             return Ok(());
         };
         let n = hi - lo;
+        self.flush_head().await?;
         self.chunk_header(n).await?;
         let off = self.body_offset + lo;
         let send = crate::http::send::send_file_range(
@@ -354,14 +416,32 @@ impl<'a> Body<'a> {
     async fn memory_part(&mut self, at: u64, data: &[u8]) -> Result<(), ExchangeError> {
         let end = at + data.len() as u64;
         let Some(Range { start: lo, end: hi }) = clip(at..end, &self.want) else {
-            return Ok(());
+            // Before the client's range: its head need not wait for the range's bytes.
+            return Ok(self.flush_head().await?);
         };
         let part = &data[(lo - at) as usize..(hi - at) as usize];
-        self.chunk_header(part.len() as u64).await?;
-        self.conn.write_all(part, self.send).await?;
-        self.chunk_end().await?;
+        if self.chunked {
+            self.flush_head().await?;
+            self.chunk_header(part.len() as u64).await?;
+            self.conn.write_all(part, self.send).await?;
+            self.chunk_end().await?;
+        } else if self.head.is_empty() {
+            self.conn.write_all(part, self.send).await?;
+        } else {
+            let head = std::mem::take(&mut self.head);
+            self.conn.write_two(&head, part, self.send).await?;
+        }
         self.sent += part.len() as u64;
         Ok(())
+    }
+
+    /// Sends the head if it has not gone out yet.
+    async fn flush_head(&mut self) -> std::io::Result<()> {
+        if self.head.is_empty() {
+            return Ok(());
+        }
+        let head = std::mem::take(&mut self.head);
+        self.conn.write_all(&head, self.send).await
     }
 
     async fn chunk_header(&mut self, n: u64) -> std::io::Result<()> {
@@ -381,9 +461,10 @@ impl<'a> Body<'a> {
     }
 }
 
-/// The leader's client after a disk write error: the file's bytes up to the failure
-/// (still readable through the open handle), then the relayed rest of the origin's
-/// body. Without a clean end (the origin failed too) the connection is cut.
+/// The leader's client that fell behind (and reads the file) after a disk write error:
+/// the file's bytes up to the failure (still readable through the open handle), then
+/// the relayed rest of the origin's body. Without a clean end (the origin failed too)
+/// the connection is cut.
 async fn relay_rest(
     body: &mut Body<'_>,
     pos: u64,
@@ -407,7 +488,7 @@ async fn relay_rest(
                 at += b.len() as u64;
             }
             Some(Relay::End) => return Ok(()),
-            Some(Relay::From(_)) | None => return Err(cut()),
+            Some(Relay::From(_) | Relay::Behind) | None => return Err(cut()),
         }
     }
 }

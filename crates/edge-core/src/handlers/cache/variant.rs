@@ -281,10 +281,9 @@ async fn produce_or_follow(
             let from_origin = matches!(src, Source::Fill { .. });
             tokio::task::spawn_local(produce(owned, src, filter, store));
             // The leader's client streams the copy as it is written, like its followers.
-            let (_none, relay) = tokio::sync::mpsc::channel(1);
             let leader = Leader {
                 extra: extra.to_vec(),
-                relay,
+                relay: None,
                 from_origin,
             };
             stream_fill(ctx, conn, ex, &fill, head, Some(leader)).await
