@@ -98,35 +98,40 @@ impl SysOp {
     /// and no Rust reference may alias the written memory meanwhile.
     pub(crate) unsafe fn run(&self) -> i64 {
         loop {
-            let ret: i64 = match *self {
-                SysOp::Open { path, flags, mode } => {
-                    libc::openat(libc::AT_FDCWD, path, flags | libc::O_CLOEXEC, mode) as i64
-                }
-                SysOp::Statx {
-                    dirfd,
-                    path,
-                    flags,
-                    buf,
-                } => libc::statx(dirfd, path, flags, STATX_MASK, buf) as i64,
-                SysOp::Read {
-                    fd, buf, len, off, ..
-                } => libc::pread64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64,
-                SysOp::Write { fd, buf, len, off } => {
-                    libc::pwrite64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64
-                }
-                SysOp::Fsync { fd, datasync } => {
-                    if datasync {
-                        libc::fdatasync(fd) as i64
-                    } else {
-                        libc::fsync(fd) as i64
+            // SAFETY: the caller's contract above: every pointer in `self` is valid for
+            // the access its syscall makes for the whole call, unaliased; `Call`'s `f`
+            // points to a live closure (see `SysOp::Call`).
+            let ret: i64 = unsafe {
+                match *self {
+                    SysOp::Open { path, flags, mode } => {
+                        libc::openat(libc::AT_FDCWD, path, flags | libc::O_CLOEXEC, mode) as i64
                     }
+                    SysOp::Statx {
+                        dirfd,
+                        path,
+                        flags,
+                        buf,
+                    } => libc::statx(dirfd, path, flags, STATX_MASK, buf) as i64,
+                    SysOp::Read {
+                        fd, buf, len, off, ..
+                    } => libc::pread64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64,
+                    SysOp::Write { fd, buf, len, off } => {
+                        libc::pwrite64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64
+                    }
+                    SysOp::Fsync { fd, datasync } => {
+                        if datasync {
+                            libc::fdatasync(fd) as i64
+                        } else {
+                            libc::fsync(fd) as i64
+                        }
+                    }
+                    SysOp::Rename { from, to } => {
+                        libc::renameat(libc::AT_FDCWD, from, libc::AT_FDCWD, to) as i64
+                    }
+                    SysOp::Unlink { path } => libc::unlinkat(libc::AT_FDCWD, path, 0) as i64,
+                    SysOp::Close { fd } => return ret_or_errno(libc::close(fd) as i64),
+                    SysOp::Call { f } => return (*f)(),
                 }
-                SysOp::Rename { from, to } => {
-                    libc::renameat(libc::AT_FDCWD, from, libc::AT_FDCWD, to) as i64
-                }
-                SysOp::Unlink { path } => libc::unlinkat(libc::AT_FDCWD, path, 0) as i64,
-                SysOp::Close { fd } => return ret_or_errno(libc::close(fd) as i64),
-                SysOp::Call { f } => return (*f)(),
             };
             let ret = ret_or_errno(ret);
             if ret != -(libc::EINTR as i64) {

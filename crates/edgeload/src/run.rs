@@ -209,10 +209,8 @@ mod tests {
             rlim_max: 0,
         };
         // SAFETY: writes one rlimit into a valid local.
-        assert_eq!(
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) },
-            0
-        );
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) };
+        assert_eq!(rc, 0);
         // Asking for less than we have changes nothing.
         assert_eq!(raise_nofile_limit(1), Some(before.rlim_cur));
         // Asking for more gets at most the hard limit.
