@@ -18,7 +18,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -30,8 +30,9 @@ use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::time::{sleep_until, timeout_at, Sleep};
 
 use crate::codec::{ResponseReader, Step};
+use crate::shared::Shared;
 use crate::stats::{record, ThreadStats};
-use crate::worker::Shared;
+use crate::transport::{Plain, Transport};
 
 /// Read buffer per connection. Bigger than the largest head the parser accepts, so a
 /// partial head always fits after compaction.
@@ -40,58 +41,6 @@ pub const READ_BUF: usize = 64 * 1024;
 /// server does not turn the client into a busy loop.
 const RETRY_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
-
-/// How bytes move over an established connection: [`Plain`] TCP, or TLS on top of it
-/// ([`crate::tls::TlsStream`]).
-pub(crate) trait Transport {
-    /// Response bytes already wait in user space: read them without waiting for the
-    /// socket (TLS: decrypted or undecrypted bytes left over from the last read).
-    fn buffered(&self) -> bool;
-    /// Non-blocking read of response bytes into `out` (never empty); `Ok(0)`: the peer
-    /// closed. `WouldBlock` comes from the socket.
-    fn read(&mut self, sock: &TcpStream, out: &mut [u8]) -> io::Result<usize>;
-    /// After a read of `n` bytes into `space`: the socket was found empty and nothing is
-    /// buffered, so readiness can be cleared without the read that would say EAGAIN.
-    fn drained(&self, n: usize, space: usize) -> bool;
-    /// Writes all of `buf`, waiting for writability at most until `deadline`.
-    async fn write_all(
-        &mut self,
-        fd: &AsyncFd<TcpStream>,
-        buf: &[u8],
-        deadline: Instant,
-    ) -> io::Result<()>;
-}
-
-/// Plain HTTP: the socket itself.
-pub(crate) struct Plain;
-
-impl Transport for Plain {
-    #[inline]
-    fn buffered(&self) -> bool {
-        false
-    }
-
-    #[inline]
-    fn read(&mut self, mut sock: &TcpStream, out: &mut [u8]) -> io::Result<usize> {
-        sock.read(out)
-    }
-
-    #[inline]
-    fn drained(&self, n: usize, space: usize) -> bool {
-        // A short read drained the socket (tokio's own TcpStream does the same).
-        n < space
-    }
-
-    #[inline]
-    async fn write_all(
-        &mut self,
-        fd: &AsyncFd<TcpStream>,
-        buf: &[u8],
-        deadline: Instant,
-    ) -> io::Result<()> {
-        write_all(fd, buf, deadline).await
-    }
-}
 
 /// When a connection sends.
 #[derive(Debug, Clone, Copy)]
@@ -355,32 +304,6 @@ async fn connect(
         Ok(None) => Ok(fd),
         _ => Err(ConnectError::Failed),
     }
-}
-
-/// Writes all of `buf`, waiting for writability at most until `deadline`.
-async fn write_all(fd: &AsyncFd<TcpStream>, buf: &[u8], deadline: Instant) -> io::Result<()> {
-    let mut off = 0;
-    // Fast path: a request almost always fits the socket buffer in one call.
-    match fd.get_ref().write(buf) {
-        Ok(n) => off = n,
-        Err(e)
-            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-        Err(e) => return Err(e),
-    }
-    while off < buf.len() {
-        let mut guard = match timeout_at(deadline.into(), fd.writable()).await {
-            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-            Ok(g) => g?,
-        };
-        match guard.try_io(|s| s.get_ref().write(&buf[off..])) {
-            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => off += n,
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => {}
-        }
-    }
-    Ok(())
 }
 
 impl Conn {
@@ -710,6 +633,8 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::write_all;
+    use std::io::Read;
     use std::net::TcpListener;
 
     fn rt() -> tokio::runtime::Runtime {

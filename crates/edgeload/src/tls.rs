@@ -35,7 +35,7 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::io::unix::AsyncFd;
 use tokio::time::timeout_at;
 
-use crate::conn::Transport;
+use crate::transport::Transport;
 
 /// Ciphertext read from the socket in one call (two full TLS records).
 pub const TLS_READ_BUF: usize = 32 * 1024;

@@ -10,7 +10,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,49 +17,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::LocalSet;
 
-use crate::cli::Config;
-use crate::mix::Picker;
+pub use crate::shared::Shared;
 use crate::stats::ThreadStats;
 
 /// How often each thread samples its request rate (wrk's Req/Sec row uses 100 ms).
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Read-only state shared by every thread, plus the `--requests` counter.
-pub struct Shared {
-    pub cfg: Config,
-    pub picker: Picker,
-    /// Test start: ramp and open-loop schedules count from here.
-    pub start: Instant,
-    pub deadline: Instant,
-    /// Seed for the per-connection URL pickers.
-    pub seed: u64,
-    issued: AtomicU64,
-}
-
-impl Shared {
-    pub fn new(cfg: Config, start: Instant) -> Shared {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x5eed, |d| d.as_nanos() as u64);
-        Shared {
-            picker: Picker::new(&cfg.classes),
-            deadline: start + cfg.duration,
-            start,
-            seed,
-            cfg,
-            issued: AtomicU64::new(0),
-        }
-    }
-
-    /// Takes one request from the `--requests` budget (always true without one).
-    #[inline]
-    pub fn take_ticket(&self) -> bool {
-        match self.cfg.requests {
-            None => true,
-            Some(n) => self.issued.fetch_add(1, Ordering::Relaxed) < n,
-        }
-    }
-}
 
 /// Starts worker thread `idx`; when it ends it sends `(when it stopped measuring, stats)`
 /// on `done`.
