@@ -95,7 +95,9 @@ pub fn find_bench_dir(flag: Option<&Path>) -> Result<PathBuf> {
 
 impl Cli {
     /// Resolves everything the runner needs; `argv` is recorded as the exact command.
-    pub fn options(&self, argv: &[String]) -> Result<(RunOptions, PathBuf)> {
+    /// `scripted`: the scripted experiments' names (`crate::scripted::names`), listed
+    /// with the TOML ones when the experiment is unknown.
+    pub fn options(&self, argv: &[String], scripted: &[&str]) -> Result<(RunOptions, PathBuf)> {
         let bench_dir = find_bench_dir(self.bench_dir.as_deref())?;
         let exp_path = if self.experiment.ends_with(".toml") || self.experiment.contains('/') {
             PathBuf::from(&self.experiment)
@@ -117,7 +119,7 @@ impl Cli {
                         .collect()
                 })
                 .unwrap_or_default();
-            known.extend(crate::scripted::names().map(str::to_string));
+            known.extend(scripted.iter().map(|s| s.to_string()));
             known.sort();
             return Err(Error::usage(format!(
                 "unknown experiment {:?} ({} does not exist); known: {}",
@@ -211,7 +213,7 @@ mod tests {
             concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"),
         ]);
         let (o, out) = cli
-            .options(&["edgebench".into(), "hits".into(), "--quick".into()])
+            .options(&["edgebench".into(), "hits".into(), "--quick".into()], &[])
             .unwrap();
         assert_eq!(out, PathBuf::from("docs/results"));
         assert_eq!(o.plan.name, "hits");
@@ -247,7 +249,7 @@ mod tests {
     fn the_shipped_tiers_experiment_resolves() {
         let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench");
         let (o, _) = Cli::parse_from(["edgebench", "tiers", "--bench-dir", bench])
-            .options(&[])
+            .options(&[], &[])
             .unwrap();
         let p = &o.plan;
         assert_eq!(p.servers.len(), 5);
@@ -287,7 +289,7 @@ mod tests {
             * p.repetitions as f64;
         assert!(cells <= 360.0, "{cells} s of cells");
         let (q, _) = Cli::parse_from(["edgebench", "tiers", "--quick", "--bench-dir", bench])
-            .options(&[])
+            .options(&[], &[])
             .unwrap();
         assert_eq!(q.plan.servers.len(), 4, "edgecache variants only");
         assert_eq!(q.plan.workloads[0].groups[0].ids, Some(5000));
@@ -310,7 +312,7 @@ mod tests {
             vec!["edgebench", "hits", "--duration", "x", "--bench-dir", bench],
             vec!["edgebench", "hits", "--loadgen", "ab", "--bench-dir", bench],
         ] {
-            let e = Cli::parse_from(&args).options(&[]).unwrap_err();
+            let e = Cli::parse_from(&args).options(&[], &[]).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {}", e.msg);
         }
     }

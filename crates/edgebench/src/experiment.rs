@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::servers::ServerKind;
+use crate::kind::ServerKind;
 
 /// Upper bound on the distinct paths one workload may expand to (warm-up requests each).
 pub const MAX_PATHS: usize = 100_000;

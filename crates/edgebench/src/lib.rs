@@ -25,6 +25,7 @@ pub mod experiment;
 pub mod fio;
 pub mod http;
 pub mod interrupt;
+pub mod kind;
 pub mod load;
 pub mod machine;
 pub mod process;
@@ -61,7 +62,8 @@ pub fn main_with(argv: Vec<String>) -> i32 {
         eprintln!("edgebench: sigaction() failed: {e}");
         return 1;
     }
-    let result = cli.options(&argv).and_then(|(opts, out)| {
+    let scripted: Vec<&str> = scripted::names().collect();
+    let result = cli.options(&argv, &scripted).and_then(|(opts, out)| {
         let res = runner::run(&opts)?;
         let md = report::write(&res, &out)?;
         Ok((md, res.warnings.len()))

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{render_to, Ctx, Launch};
+use super::launch::{render_to, Ctx, Launch};
 use crate::error::{Context, Result};
 use crate::experiment::ServerSpec;
 

@@ -10,133 +10,17 @@
 
 mod ats;
 mod edgecache;
+mod launch;
 mod nginx;
 mod varnish;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+pub use crate::kind::ServerKind;
+pub use launch::{standard_vars, Ctx, Launch};
 
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
-use crate::error::{Context, Error, Result};
+use crate::error::Result;
 use crate::experiment::ServerSpec;
-use crate::template;
-
-/// A kind of server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ServerKind {
-    Edgecache,
-    Nginx,
-    Varnish,
-    Ats,
-}
-
-impl ServerKind {
-    /// Every peer kind, in report order.
-    pub const PEERS: [ServerKind; 3] = [ServerKind::Nginx, ServerKind::Varnish, ServerKind::Ats];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ServerKind::Edgecache => "edgecache",
-            ServerKind::Nginx => "nginx",
-            ServerKind::Varnish => "varnish",
-            ServerKind::Ats => "ats",
-        }
-    }
-
-    /// `--peers` names.
-    pub fn parse(s: &str) -> std::result::Result<ServerKind, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "edgecache" => Ok(ServerKind::Edgecache),
-            "nginx" => Ok(ServerKind::Nginx),
-            "varnish" => Ok(ServerKind::Varnish),
-            "ats" | "trafficserver" => Ok(ServerKind::Ats),
-            other => Err(format!(
-                "unknown peer {other:?} (expected nginx, varnish, ats)"
-            )),
-        }
-    }
-
-    /// The program started.
-    pub fn program(self) -> &'static str {
-        match self {
-            ServerKind::Edgecache => "edgecache",
-            ServerKind::Nginx => "nginx",
-            ServerKind::Varnish => "varnishd",
-            ServerKind::Ats => "traffic_server",
-        }
-    }
-
-    /// The Debian package that provides it (peers only).
-    pub fn package(self) -> Option<&'static str> {
-        match self {
-            ServerKind::Edgecache => None,
-            ServerKind::Nginx => Some("nginx"),
-            ServerKind::Varnish => Some("varnish"),
-            ServerKind::Ats => Some("trafficserver"),
-        }
-    }
-}
-
-/// Where and how one server instance runs.
-#[derive(Debug, Clone)]
-pub struct Ctx<'a> {
-    /// `bench/` (holds `peers/`).
-    pub bench_dir: &'a Path,
-    /// This instance's private run directory (config, cache, logs).
-    pub dir: &'a Path,
-    pub port: u16,
-    /// A second free port for an admin/metrics listener (`{{admin_port}}`).
-    pub admin_port: u16,
-    pub origin: SocketAddr,
-}
-
-/// The command that starts a prepared server.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    /// How long it may take to listen.
-    pub ready_timeout: Duration,
-}
-
-/// The variables every template can use.
-pub fn standard_vars(ctx: &Ctx) -> BTreeMap<String, String> {
-    let mut v = BTreeMap::new();
-    v.insert("dir".into(), ctx.dir.display().to_string());
-    v.insert("port".into(), ctx.port.to_string());
-    v.insert("admin_port".into(), ctx.admin_port.to_string());
-    v.insert("origin".into(), ctx.origin.to_string());
-    v.insert("origin_host".into(), ctx.origin.ip().to_string());
-    v.insert("origin_port".into(), ctx.origin.port().to_string());
-    v
-}
-
-/// Renders `bench/peers/<template>` with the standard variables plus `spec.vars` (which
-/// win) and writes it to `<dir>/<out>`. Returns the path written.
-pub(crate) fn render_to(
-    spec: &ServerSpec,
-    ctx: &Ctx,
-    template_name: &str,
-    out: &str,
-) -> Result<PathBuf> {
-    let src = ctx.bench_dir.join("peers").join(template_name);
-    let text = std::fs::read_to_string(&src)
-        .map_err(|e| Error::usage(format!("{}: cannot read template: {e}", src.display())))?;
-    let mut vars = standard_vars(ctx);
-    vars.extend(spec.vars.clone());
-    let rendered = template::render(&src.display().to_string(), &text, &vars)
-        .map_err(|e| Error::usage(format!("server {:?}: {e}", spec.name)))?;
-    let dst = ctx.dir.join(out);
-    if let Some(parent) = dst.parent() {
-        std::fs::create_dir_all(parent).ctx(format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(&dst, rendered).ctx(format!("writing {}", dst.display()))?;
-    Ok(dst)
-}
 
 /// Writes the server's config files into `ctx.dir` and returns how to start it.
 pub fn prepare(spec: &ServerSpec, ctx: &Ctx) -> Result<Launch> {
@@ -176,7 +60,9 @@ pub fn version(kind: ServerKind, program: &Path) -> Option<String> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::launch::render_to;
     use super::*;
+    use std::path::PathBuf;
 
     /// The repository's `bench/` directory (templates are tested as shipped).
     pub fn bench_dir() -> PathBuf {
