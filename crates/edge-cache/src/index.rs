@@ -23,14 +23,13 @@
 //! Lock order (deadlock freedom): object shard → primary shard → tag map → directories.
 //! Nobody takes an object shard while holding any of the others.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use crate::key::{key_hash, KeyHash, CODING_MARK};
+use crate::key::{key_hash, HashMapK, KeyHash, CODING_MARK};
 use crate::meta::ObjectMeta;
 use crate::purge::{lock, PurgeIndex};
 
@@ -121,27 +120,6 @@ fn join_ino(w: u32) -> u64 {
 fn table_hash(h: KeyHash) -> u64 {
     (h >> 64) as u64
 }
-
-/// Keys are already xxh3-128 hashes: hashing them again (SipHash) is wasted work.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct KeyHashHasher(u64);
-
-impl std::hash::Hasher for KeyHashHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached for non-u128 keys (never in this crate); stay correct anyway.
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = (v >> 64) as u64;
-    }
-}
-
-pub(crate) type HashMapK<V> = HashMap<KeyHash, V, std::hash::BuildHasherDefault<KeyHashHasher>>;
 
 /// An object as inserted: its metadata is read for what the index keeps (primary key,
 /// `Vary`, tags, directory) and not kept.

@@ -18,7 +18,6 @@ use edge_http::{parse_http_date, HeaderMap, Method};
 
 use crate::key::parse_vary;
 use crate::meta::{Freshness, ObjectMeta, BODY_LEN_UNKNOWN};
-use crate::purge::parse_tags;
 
 /// Largest delta-seconds value (RFC 9111 1.2.2: treat larger values as 2^31).
 pub const MAX_DELTA_SECONDS: u64 = 1 << 31;
@@ -664,6 +663,37 @@ pub fn parse_header_block(block: &[u8]) -> HeaderMap {
         h.append(name.to_owned(), value[start..].to_vec());
     }
     h
+}
+
+/// Most tags taken from one response (`Cache-Tag` plus `Surrogate-Key`).
+pub const MAX_TAGS_PER_OBJECT: usize = 64;
+/// Longest tag kept (longer ones are dropped: they are never purged by a sane client).
+pub const MAX_TAG_LEN: usize = 256;
+
+/// Tags from a response's `Cache-Tag` (comma separated) and `Surrogate-Key` (space
+/// separated) header values, deduplicated and bounded.
+pub fn parse_tags<'a>(
+    cache_tag: impl IntoIterator<Item = &'a str>,
+    surrogate_key: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |t: &str| {
+        let t = t.trim();
+        if !t.is_empty()
+            && t.len() <= MAX_TAG_LEN
+            && out.len() < MAX_TAGS_PER_OBJECT
+            && !out.iter().any(|o| o == t)
+        {
+            out.push(t.to_owned());
+        }
+    };
+    for v in cache_tag {
+        v.split(',').for_each(&mut push);
+    }
+    for v in surrogate_key {
+        v.split_ascii_whitespace().for_each(&mut push);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -13,14 +13,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::index::HashMapK;
 use crate::key::KeyHash;
+use crate::key::{HashMapK, HashSetK};
 use crate::meta::ObjectMeta;
 
-/// Most tags taken from one response (`Cache-Tag` plus `Surrogate-Key`).
-pub const MAX_TAGS_PER_OBJECT: usize = 64;
-/// Longest tag kept (longer ones are dropped: they are never purged by a sane client).
-pub const MAX_TAG_LEN: usize = 256;
 /// Most purge rules kept while the loader runs; past it the oldest rule is dropped (a
 /// bound on memory; documented in docs/cache.md as a limit of purging during loading).
 pub const MAX_PENDING_RULES: usize = 10_000;
@@ -56,8 +52,6 @@ struct DirNode {
     path: Arc<str>,
     refs: u32,
 }
-
-type HashSetK = HashSet<KeyHash, std::hash::BuildHasherDefault<crate::index::KeyHashHasher>>;
 
 #[derive(Debug, Default)]
 struct Tags {
@@ -236,32 +230,6 @@ impl PurgeIndex {
     pub fn tag_count(&self) -> usize {
         lock(&self.tags).by_tag.len()
     }
-}
-
-/// Tags from a response's `Cache-Tag` (comma separated) and `Surrogate-Key` (space
-/// separated) header values, deduplicated and bounded.
-pub fn parse_tags<'a>(
-    cache_tag: impl IntoIterator<Item = &'a str>,
-    surrogate_key: impl IntoIterator<Item = &'a str>,
-) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut push = |t: &str| {
-        let t = t.trim();
-        if !t.is_empty()
-            && t.len() <= MAX_TAG_LEN
-            && out.len() < MAX_TAGS_PER_OBJECT
-            && !out.iter().any(|o| o == t)
-        {
-            out.push(t.to_owned());
-        }
-    };
-    for v in cache_tag {
-        v.split(',').for_each(&mut push);
-    }
-    for v in surrogate_key {
-        v.split_ascii_whitespace().for_each(&mut push);
-    }
-    out
 }
 
 /// What a purge matched.
@@ -704,17 +672,6 @@ mod tests {
         assert_eq!(p.tagged("a"), vec![2]);
         assert!(p.tagged("b").is_empty());
         assert_eq!(p.tag_count(), 1);
-    }
-
-    #[test]
-    fn tag_parsing() {
-        let t = parse_tags(["a, b,,a", " c"], ["d  e", "a"]);
-        assert_eq!(t, vec!["a", "b", "c", "d", "e"]);
-        let long = "x".repeat(MAX_TAG_LEN + 1);
-        assert!(parse_tags([long.as_str()], []).is_empty());
-        let many: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
-        let joined = many.join(",");
-        assert_eq!(parse_tags([joined.as_str()], []).len(), MAX_TAGS_PER_OBJECT);
     }
 
     #[test]

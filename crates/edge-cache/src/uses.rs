@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use crate::index::HashMapK;
+use crate::key::HashMapK;
 use crate::key::KeyHash;
 use crate::purge::lock;
 

@@ -9,7 +9,7 @@
 //! if nobody asks for it again.
 
 use super::list::{Links, Lists, NIL};
-use crate::index::HashMapK;
+use crate::key::HashMapK;
 use crate::key::KeyHash;
 use std::fs::File;
 use std::sync::Arc;

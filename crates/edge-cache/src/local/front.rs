@@ -12,7 +12,7 @@
 //! second ([`crate::Cache::flush_touches`]), which keeps LRU and `inactive` working
 //! without a write per hit.
 
-use crate::index::HashMapK;
+use crate::key::HashMapK;
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
 use std::sync::Arc;

@@ -24,7 +24,7 @@
 //! - **LRU**: the baseline.
 
 use super::list::{Links, Lists, NIL};
-use crate::index::HashMapK;
+use crate::key::HashMapK;
 use crate::key::KeyHash;
 use bytes::Bytes;
 use std::collections::VecDeque;

@@ -736,3 +736,14 @@ fn a_206_is_stored_only_through_storable_part_with_one_known_range() {
     ];
     assert_eq!(store(&private).unwrap_err(), NoCacheReason::Private);
 }
+
+#[test]
+fn tag_parsing() {
+    let t = parse_tags(["a, b,,a", " c"], ["d  e", "a"]);
+    assert_eq!(t, vec!["a", "b", "c", "d", "e"]);
+    let long = "x".repeat(MAX_TAG_LEN + 1);
+    assert!(parse_tags([long.as_str()], []).is_empty());
+    let many: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    let joined = many.join(",");
+    assert_eq!(parse_tags([joined.as_str()], []).len(), MAX_TAGS_PER_OBJECT);
+}
