@@ -340,7 +340,9 @@ class Conn:
             self.sock = socket.create_connection(("127.0.0.1", self.port),
                                                  timeout=CLIENT_TIMEOUT)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        req = (f"GET {path} HTTP/1.1\r\nHost: video.bench\r\n"
+        # The Host edgeload sends (`host:port` of its URL): the default cache key holds
+        # the host, so the warm-up must use it for the hit phase to find its slices.
+        req = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
                f"Range: bytes={first}-{last}\r\n\r\n").encode()
         t0 = time.perf_counter()
         self.sock.sendall(req)

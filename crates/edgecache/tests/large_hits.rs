@@ -33,14 +33,16 @@ impl Node {
     /// `top` adds top-level keys, `tables` tables (an `[aio]` table takes the test out
     /// of the backend matrix). No RAM tier: these hits read the disk tier.
     fn start(top: &str, tables: &str) -> Node {
+        Node::start_with(top, "", tables)
+    }
+
+    /// [`Node::start`] with `location` keys (`slice = "1m"`) in its location.
+    fn start_with(top: &str, location: &str, tables: &str) -> Node {
         let (o, origin_addr) = origin();
         let dir = tempfile::tempdir().unwrap();
-        let cfg = format!(
-            "{top}\n{}\n[memory_cache]\nsize = \"off\"\n{tables}\n",
-            cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL)
-        );
+        let base = cached_config(origin_addr, &dir.path().join("cache"), "", location, LOCAL);
+        let cfg = format!("{top}\n{base}\n[memory_cache]\nsize = \"off\"\n{tables}\n");
         let (cache, addr, admin) = edgecache(&cfg);
-        let base = cached_config(origin_addr, &dir.path().join("cache"), "", "", LOCAL);
         Node {
             _origin: o,
             origin: origin_addr,
@@ -221,6 +223,34 @@ fn large_hits_are_byte_exact_and_mapped_where_they_should_be() {
     assert_eq!(status(&r), "HIT");
     assert!(r.body == get(n.origin, "/obj/400k/3", &[]).body);
     assert_eq!(n.mapped().len(), before, "a 400 KiB body is not mapped");
+}
+
+#[test]
+fn a_warm_range_over_two_slices_leaves_from_mappings() {
+    // Two parts of 400 KiB, each under `sendfile_max` (448k), of an 800 KiB range: the
+    // response is what TCP paces, so both parts leave from mappings of their slices.
+    let n = Node::start_with("", "slice = \"1m\"", "");
+    let path = "/obj/3m/5";
+    let all = get(n.origin, path, &[]).body;
+    let r = get(n.addr, path, &[]);
+    assert_eq!((r.status, status(&r)), (200, "MISS"));
+    assert!(r.body == all, "the whole sliced object");
+    let (a, b) = ((1 << 20) - 400 * 1024, (1 << 20) + 400 * 1024 - 1);
+    for i in 0..2 {
+        let r = get(n.addr, path, &[&format!("Range: bytes={a}-{b}")]);
+        assert_eq!((r.status, status(&r)), (206, "HIT"), "#{i}");
+        let cr = format!("bytes {a}-{b}/{}", all.len());
+        assert_eq!(r.header("content-range"), Some(cr.as_str()), "#{i}");
+        assert!(
+            r.body == all[a..=b],
+            "#{i}: bytes {a}-{b} differ from the origin's"
+        );
+    }
+    let mapped = n.mapped();
+    match n.backend().as_str() {
+        "threads" => assert!(mapped.is_empty(), "threads mapped {mapped:?}"),
+        other => assert_eq!(mapped.len(), 2, "{other}: the two slices: {mapped:?}"),
+    }
 }
 
 #[test]

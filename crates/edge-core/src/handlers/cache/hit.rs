@@ -297,6 +297,23 @@ pub(super) async fn send_body(
     head: Vec<u8>,
     range: std::ops::Range<u64>,
 ) -> Result<u64, ExchangeError> {
+    let n = range.end - range.start;
+    send_part(ctx, conn, entry, head, range, n).await
+}
+
+/// [`send_body`] for one part of a response body of `response_len` bytes (a slice's
+/// share of a range that spans slices): whether the part leaves from a mapping is
+/// decided by the whole response's length, since what TCP paces is the response, not
+/// the part (a 1 MiB range over two slices would otherwise go by two sendfiles of
+/// under `aio.sendfile_max` each; docs/results/video.md).
+pub(super) async fn send_part(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    entry: &HitEntry,
+    head: Vec<u8>,
+    range: std::ops::Range<u64>,
+    response_len: u64,
+) -> Result<u64, ExchangeError> {
     let send = ctx.shared.timeouts.send;
     let n = range.end - range.start;
     let file = match &entry.body {
@@ -331,7 +348,7 @@ pub(super) async fn send_body(
         ctx.w.give_buf(head);
         return Ok(n);
     }
-    if ctx.shared.send.maps(entry.body_len, n) && conn.io.is_tcp() {
+    if ctx.shared.send.maps(entry.body_len, n.max(response_len)) && conn.io.is_tcp() {
         if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
             ctx.w.give_buf(head);
             return sent;

@@ -14,7 +14,10 @@
 //!    ([`super::stream::stream_range`]), like any miss;
 //! 2. evaluates its conditionals and `Range` against that slice's validators and
 //!    complete length (304, 200, 206, multipart 206, 416), and sends the head;
-//! 3. sends each wanted byte from the slice that holds it, getting slices in order.
+//! 3. sends each wanted byte from the slice that holds it, getting slices in order: a
+//!    single range's head leaves with the first stored slice's bytes, and a stored
+//!    slice's part goes from a mapping when the whole response would
+//!    ([`super::hit::send_part`]), so a range over two slices is not paced by TCP.
 //!
 //! Consistency: every slice must carry the first slice's ETag (or Last-Modified) and
 //! complete length. On a disagreement every slice of the object is purged and counted
@@ -289,13 +292,22 @@ async fn respond(
     if ex.is_head() {
         return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
     }
-    if let Err(e) = conn.write_all(&out, send).await {
-        return Sent::Done(Err(e.into()));
+    if layout.is_some() {
+        if let Err(e) = conn.write_all(&out, send).await {
+            return Sent::Done(Err(e.into()));
+        }
+        out.clear();
     }
     let mut body = Body {
         sl,
         reference: &reference,
         ready,
+        head: out,
+        len: if layout.is_some() {
+            0
+        } else {
+            ranges[0].end - ranges[0].start
+        },
         sent: 0,
         from_origin: 0,
     };
@@ -320,6 +332,12 @@ struct Body<'a> {
     sl: &'a Slicer,
     reference: &'a Reference,
     ready: Vec<(u64, Got)>,
+    /// The head of a single-range (or full) response, not sent yet: it leaves with the
+    /// first stored slice's bytes (one `writev`), or on its own before anything else.
+    head: Vec<u8>,
+    /// The body length of a single-range response: a stored slice's part of it leaves
+    /// from a mapping when the whole would ([`super::hit::send_part`]).
+    len: u64,
     sent: u64,
     /// Of `sent`, the bytes relayed from the origin.
     from_origin: u64,
@@ -359,7 +377,10 @@ impl Body<'_> {
             let n = self.sl.of(pos);
             let got = match self.take_ready(n, pos) {
                 Some(g) => g,
-                None => obtain(ctx, conn, ex, self.sl, n, Some(self.reference)).await,
+                None => {
+                    self.flush_head(ctx, conn).await?;
+                    obtain(ctx, conn, ex, self.sl, n, Some(self.reference)).await
+                }
             };
             if check(ctx, self.reference, &got).is_some() {
                 return Err(ExchangeError::Aborted(
@@ -379,10 +400,12 @@ impl Body<'_> {
                     if sc.cache.memory_wants(&ctx.w.local, &e) {
                         Box::pin(super::hit::admit_to_memory(&sc, &mut e)).await?;
                     }
-                    let n = Box::pin(super::hit::send_body(&sc, conn, &e, Vec::new(), local));
-                    self.sent += n.await?;
+                    let head = std::mem::take(&mut self.head);
+                    let n = super::hit::send_part(&sc, conn, &e, head, local, self.len);
+                    self.sent += Box::pin(n).await?;
                 }
                 Got::Fill { fill, head, .. } => {
+                    self.flush_head(ctx, conn).await?;
                     let (res, n) =
                         super::stream::stream_range(ctx, conn, &fill, &head, local).await;
                     self.sent += n;
@@ -397,6 +420,7 @@ impl Body<'_> {
                         store,
                         ..
                     } = *o;
+                    self.flush_head(ctx, conn).await?;
                     // A relay sends the rest of the range its response holds.
                     let want = pos..r.end.min(end);
                     let stores = store.then(|| Cutter::new(*self.sl, total, meta, &want));
@@ -415,6 +439,18 @@ impl Body<'_> {
             }
             pos = want.end;
         }
+        // An empty body (a full response of a 0-byte object): the head alone.
+        self.flush_head(ctx, conn).await
+    }
+
+    /// Sends the head if it has not left yet.
+    async fn flush_head(&mut self, ctx: &Ctx<'_>, conn: &mut Conn) -> Result<(), ExchangeError> {
+        if self.head.is_empty() {
+            return Ok(());
+        }
+        let head = std::mem::take(&mut self.head);
+        conn.write_all(&head, ctx.shared.timeouts.send).await?;
+        ctx.w.give_buf(head);
         Ok(())
     }
 
