@@ -343,3 +343,47 @@ def machine(edgecache_bin, nginx):
         ec += f" (`{edgecache_bin}`, from EDGEBENCH_EDGECACHE)"
     return {"edgecache": ec, "nginx": first_line([nginx, "-v"]),
             "kernel": os.uname().release, "cpu": f"{model}, {os.cpu_count()} CPUs"}
+
+
+# Config text the scripted experiments share (str.format templates: `{{`/`}}` are
+# literal braces). EDGECACHE_REUSEPORT_HEAD: an edgecache with `{workers}` workers on
+# one reuseport listener `{port}`, admin on `{admin}`, no access log, and one disk cache
+# "bench" of `{max_size}` under `{dir}`. NGINX_HTTP_COMMON: the lines every nginx peer's
+# `http {{ }}` block starts with (temp paths under `{dir}`, sendfile, keep-alive as
+# edgecache's).
+EDGECACHE_REUSEPORT_HEAD = """workers = {workers}
+worker_cpu_affinity = "off"
+accept = "reuseport"
+keepalive_requests = 1000000
+access_log = "off"
+error_log = {{ path = "{dir}/error.log", level = "warn" }}
+pid = "{dir}/edgecache.pid"
+
+[[listen]]
+addr = "127.0.0.1:{port}"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[cache]]
+name = "bench"
+path = "{dir}/cache"
+levels = "1:2"
+max_size = "{max_size}"
+inactive = "1h"
+keys_zone = "64m"
+"""
+
+NGINX_HTTP_COMMON = """    access_log off;
+    default_type application/octet-stream;
+    client_body_temp_path {dir}/client_body_temp;
+    proxy_temp_path {dir}/proxy_temp;
+    fastcgi_temp_path {dir}/fastcgi_temp;
+    uwsgi_temp_path {dir}/uwsgi_temp;
+    scgi_temp_path {dir}/scgi_temp;
+
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000;
+"""

@@ -110,28 +110,7 @@ P99_MAX = 1.5
 REJECT_VS_HIT_MAX = 0.5
 REJECT_VS_NGINX_MAX = 0.7
 
-EDGECACHE = """workers = {workers}
-worker_cpu_affinity = "off"
-accept = "reuseport"
-keepalive_requests = 1000000
-access_log = "off"
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-pid = "{dir}/edgecache.pid"
-
-[[listen]]
-addr = "127.0.0.1:{port}"
-
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[[cache]]
-name = "bench"
-path = "{dir}/cache"
-levels = "1:2"
-max_size = "4g"
-inactive = "1h"
-keys_zone = "64m"
-
+EDGECACHE = benchlib.EDGECACHE_REUSEPORT_HEAD + """
 # No RAM tier (on by default): hits come from the disk cache, as nginx's do and as in
 # `edgebench hits`.
 [memory_cache]
@@ -186,19 +165,7 @@ events {{
 }}
 
 http {{
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path {dir}/client_body_temp;
-    proxy_temp_path {dir}/proxy_temp;
-    fastcgi_temp_path {dir}/fastcgi_temp;
-    uwsgi_temp_path {dir}/uwsgi_temp;
-    scgi_temp_path {dir}/scgi_temp;
-
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_timeout 75s;
-    keepalive_requests 1000000;
-
+""" + benchlib.NGINX_HTTP_COMMON + """
     proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:64m max_size=4g inactive=1h use_temp_path=off;
 
     limit_req_zone $binary_remote_addr zone=perip:{size} rate={rate}r/s;
@@ -249,7 +216,7 @@ def need(tool):
 
 def edgecache_config(s, limits):
     return EDGECACHE.format(
-        workers=WORKERS, dir=s.dir, port=s.port, admin=s.admin,
+        workers=WORKERS, dir=s.dir, port=s.port, admin=s.admin, max_size="4g",
         origin=s.origin, hits_host=HITS_HOST,
         zone=EDGECACHE_ZONE.format(rate=LIMIT_RPS, size=ZONE_SIZE) if limits else "",
         limit=EDGECACHE_LIMIT.format(burst=BURST) if limits else "")

@@ -202,19 +202,7 @@ events {{
 }}
 
 http {{
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path {dir}/client_body_temp;
-    proxy_temp_path {dir}/proxy_temp;
-    fastcgi_temp_path {dir}/fastcgi_temp;
-    uwsgi_temp_path {dir}/uwsgi_temp;
-    scgi_temp_path {dir}/scgi_temp;
-
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_timeout 75s;
-    keepalive_requests 1000000;
-
+""" + benchlib.NGINX_HTTP_COMMON + """
     ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_cache shared:SSL:10m;
     ssl_session_tickets on;

@@ -94,28 +94,7 @@ NO_SLICE_DISK_MAX = 24 << 30
 # Reads that wait on a whole-object fill may take a while.
 CLIENT_TIMEOUT = 300
 
-EDGECACHE = """workers = {workers}
-worker_cpu_affinity = "off"
-accept = "reuseport"
-keepalive_requests = 1000000
-access_log = "off"
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-pid = "{dir}/edgecache.pid"
-
-[[listen]]
-addr = "127.0.0.1:{port}"
-
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[[cache]]
-name = "bench"
-path = "{dir}/cache"
-levels = "1:2"
-max_size = "{max_size}"
-inactive = "1h"
-keys_zone = "64m"
-
+EDGECACHE = benchlib.EDGECACHE_REUSEPORT_HEAD + """
 # No RAM tier (on by default): hits come from the disk cache, as nginx's do.
 [memory_cache]
 size = "off"
@@ -143,19 +122,7 @@ events {{
 }}
 
 http {{
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path {dir}/client_body_temp;
-    proxy_temp_path {dir}/proxy_temp;
-    fastcgi_temp_path {dir}/fastcgi_temp;
-    uwsgi_temp_path {dir}/uwsgi_temp;
-    scgi_temp_path {dir}/scgi_temp;
-
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_timeout 75s;
-    keepalive_requests 1000000;
-
+""" + benchlib.NGINX_HTTP_COMMON + """
     proxy_cache_path {dir}/cache levels=1:2 keys_zone=bench:64m max_size={max_size} inactive=1h use_temp_path=off;
 
     upstream origin {{
