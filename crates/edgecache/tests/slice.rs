@@ -95,6 +95,10 @@ fn ranges_at_every_slice_boundary() {
     let r = range(&s, "/obj/262145/2", "999999-");
     assert_eq!(r.status, 416);
     assert_eq!(r.header("content-range"), Some("bytes */262145"));
+    // Past the end of an object shorter than a slice: slice 0 from its start says so.
+    let r = range(&s, "/obj/1000/2", "5000-");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */1000"));
     // The whole object: 200 with its length, a HIT now that every slice is stored.
     let r = s.get(path, &[]);
     assert_eq!((r.status, status(&r)), (200, "HIT"));
@@ -635,4 +639,28 @@ fn concurrent_requests_for_different_parts_of_one_slice() {
     let r = range(&s, path, "196608-262143");
     assert_eq!(r.status, 206);
     assert!(r.body == all[196608..262144]);
+}
+
+#[test]
+fn a_partial_slice_of_a_changed_object_is_never_completed_with_new_bytes() {
+    let t = tiny_origin();
+    let (_p, addr, admin, dir) = tiny_setup(&t);
+    let len = 2 * K64 as usize;
+    let path = format!("/t/{len}");
+    let (v1, v2) = (versioned(len, 1), versioned(len, 2));
+    // Slice 0 stored partially (bytes 100..200) at version 1; then the object changes.
+    let r = get(addr, &path, &["Range: bytes=100-199"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &v1[100..200]));
+    wait_stored(admin, &dir.path().join("cache"), 1);
+    t.version.store(2, SeqCst);
+    // Bytes 50..150 need the part completed: the origin's bytes 50..100 are version
+    // 2's, so nothing is combined; every slice is purged and the request starts again.
+    let r = get(addr, &path, &["Range: bytes=50-149"]);
+    assert_eq!(r.status, 206);
+    assert!(r.body == v2[50..150], "version 2's bytes only");
+    assert_eq!(r.header("etag"), Some("\"v2\""));
+    assert_eq!(mismatches(admin), 1);
+    // What is stored now is version 2's.
+    let r = get(addr, &path, &["Range: bytes=120-139"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &v2[120..140]));
 }

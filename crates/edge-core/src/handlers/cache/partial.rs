@@ -23,6 +23,9 @@
 //!   part (the normal fill, [`super::fill::respond`]); any other answer (changed
 //!   object, no validator, wrong range) is dropped and the client's request is
 //!   fetched as a miss, whose response replaces the part.
+//!
+//! [`combine`] also completes a partial slice of a `slice`d location
+//! (`super::slice`), in a task of its own with no client attached.
 
 use super::ctx::{mark, CacheStatus, Ctx, MayStore};
 use super::fill;

@@ -7,11 +7,15 @@
 //! and its `Content-Range`) under `edge_cache::key::slice_key` (the object's key and the
 //! slice number), tagged with `edge_cache::key::slice_tag` so that a purge of the URL
 //! reaches every slice. A request:
-//! 1. gets the slice holding the first byte it wants ([`plan::first_slice`]): a hit, a
+//! 1. gets the slice holding the first byte it wants ([`plan::first_want`]): a hit, a
 //!    fill in progress (collapsed per slice on the slice's own inflight lock), or a
 //!    fetch with `Range: bytes=a-b` whose origin-to-disk copy runs in its own task
 //!    ([`super::fill::pump`]) while this client streams the file as it grows
-//!    ([`super::stream::stream_range`]), like any miss;
+//!    ([`super::stream::stream_range`]), like any miss. Only the bytes of the slice the
+//!    request needs are fetched: a slice may be stored partially (a range inside it),
+//!    served for the bytes it holds, and completed by a request that needs more
+//!    ([`complete`]: only the missing bytes, with `If-Range`, combined with the stored
+//!    ones by `super::partial::combine` into a new object that clients stream);
 //! 2. evaluates its conditionals and `Range` against that slice's validators and
 //!    complete length (304, 200, 206, multipart 206, 416), and sends the head;
 //! 3. sends each wanted byte from the slice that holds it, getting slices in order.
@@ -166,7 +170,7 @@ pub async fn handle(
     for _ in 0..MAX_ATTEMPTS {
         let first = obtain(ctx, conn, ex, &sl, n0, None, want0.clone()).await;
         match first {
-            Got::Other(up) if up.head.status == 416 && n0 > 0 => {
+            Got::Other(up) if up.head.status == 416 && want0.start > 0 => {
                 // The range starts past the end: slice 0 says how long the object is.
                 up.release(&ctx.w.pool, &ctx.p.upstream, false);
                 (n0, want0) = (0, sl.span(0));
