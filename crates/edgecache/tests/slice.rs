@@ -95,6 +95,10 @@ fn ranges_at_every_slice_boundary() {
     let r = range(&s, "/obj/262145/2", "999999-");
     assert_eq!(r.status, 416);
     assert_eq!(r.header("content-range"), Some("bytes */262145"));
+    // Past the end of an object shorter than a slice: slice 0 from its start says so.
+    let r = range(&s, "/obj/1000/2", "5000-");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */1000"));
     // The whole object: 200 with its length, a HIT now that every slice is stored.
     let r = s.get(path, &[]);
     assert_eq!((r.status, status(&r)), (200, "HIT"));
@@ -515,4 +519,148 @@ fn config_test_rejects_bad_slice_keys() {
     }
     let (code, stderr, _) = check_config(&base("cache = [\"c\"]\nslice = \"1m\""));
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// Body bytes edgeorigin has sent so far (its `/stats`), read until two reads 50 ms
+/// apart agree.
+fn origin_bytes(origin: SocketAddr) -> u64 {
+    let read = || json_number(&get_text(origin, "/stats"), "bytes").expect("origin /stats");
+    let mut last = read();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+#[test]
+fn a_seek_fetches_only_the_bytes_it_reads() {
+    let s = setup("", SLICE);
+    let path = "/obj/1m/11";
+    let all = whole(s.origin_addr, path);
+    // A player seeks to an unaligned offset and reads 4 slices' worth in slice-sized
+    // ranges: each range ends inside a slice and the next starts there.
+    let seek = 100_000u64;
+    let before = origin_bytes(s.origin_addr);
+    for i in 0..4 {
+        let a = seek + i * K64;
+        let r = range(&s, path, &format!("{a}-{}", a + K64 - 1));
+        assert_eq!(r.status, 206, "read {i}");
+        assert!(r.body == all[a as usize..(a + K64) as usize], "read {i}");
+    }
+    // Whole-slice fetches would have cost 5 slices (the first and the last touched in
+    // part); only the bytes read came from the origin, each once.
+    assert_eq!(origin_bytes(s.origin_addr) - before, 4 * K64);
+    // Read again: every byte is stored, so nothing more is fetched.
+    for i in 0..4 {
+        let a = seek + i * K64;
+        let r = range(&s, path, &format!("{a}-{}", a + K64 - 1));
+        assert_eq!((r.status, status(&r)), (206, "HIT"), "read {i} again");
+        assert!(
+            r.body == all[a as usize..(a + K64) as usize],
+            "read {i} again"
+        );
+    }
+    assert_eq!(origin_bytes(s.origin_addr) - before, 4 * K64);
+}
+
+#[test]
+fn a_partial_slice_is_completed_by_a_request_for_its_earlier_bytes() {
+    let s = setup("", SLICE);
+    let path = "/obj/1m/12";
+    let all = whole(s.origin_addr, path);
+    let bytes0 = origin_bytes(s.origin_addr);
+    // Slice 1 holds 65536..131072; a request for 100 bytes inside it stores only those.
+    let r = range(&s, path, "100000-100099");
+    assert_eq!((r.status, r.body.as_slice()), (206, &all[100000..100100]));
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 100);
+    wait_stored(s.admin, &s.dir.path().join("cache"), 1);
+    // Inside the part: a HIT, nothing fetched.
+    let r = range(&s, path, "100010-100019");
+    assert_eq!((r.status, status(&r)), (206, "HIT"));
+    assert_eq!(r.body, all[100010..100020]);
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 100);
+    // Earlier bytes up into the part: only the missing ones are fetched, and the part
+    // and them are stored as one.
+    let r = range(&s, path, "70000-100049");
+    assert_eq!(r.status, 206);
+    assert!(r.body == all[70000..100050]);
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 100 + 30000);
+    let r = range(&s, path, "70000-100099");
+    assert_eq!((r.status, status(&r)), (206, "HIT"));
+    assert!(r.body == all[70000..100100]);
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 100 + 30000);
+    // The rest of the slice, after it: the slice is now whole.
+    let r = range(&s, path, "90000-131071");
+    assert!(r.body == all[90000..131072]);
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 100 + 30000 + 30972);
+    // Its first bytes, before it: the slice is whole.
+    let r = range(&s, path, "65536-131071");
+    assert!(r.body == all[65536..131072]);
+    assert_eq!(origin_bytes(s.origin_addr) - bytes0, 65536);
+    let r = range(&s, path, "65536-131071");
+    assert_eq!((r.status, status(&r)), (206, "HIT"));
+    assert!(r.body == all[65536..131072]);
+    assert_eq!(
+        objects(&s).len(),
+        1,
+        "one object for the slice: {:?}",
+        objects(&s)
+    );
+}
+
+#[test]
+fn concurrent_requests_for_different_parts_of_one_slice() {
+    let s = setup("", SLICE);
+    // Slow heads, so every client arrives while the first fetch is in flight.
+    let path = "/obj/1m/13?delay_ms=300";
+    let all = Arc::new(whole(s.origin_addr, "/obj/1m/13"));
+    let addr = s.addr;
+    // Slice 3 holds 196608..262144: eight clients, each wanting other bytes of it.
+    let threads: Vec<_> = (0..8u64)
+        .map(|i| {
+            let a = 196_608 + 1000 + i * 7000;
+            let b = a + 999 + (i % 3) * 20_000;
+            std::thread::spawn(move || {
+                let r = get(addr, path, &[&format!("Range: bytes={a}-{b}")]);
+                (a as usize, b as usize, r)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (a, b, r) = t.join().unwrap();
+        assert_eq!(r.status, 206, "{a}-{b}");
+        assert!(r.body == all[a..=b], "{a}-{b}: the origin's bytes");
+    }
+    // Every byte of the slice, then, is the origin's.
+    let r = range(&s, path, "196608-262143");
+    assert_eq!(r.status, 206);
+    assert!(r.body == all[196608..262144]);
+}
+
+#[test]
+fn a_partial_slice_of_a_changed_object_is_never_completed_with_new_bytes() {
+    let t = tiny_origin();
+    let (_p, addr, admin, dir) = tiny_setup(&t);
+    let len = 2 * K64 as usize;
+    let path = format!("/t/{len}");
+    let (v1, v2) = (versioned(len, 1), versioned(len, 2));
+    // Slice 0 stored partially (bytes 100..200) at version 1; then the object changes.
+    let r = get(addr, &path, &["Range: bytes=100-199"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &v1[100..200]));
+    wait_stored(admin, &dir.path().join("cache"), 1);
+    t.version.store(2, SeqCst);
+    // Bytes 50..150 need the part completed: the origin's bytes 50..100 are version
+    // 2's, so nothing is combined; every slice is purged and the request starts again.
+    let r = get(addr, &path, &["Range: bytes=50-149"]);
+    assert_eq!(r.status, 206);
+    assert!(r.body == v2[50..150], "version 2's bytes only");
+    assert_eq!(r.header("etag"), Some("\"v2\""));
+    assert_eq!(mismatches(admin), 1);
+    // What is stored now is version 2's.
+    let r = get(addr, &path, &["Range: bytes=120-139"]);
+    assert_eq!((r.status, r.body.as_slice()), (206, &v2[120..140]));
 }

@@ -23,6 +23,9 @@
 //!   part (the normal fill, [`super::fill::respond`]); any other answer (changed
 //!   object, no validator, wrong range) is dropped and the client's request is
 //!   fetched as a miss, whose response replaces the part.
+//!
+//! [`combine`] also completes a partial slice of a `slice`d location
+//! (`super::slice`), in a task of its own with no client attached.
 
 use super::ctx::{mark, CacheStatus, Ctx, MayStore};
 use super::fill;
@@ -457,14 +460,8 @@ async fn complete(
     }
     hit::finish_head(ex, 0, &mut out);
     let to_client = !ex.is_head();
-    let mut sink = Sink {
-        store,
-        out,
-        want: if to_client { want } else { 0..0 },
-        sent: 0,
-        client_error: None,
-    };
-    let res = combine(ctx, conn, &entry, &p, &fetch, up, &mut sink).await;
+    let mut sink = Sink::new(store, out, if to_client { want } else { 0..0 });
+    let res = combine(ctx, Some(conn), &entry, &p, &fetch, up, &mut sink).await;
     let Sink {
         store,
         mut out,
@@ -486,7 +483,13 @@ async fn complete(
             ctx.w.stats().partial_combined.fetch_add(1, Relaxed);
         }
     }
-    flush(conn, &mut out, ctx.shared.timeouts.send, &mut client_error).await;
+    flush(
+        Some(conn),
+        &mut out,
+        ctx.shared.timeouts.send,
+        &mut client_error,
+    )
+    .await;
     match client_error {
         Some(e) => Err(ExchangeError::Client(e)),
         None => Ok(()),
@@ -494,9 +497,10 @@ async fn complete(
 }
 
 /// Where combined bytes go: the new object (in representation order), and the
-/// client's part of them.
-struct Sink {
-    store: Option<Store>,
+/// client's part of them (none for a slice completed in its own task, whose clients
+/// stream the new object's file, `super::slice`).
+pub(super) struct Sink {
+    pub(super) store: Option<Store>,
     out: Vec<u8>,
     /// The representation bytes the client gets.
     want: Range<u64>,
@@ -505,8 +509,19 @@ struct Sink {
 }
 
 impl Sink {
+    /// A sink that stores into `store` and sends the client `want`, after `out`.
+    pub(super) fn new(store: Option<Store>, out: Vec<u8>, want: Range<u64>) -> Sink {
+        Sink {
+            store,
+            out,
+            want,
+            sent: 0,
+            client_error: None,
+        }
+    }
+
     /// `data` is the representation's bytes from `at`.
-    async fn put(&mut self, ctx: &Ctx<'_>, conn: &mut Conn, at: u64, data: &[u8]) {
+    async fn put(&mut self, ctx: &Ctx<'_>, conn: Option<&mut Conn>, at: u64, data: &[u8]) {
         if let Some(s) = self.store.as_mut() {
             if !s.write(&ctx.w.file_io, data).await {
                 self.store = None; // counted and logged; the client still gets its bytes
@@ -533,9 +548,9 @@ impl Sink {
 }
 
 /// Writes the union of the stored part and the fetched bytes, in order.
-async fn combine(
+pub(super) async fn combine(
     ctx: &Ctx<'_>,
-    conn: &mut Conn,
+    mut conn: Option<&mut Conn>,
     entry: &HitEntry,
     p: &Part,
     fetch: &Range<u64>,
@@ -543,13 +558,13 @@ async fn combine(
     sink: &mut Sink,
 ) -> Result<(), String> {
     if fetch.start < p.start {
-        let res = copy_origin(ctx, conn, &mut up, fetch, sink).await;
+        let res = copy_origin(ctx, conn.as_deref_mut(), &mut up, fetch, sink).await;
         let done = res.is_ok();
         up.release(&ctx.w.pool, &ctx.p.upstream, done);
         res?;
         copy_stored(ctx, conn, entry, p, sink).await
     } else {
-        copy_stored(ctx, conn, entry, p, sink).await?;
+        copy_stored(ctx, conn.as_deref_mut(), entry, p, sink).await?;
         let res = copy_origin(ctx, conn, &mut up, fetch, sink).await;
         up.release(&ctx.w.pool, &ctx.p.upstream, res.is_ok());
         res
@@ -559,7 +574,7 @@ async fn combine(
 /// The stored part's bytes into the sink.
 async fn copy_stored(
     ctx: &Ctx<'_>,
-    conn: &mut Conn,
+    mut conn: Option<&mut Conn>,
     entry: &HitEntry,
     p: &Part,
     sink: &mut Sink,
@@ -590,7 +605,8 @@ async fn copy_stored(
                 &buf
             }
         };
-        sink.put(ctx, conn, p.start + off, data).await;
+        sink.put(ctx, conn.as_deref_mut(), p.start + off, data)
+            .await;
         off += n;
     }
     Ok(())
@@ -599,7 +615,7 @@ async fn copy_stored(
 /// The origin's body (the bytes `fetch`) into the sink; exactly that many bytes.
 async fn copy_origin(
     ctx: &Ctx<'_>,
-    conn: &mut Conn,
+    mut conn: Option<&mut Conn>,
     up: &mut UpstreamResponse,
     fetch: &Range<u64>,
     sink: &mut Sink,
@@ -616,7 +632,7 @@ async fn copy_origin(
                 if end > fetch.end {
                     return Err("the origin sent more than its Content-Range".into());
                 }
-                sink.put(ctx, conn, at, d.data).await;
+                sink.put(ctx, conn.as_deref_mut(), at, d.data).await;
                 at = end;
             }
             let n = d.consumed;
@@ -629,7 +645,13 @@ async fn copy_origin(
             break;
         }
         let send = ctx.shared.timeouts.send;
-        flush(conn, &mut sink.out, send, &mut sink.client_error).await;
+        flush(
+            conn.as_deref_mut(),
+            &mut sink.out,
+            send,
+            &mut sink.client_error,
+        )
+        .await;
         if up.buf.capacity() - up.buf.len() < 4096 {
             up.buf.reserve(64 * 1024);
         }
@@ -654,13 +676,18 @@ async fn copy_origin(
     Ok(())
 }
 
-/// Writes `out` to the client unless it already failed; remembers the first error.
+/// Writes `out` to the client (if any) unless it already failed; remembers the first
+/// error.
 async fn flush(
-    conn: &mut Conn,
+    conn: Option<&mut Conn>,
     out: &mut Vec<u8>,
     send: std::time::Duration,
     client_error: &mut Option<std::io::Error>,
 ) {
+    let Some(conn) = conn else {
+        out.clear();
+        return;
+    };
     if !out.is_empty() && client_error.is_none() {
         if let Err(e) = conn.write_all(out, send).await {
             *client_error = Some(e);

@@ -7,11 +7,15 @@
 //! and its `Content-Range`) under `edge_cache::key::slice_key` (the object's key and the
 //! slice number), tagged with `edge_cache::key::slice_tag` so that a purge of the URL
 //! reaches every slice. A request:
-//! 1. gets the slice holding the first byte it wants ([`plan::first_slice`]): a hit, a
+//! 1. gets the slice holding the first byte it wants ([`plan::first_want`]): a hit, a
 //!    fill in progress (collapsed per slice on the slice's own inflight lock), or a
 //!    fetch with `Range: bytes=a-b` whose origin-to-disk copy runs in its own task
 //!    ([`super::fill::pump`]) while this client streams the file as it grows
-//!    ([`super::stream::stream_range`]), like any miss;
+//!    ([`super::stream::stream_range`]), like any miss. Only the bytes of the slice the
+//!    request needs are fetched: a slice may be stored partially (a range inside it),
+//!    served for the bytes it holds, and completed by a request that needs more
+//!    ([`complete`]: only the missing bytes, with `If-Range`, combined with the stored
+//!    ones by `super::partial::combine` into a new object that clients stream);
 //! 2. evaluates its conditionals and `Range` against that slice's validators and
 //!    complete length (304, 200, 206, multipart 206, 416), and sends the head;
 //! 3. sends each wanted byte from the slice that holds it, getting slices in order: a
@@ -36,7 +40,7 @@ use crate::http::conn::{timed_out, Conn};
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 use edge_cache::hit::{content_type, not_modified, validators};
-use edge_cache::part::Part;
+use edge_cache::part::{self, Need, Part};
 use edge_cache::{
     key_hash, pick, policy, Fill, FillHead, FillState, HitEntry, Join, Lookup, ObjectMeta, WaitHead,
 };
@@ -99,6 +103,16 @@ struct Relayed {
 }
 
 impl Got {
+    /// Whether a stored or filling slice holds the bytes `want` (anything else is
+    /// taken as it is: it relays, or fails).
+    fn holds(&self, want: &Range<u64>) -> bool {
+        match self {
+            Got::Hit(e) => holds(&e.meta, want),
+            Got::Fill { head, .. } => holds(&head.meta, want),
+            _ => true,
+        }
+    }
+
     /// The metadata and the object's complete length of a slice.
     fn meta(&self) -> Option<(&ObjectMeta, u64)> {
         match self {
@@ -155,14 +169,14 @@ pub async fn handle(
         ex.keep_alive = false;
         ex.body = None;
     }
-    let mut n0 = plan::first_slice(ex.req.headers.get("range"), &sl);
+    let (mut n0, mut want0) = plan::first_want(ex.req.headers.get("range"), &sl);
     for _ in 0..MAX_ATTEMPTS {
-        let first = obtain(ctx, conn, ex, &sl, n0, None).await;
+        let first = obtain(ctx, conn, ex, &sl, n0, None, want0.clone()).await;
         match first {
-            Got::Other(up) if up.head.status == 416 && n0 > 0 => {
+            Got::Other(up) if up.head.status == 416 && want0.start > 0 => {
                 // The range starts past the end: slice 0 says how long the object is.
                 up.release(&ctx.w.pool, &ctx.p.upstream, false);
-                n0 = 0;
+                (n0, want0) = (0, sl.span(0));
                 continue;
             }
             Got::Other(up) if up.head.status == 416 => {
@@ -250,7 +264,9 @@ async fn respond(
     if first_old && !ex.is_head() {
         if let Some(n1) = second_slice(sl, &ranges, n0) {
             if !present(ctx, sl, n1) {
-                let next = obtain(ctx, conn, ex, sl, n1, Some(&reference)).await;
+                let span = sl.span(n1);
+                let want = span.start.max(ranges[0].start)..span.end.min(ranges[0].end);
+                let next = obtain(ctx, conn, ex, sl, n1, Some(&reference), want).await;
                 if let Some(changed) = check(ctx, &reference, &next) {
                     return changed;
                 }
@@ -375,11 +391,14 @@ impl Body<'_> {
         let mut pos = r.start;
         while pos < r.end {
             let n = self.sl.of(pos);
-            let got = match self.take_ready(n, pos) {
+            let bytes = self.sl.bytes(n, total);
+            let want = pos..r.end.min(bytes.end);
+            let got = match self.take_ready(n, &want) {
                 Some(g) => g,
                 None => {
                     self.flush_head(ctx, conn).await?;
-                    obtain(ctx, conn, ex, self.sl, n, Some(self.reference)).await
+                    let reference = Some(self.reference);
+                    obtain(ctx, conn, ex, self.sl, n, reference, want.clone()).await
                 }
             };
             if check(ctx, self.reference, &got).is_some() {
@@ -387,13 +406,16 @@ impl Body<'_> {
                     "the object changed between slices: connection cut".into(),
                 ));
             }
-            let bytes = self.sl.bytes(n, total);
-            let want = pos..r.end.min(bytes.end);
             if want.end == bytes.end && ctx.p.rules.slice_prefetch > 0 {
                 // Read to the slice's end: the next ones are likely wanted next.
                 prefetch(ctx, conn, ex, self.sl, self.reference, n + 1);
             }
-            let local = want.start - bytes.start..want.end - bytes.start;
+            // Body offsets: a stored slice's body starts at its part's first byte.
+            let first = got
+                .meta()
+                .and_then(|(m, _)| Part::of(m))
+                .map_or(0, |p| p.start);
+            let local = want.start.saturating_sub(first)..want.end.saturating_sub(first);
             match got {
                 Got::Hit(mut e) => {
                     let sc = slice_ctx(ctx, self.sl, n);
@@ -454,11 +476,14 @@ impl Body<'_> {
         Ok(())
     }
 
-    /// A slice got before the head, when it holds byte `pos`: slice `n`, or an origin
-    /// stream that has not passed `pos` yet.
-    fn take_ready(&mut self, n: u64, pos: u64) -> Option<Got> {
-        let i = self.ready.iter().position(|(m, g)| {
-            *m == n || matches!(g, Got::Origin(o) if o.at <= pos && pos < o.end)
+    /// A slice got before the head, when it holds the bytes `want` of slice `n`: the
+    /// slice (whole, or a part that holds them), or an origin stream that has not
+    /// passed their first byte yet.
+    fn take_ready(&mut self, n: u64, want: &Range<u64>) -> Option<Got> {
+        let pos = want.start;
+        let i = self.ready.iter().position(|(m, g)| match g {
+            Got::Origin(o) => o.at <= pos && pos < o.end,
+            g => *m == n && g.holds(want),
         })?;
         Some(self.ready.swap_remove(i).1)
     }
@@ -523,6 +548,7 @@ fn prefetch(
         let fields = ex.upstream_fields.clone();
         let mut extra = Vec::with_capacity(48);
         edge_http::write_header(&mut extra, "Range", sl.range_value(m).as_bytes());
+        let asked = sl.span(m);
         let head = super::ctx::fill_head(
             &sc,
             &ex.req,
@@ -559,7 +585,8 @@ fn prefetch(
             if let Ok(up) = up {
                 let times = (t0, SystemTime::now());
                 // A stored slice's copy runs in its own task; anything else is dropped.
-                let _ = take(&c, &req, up, times, &sl, m, Some(handle), Some(&expect)).await;
+                let (handle, expect) = (Some(handle), Some(&expect));
+                let _ = take(&c, &req, up, times, &sl, m, asked, handle, expect).await;
             }
         });
     }
@@ -639,8 +666,11 @@ fn slice_ctx<'a>(ctx: &Ctx<'a>, sl: &Slicer, n: u64) -> Ctx<'a> {
     }
 }
 
-/// Gets slice `n`: stored, being filled, or fetched now (collapsed per slice).
-/// `expect` is the reference a fetched slice must agree with (None for the first).
+/// Gets the bytes `want` of slice `n` (inside its span): a stored slice that holds
+/// them, a fill in progress that will (collapsed per slice), a stored part of the
+/// slice completed now ([`complete`]), or only `want` fetched now (the slice is then
+/// stored partially). `expect` is the reference a fetched slice must agree with (None
+/// for the first).
 async fn obtain(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -648,26 +678,36 @@ async fn obtain(
     sl: &Slicer,
     n: u64,
     expect: Option<&Reference>,
+    want: Range<u64>,
 ) -> Got {
     let sc = slice_ctx(ctx, sl, n);
+    let timeout = ctx.p.rules.cache_lock_timeout;
     for _ in 0..MAX_JOINS {
         if let Some(e) = stored(&sc, ex, sl, n).await {
-            return Got::Hit(e);
+            if holds(&e.meta, &want) {
+                return Got::Hit(e);
+            }
         }
         match sc.cache.inflight().join(sc.key_hash) {
             Join::Leader(handle) => {
-                if let Some(e) = stored(&sc, ex, sl, n).await {
-                    drop(handle); // followers join again and find it
-                    return Got::Hit(e);
-                }
-                return fetch(&sc, conn, ex, sl, n, Some(handle), expect).await;
+                return match stored(&sc, ex, sl, n).await {
+                    Some(e) if holds(&e.meta, &want) => {
+                        drop(handle); // followers join again and find it
+                        Got::Hit(e)
+                    }
+                    Some(e) => complete(ctx, &sc, conn, ex, sl, n, e, want, handle, expect).await,
+                    None => fetch(&sc, conn, ex, sl, n, want, Some(handle), expect).await,
+                };
             }
-            Join::Follower(f) => match f.wait_head(ctx.p.rules.cache_lock_timeout).await {
+            Join::Follower(f) => match f.wait_head(timeout).await {
                 WaitHead::Head(head) => {
                     let same = head.meta.vary.is_empty()
                         || edge_cache::variant_key(&sc.key, &head.meta.vary, &ex.req.headers)
                             == head.meta.key;
-                    if same {
+                    if !same {
+                        break;
+                    }
+                    if holds(&head.meta, &want) {
                         ex.cache.collapsed = true;
                         return Got::Fill {
                             fill: f,
@@ -675,49 +715,196 @@ async fn obtain(
                             ours: false,
                         };
                     }
-                    break;
+                    // The leader fetches other bytes of this slice: once they are
+                    // stored, this request completes the slice.
+                    if !fill_ends(&f, head, timeout).await {
+                        break;
+                    }
                 }
                 WaitHead::Retry => continue,
                 WaitHead::Uncacheable | WaitHead::TimedOut => break,
             },
         }
     }
-    fetch(&sc, conn, ex, sl, n, None, expect).await
+    fetch(&sc, conn, ex, sl, n, want, None, expect).await
 }
 
-/// A fresh stored slice `n` (a stale one, or one that is not exactly the slice, is
-/// fetched again).
+/// Waits (at most `timeout`) until the fill `f` has stored its whole body; false when
+/// it failed or took longer.
+async fn fill_ends(f: &Fill, head: Arc<FillHead>, timeout: std::time::Duration) -> bool {
+    let mut r = f.reader(head);
+    let end = async {
+        loop {
+            match r.wait_available().await {
+                Ok(Some(got)) => r.advance(got.end - got.start),
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    };
+    tokio::time::timeout(timeout, end).await.unwrap_or(false)
+}
+
+/// Whether the slice (or fill) with metadata `meta` holds every byte of `want`.
+fn holds(meta: &ObjectMeta, want: &Range<u64>) -> bool {
+    Part::of(meta).is_some_and(|p| p.covers(want))
+}
+
+/// A fresh stored slice `n`: the whole slice or a part of it (a stale one, or one
+/// that is not inside the slice, is fetched again).
 async fn stored(sc: &Ctx<'_>, ex: &Exchange, sl: &Slicer, n: u64) -> Option<HitEntry> {
     match super::lookup::lookup(sc, &ex.req.headers, SystemTime::now()).await {
-        Lookup::Fresh(e) if Part::of(&e.meta).is_some_and(|p| sl.is_slice(&p, n)) => Some(e),
+        Lookup::Fresh(e) if Part::of(&e.meta).is_some_and(|p| sl.within(&p, n)) => Some(e),
         _ => None,
     }
 }
 
-/// Fetches slice `n` from the origin with `Range`. A 206 that is exactly the slice is
-/// stored (its copy to disk in its own task, every client streaming the file); a 200
-/// is the whole object from an origin that ignores `Range`.
+/// Fetches the bytes `asked` of slice `n` (inside its span) from the origin with
+/// `Range`. A 206 for exactly those bytes is stored as the slice (or a part of it: its
+/// copy to disk in its own task, every client streaming the file); a 200 is the whole
+/// object from an origin that ignores `Range`.
+#[allow(clippy::too_many_arguments)]
 async fn fetch(
     sc: &Ctx<'_>,
     conn: &mut Conn,
     ex: &mut Exchange,
     sl: &Slicer,
     n: u64,
+    asked: Range<u64>,
     handle: Option<edge_cache::FillHandle>,
     expect: Option<&Reference>,
 ) -> Got {
     let mut extra = Vec::with_capacity(48);
-    edge_http::write_header(&mut extra, "Range", sl.range_value(n).as_bytes());
+    let value = format!("bytes={}-{}", asked.start, asked.end.saturating_sub(1));
+    edge_http::write_header(&mut extra, "Range", value.as_bytes());
     let (up, t0, t1) = super::fill::fetch_origin(sc, conn, ex, &extra).await;
     let up = match up {
         Ok(up) => up,
         Err(e) => return Got::Failed(e), // the handle drops: followers retry
     };
-    take(sc, &ex.req.headers, up, (t0, t1), sl, n, handle, expect).await
+    take(
+        sc,
+        &ex.req.headers,
+        up,
+        (t0, t1),
+        sl,
+        n,
+        asked,
+        handle,
+        expect,
+    )
+    .await
 }
 
-/// The origin's answer `up` to the request for slice `n`, sent at `times.0` and
-/// answered at `times.1`.
+/// Completes the stored part `e` of slice `n` for the bytes `want` it lacks, leading
+/// the slice's fill with `handle`: only the missing bytes are fetched (with
+/// `If-Range`), and the part and those bytes are written in order to a new object in
+/// its own task ([`super::partial::combine`]) that every client streams like a fill.
+/// A part without a strong validator, or one that `want` holds on both sides, is
+/// replaced by a fetch of both together. An answer for another representation is a
+/// mismatch (the first slice's purges every slice here; later ones are purged by
+/// [`check`]).
+#[allow(clippy::too_many_arguments)]
+async fn complete(
+    ctx: &Ctx<'_>,
+    sc: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    sl: &Slicer,
+    n: u64,
+    e: HitEntry,
+    want: Range<u64>,
+    handle: edge_cache::FillHandle,
+    expect: Option<&Reference>,
+) -> Got {
+    let Some(p) = Part::of(&e.meta) else {
+        return fetch(sc, conn, ex, sl, n, want, Some(handle), expect).await;
+    };
+    let hull = p.start.min(want.start)..p.end.max(want.end);
+    let (missing, union, if_range) = match (part::need(&p, &want, sl.size), part::if_range(&e.meta))
+    {
+        (Need::Combine { fetch, union }, Some(v)) => (fetch, union, v),
+        _ => return fetch(sc, conn, ex, sl, n, hull, Some(handle), expect).await,
+    };
+    let mut extra = Vec::with_capacity(128);
+    let value = part::range_request(&missing, p.total);
+    edge_http::write_header(&mut extra, "Range", value.as_bytes());
+    edge_http::write_header(&mut extra, "If-Range", if_range.as_bytes());
+    let (up, t0, t1) = super::fill::fetch_origin(sc, conn, ex, &extra).await;
+    let up = match up {
+        Ok(up) => up,
+        Err(e) => return Got::Failed(e),
+    };
+    let h = &up.head.headers;
+    let status = up.head.status;
+    if status == 200 || (status == 206 && !part::same_representation(&e.meta, h)) {
+        // The object changed since the part was stored.
+        drop(up);
+        if expect.is_none() {
+            ctx.w.stats().slice_mismatches.fetch_add(1, Relaxed);
+            let k = purge_slices(ctx);
+            tracing::warn!(
+                "slice: {} changed since a part was stored; {k} purged",
+                ctx.key
+            );
+        }
+        return Got::Mismatch;
+    }
+    let exact = Part {
+        start: missing.start,
+        end: missing.end,
+        total: p.total,
+    };
+    if status != 206 {
+        return Got::Other(up);
+    }
+    if Part::of_response(status, h) != Some(exact) {
+        let cr = h.get_str("content-range").unwrap_or("none");
+        return Got::Bad(format!("slice {n}: the origin sent Content-Range {cr}"));
+    }
+    let union = Part {
+        start: union.start,
+        end: union.end,
+        total: p.total,
+    };
+    let (meta, true) = slice_meta(sc, &ex.req.headers, &up, t0, t1, union) else {
+        // No longer storable: this request's bytes alone, uncached.
+        drop((up, handle));
+        return fetch(sc, conn, ex, sl, n, want, None, expect).await;
+    };
+    let (store, fill, head, owned) = match begin_fill(sc, meta, handle).await {
+        Ok(f) => f,
+        Err(_) => {
+            drop(up);
+            return fetch(sc, conn, ex, sl, n, want, None, expect).await;
+        }
+    };
+    tokio::task::spawn_local(async move {
+        let Some(c) = owned.ctx() else {
+            return;
+        };
+        let mut sink = super::partial::Sink::new(Some(store), Vec::new(), 0..0);
+        let res = super::partial::combine(&c, None, &e, &p, &missing, up, &mut sink).await;
+        match (res, sink.store.take()) {
+            (Ok(()), Some(s)) => {
+                if s.finish(&c.w.file_io).await {
+                    c.w.stats().partial_combined.fetch_add(1, Relaxed);
+                }
+            }
+            // Dropped: the temp file is removed and the fill fails (its clients are cut).
+            (Err(why), _) => tracing::debug!("slice: completing {}: {why}", c.key),
+            (Ok(()), None) => {}
+        }
+    });
+    Got::Fill {
+        fill,
+        head,
+        ours: true,
+    }
+}
+
+/// The origin's answer `up` to the request for the bytes `asked` of slice `n`, sent
+/// at `times.0` and answered at `times.1`.
 #[allow(clippy::too_many_arguments)]
 async fn take(
     sc: &Ctx<'_>,
@@ -726,6 +913,7 @@ async fn take(
     (t0, t1): (SystemTime, SystemTime),
     sl: &Slicer,
     n: u64,
+    asked: Range<u64>,
     handle: Option<edge_cache::FillHandle>,
     expect: Option<&Reference>,
 ) -> Got {
@@ -745,7 +933,7 @@ async fn take(
                         total: cr.complete_len?,
                     })
                 });
-            let Some(part) = part.filter(|p| sl.is_slice(p, n)) else {
+            let Some(part) = part.filter(|p| sl.answers(p, &asked, n)) else {
                 let cr = up.head.headers.get_str("content-range").unwrap_or("none");
                 return Got::Bad(format!("slice {n}: the origin sent Content-Range {cr}"));
             };
@@ -860,6 +1048,42 @@ async fn lead(
     handle: edge_cache::FillHandle,
     part: Part,
 ) -> Got {
+    let (store, fill, head, owned) = match begin_fill(sc, meta, handle).await {
+        Ok(f) => f,
+        Err(Some(meta)) => {
+            // Not writable (counted by the cache): this client gets the origin's bytes.
+            return Got::Origin(Box::new(Relayed {
+                up,
+                meta,
+                at: part.start,
+                end: part.end,
+                total: part.total,
+                store: false,
+            }));
+        }
+        Err(None) => return Got::Bad("slice fill without a head".into()),
+    };
+    tokio::task::spawn_local(async move {
+        if let Some(c) = owned.ctx() {
+            let _ = super::fill::pump(&c, None, up, Some(store), None).await;
+        }
+    });
+    Got::Fill {
+        fill,
+        head,
+        ours: true,
+    }
+}
+
+/// Opens the object writer of a slice fill led by `handle` and publishes its head:
+/// the store, the fill and its head for the clients, and the context for the task
+/// that writes it. `Err(Some(meta))`: not writable (relay uncached); `Err(None)`: no
+/// fill to follow.
+async fn begin_fill(
+    sc: &Ctx<'_>,
+    meta: ObjectMeta,
+    handle: edge_cache::FillHandle,
+) -> Result<(Store, Arc<Fill>, Arc<FillHead>, OwnedCtx), Option<ObjectMeta>> {
     let cache = sc.cache.clone();
     let writer =
         sc.w.file_io
@@ -873,33 +1097,16 @@ async fn lead(
         ),
     };
     let Some(store) = publish(writer, Some(handle)) else {
-        // Not writable (counted by the cache): this client gets the origin's bytes.
-        return Got::Origin(Box::new(Relayed {
-            up,
-            meta,
-            at: part.start,
-            end: part.end,
-            total: part.total,
-            store: false,
-        }));
+        return Err(Some(meta));
     };
     let fill = store.handle.as_ref().map(|h| h.fill().clone());
     let head = match fill.as_ref().map(|f| f.state()) {
         Some(FillState::Streaming { head, .. }) => head,
-        _ => return Got::Bad("slice fill without a head".into()),
+        _ => return Err(None),
     };
-    let (Some(fill), Some(owned)) = (fill, OwnedCtx::new(sc)) else {
-        return Got::Bad("slice fill without a handle".into());
-    };
-    tokio::task::spawn_local(async move {
-        if let Some(c) = owned.ctx() {
-            let _ = super::fill::pump(&c, None, up, Some(store), None).await;
-        }
-    });
-    Got::Fill {
-        fill,
-        head,
-        ours: true,
+    match (fill, OwnedCtx::new(sc)) {
+        (Some(fill), Some(owned)) => Ok((store, fill, head, owned)),
+        _ => Err(None),
     }
 }
 

@@ -1,6 +1,7 @@
-//! Slice arithmetic: which slices hold which bytes, the origin `Range` of a slice, the
-//! slice a request looks at first, and whether a stored or fetched part is exactly the
-//! slice it should be. Pure functions, tested at every boundary.
+//! Slice arithmetic: which slices hold which bytes, the origin `Range` of a slice (or
+//! of the part of it a request needs), the slice and bytes a request looks at first,
+//! and whether a stored or fetched part is the slice (or the part of it) it should be.
+//! Pure functions, tested at every boundary.
 
 use edge_cache::part::Part;
 use std::ops::{Range, RangeInclusive};
@@ -41,6 +42,27 @@ impl Slicer {
         format!("bytes={}-{}", start, start.saturating_add(self.size - 1))
     }
 
+    /// The bytes slice `n` would hold in an object of unknown length (`n * size ..
+    /// (n + 1) * size`, saturating).
+    pub fn span(&self, n: u64) -> Range<u64> {
+        let start = n.saturating_mul(self.size);
+        start..start.saturating_add(self.size)
+    }
+
+    /// Whether `part` is stored as slice `n`: a non-empty range inside the slice's
+    /// bytes (the whole slice, or the part of it requests have needed so far).
+    pub fn within(&self, part: &Part, n: u64) -> bool {
+        let b = self.bytes(n, part.total);
+        !part.is_empty() && b.start <= part.start && part.end <= b.end
+    }
+
+    /// Whether `part` is the origin's answer to a request for `asked` (inside the span
+    /// of slice `n`): it starts at `asked`'s first byte and ends at its end, or at the
+    /// object's end when that comes first.
+    pub fn answers(&self, part: &Part, asked: &Range<u64>, n: u64) -> bool {
+        self.within(part, n) && part.start == asked.start && part.end == asked.end.min(part.total)
+    }
+
     /// Whether `part` is exactly slice `n` of its object: it starts at the slice's
     /// first byte and ends at the slice's end (or the object's).
     pub fn is_slice(&self, part: &Part, n: u64) -> bool {
@@ -54,26 +76,56 @@ impl Slicer {
 /// answer gives the object's length and validators, against which the request's
 /// `Range` is then evaluated.
 pub fn first_slice(range: Option<&[u8]>, s: &Slicer) -> u64 {
-    let Some(v) = range else {
-        return 0;
+    first_want(range, s).0
+}
+
+/// The slice a request looks at first ([`first_slice`]) and the bytes of it the
+/// request is expected to need: from the first range's first byte to its last (`bytes=
+/// first-last`) or to the slice's end; the whole slice without a `bytes=first-` range.
+/// Only what is fetched depends on it: the response is evaluated on the slice's answer.
+pub fn first_want(range: Option<&[u8]>, s: &Slicer) -> (u64, Range<u64>) {
+    let whole = (0, s.span(0));
+    let Some((first, last)) = range.and_then(first_range) else {
+        return whole;
     };
+    let n = s.of(first);
+    let span = s.span(n);
+    let end = last.map_or(span.end, |l| {
+        l.saturating_add(1).clamp(first.saturating_add(1), span.end)
+    });
+    if end <= first {
+        return whole; // at the end of the offsets: nothing to trim to
+    }
+    (n, first..end)
+}
+
+/// The first range of a `Range` value: its first byte, and its last when given;
+/// `None` unless it is `bytes=first-[last]`.
+fn first_range(v: &[u8]) -> Option<(u64, Option<u64>)> {
     let v = v.trim_ascii();
-    let Some(rest) = v
+    let rest = &v[v
         .get(..6)
         .filter(|p| p.eq_ignore_ascii_case(b"bytes="))
-        .map(|_| &v[6..])
-    else {
-        return 0;
-    };
-    let rest = rest.trim_ascii_start();
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        .map(|_| 6)?..];
+    let (first, rest) = number(rest.trim_ascii_start())?;
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b"-")?
+        .trim_ascii_start();
+    let last = number(rest)
+        .filter(|(_, tail)| tail.trim_ascii_start().first().is_none_or(|&b| b == b','))
+        .map(|(l, _)| l);
+    Some((first, last))
+}
+
+/// A decimal number at the start of `v` (at most 19 digits) and what follows it.
+fn number(v: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || digits > 19 {
-        return 0;
+        return None;
     }
-    std::str::from_utf8(&rest[..digits])
-        .ok()
-        .and_then(|d| d.parse::<u64>().ok())
-        .map_or(0, |first| s.of(first))
+    let n = std::str::from_utf8(&v[..digits]).ok()?.parse().ok()?;
+    Some((n, &v[digits..]))
 }
 
 #[cfg(test)]
@@ -150,5 +202,44 @@ mod tests {
         assert_eq!(f("bytes=99999999999999999999999-"), 0, "too long");
         assert_eq!(f("bytes"), 0);
         assert_eq!(f(""), 0);
+    }
+
+    #[test]
+    fn the_first_want_is_the_first_range_within_its_slice() {
+        let s = Slicer::new(K);
+        let f = |v: &str| first_want(Some(v.as_bytes()), &s);
+        assert_eq!(first_want(None, &s), (0, 0..K), "no Range: slice 0");
+        assert_eq!(f("bytes=10-19"), (0, 10..20));
+        assert_eq!(f("bytes=10-"), (0, 10..K), "to the slice's end");
+        assert_eq!(
+            f("bytes=65535-65536"),
+            (0, K - 1..K),
+            "clipped to the slice"
+        );
+        assert_eq!(f("bytes=70000-70000, 5-6"), (1, 70000..70001));
+        assert_eq!(f("bytes= 5 - 9"), (0, 5..10), "spaces");
+        assert_eq!(f("bytes=9-5"), (0, 9..10), "last before first: one byte");
+        assert_eq!(f("bytes=9-x"), (0, 9..K), "bad last: to the slice's end");
+        assert_eq!(f("bytes=-500"), (0, 0..K), "suffix");
+        assert_eq!(f("bytes=99999999999999999999999-"), (0, 0..K));
+        assert_eq!(f("bytes=18446744073709551615-"), (0, 0..K));
+    }
+
+    #[test]
+    fn partial_slices_and_trimmed_answers() {
+        let s = Slicer::new(K);
+        assert_eq!(s.span(1), K..2 * K);
+        assert!(s.within(&part(10, 20, 10 * K), 0));
+        assert!(s.within(&part(K + 1, 2 * K, 10 * K), 1));
+        assert!(!s.within(&part(K - 1, K + 1, 10 * K), 0), "across slices");
+        assert!(!s.within(&part(K - 1, K + 1, 10 * K), 1), "across slices");
+        assert!(!s.within(&part(5, 5, 10 * K), 0), "empty");
+        assert!(s.answers(&part(10, 20, 10 * K), &(10..20), 0));
+        assert!(
+            s.answers(&part(K + 5, K + 9, K + 9), &(K + 5..2 * K), 1),
+            "clipped at the end"
+        );
+        assert!(!s.answers(&part(10, 19, 10 * K), &(10..20), 0), "short");
+        assert!(!s.answers(&part(11, 20, 10 * K), &(10..20), 0), "late");
     }
 }
