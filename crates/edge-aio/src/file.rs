@@ -4,6 +4,8 @@
 //! operation holds a clone, so the fd stays open until the pool thread or the kernel
 //! is done with it, even if the caller dropped both its future and its handle; the fd
 //! is closed when the last clone goes (or by [`crate::Engine::close`], off the loop).
+//! [`AioFile::shared`] wraps a `File` that others (other threads) share by `Arc`
+//! instead, so one descriptor serves them all without a `dup`.
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -30,15 +32,47 @@ pub struct AioFile {
 
 #[derive(Debug)]
 struct Inner {
-    fd: OwnedFd,
+    fd: Fd,
     direct: DirectMode,
+}
+
+/// The descriptor: owned by this handle's clones alone, or shared with others (an
+/// `Arc<File>` that other threads hold too); either way it stays open while a clone
+/// or an operation in flight holds it.
+#[derive(Debug)]
+enum Fd {
+    Owned(OwnedFd),
+    Shared(std::sync::Arc<File>),
+}
+
+impl Fd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Fd::Owned(fd) => fd.as_fd(),
+            Fd::Shared(f) => f.as_fd(),
+        }
+    }
 }
 
 impl AioFile {
     /// Wraps an fd this handle now owns.
     pub fn from_fd(fd: OwnedFd, direct: DirectMode) -> AioFile {
         AioFile {
-            inner: Rc::new(Inner { fd, direct }),
+            inner: Rc::new(Inner {
+                fd: Fd::Owned(fd),
+                direct,
+            }),
+        }
+    }
+
+    /// Wraps `file`, which others keep sharing (no `dup`: the same descriptor). It is
+    /// closed when the last of them and of this handle's clones lets go.
+    pub fn shared(file: std::sync::Arc<File>) -> AioFile {
+        AioFile {
+            inner: Rc::new(Inner {
+                fd: Fd::Shared(file),
+                direct: DirectMode::Off,
+            }),
         }
     }
 
@@ -53,11 +87,21 @@ impl AioFile {
         self.inner.direct
     }
 
-    /// The fd, if this is the last handle (no other clone, no operation in flight).
+    /// The fd, if this is the last handle (no other clone, no operation in flight, and
+    /// for a [`AioFile::shared`] file, nobody else sharing it).
     pub fn into_fd(self) -> Result<OwnedFd, AioFile> {
-        Rc::try_unwrap(self.inner)
-            .map(|i| i.fd)
-            .map_err(|inner| AioFile { inner })
+        let inner = Rc::try_unwrap(self.inner).map_err(|inner| AioFile { inner })?;
+        match inner.fd {
+            Fd::Owned(fd) => Ok(fd),
+            Fd::Shared(f) => std::sync::Arc::try_unwrap(f)
+                .map(OwnedFd::from)
+                .map_err(|f| AioFile {
+                    inner: Rc::new(Inner {
+                        fd: Fd::Shared(f),
+                        direct: inner.direct,
+                    }),
+                }),
+        }
     }
 }
 
@@ -69,7 +113,7 @@ impl From<File> for AioFile {
 
 impl AsRawFd for AioFile {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.fd.as_raw_fd()
+        self.inner.fd.as_fd().as_raw_fd()
     }
 }
 
@@ -312,5 +356,20 @@ mod tests {
         let f = f.into_fd().unwrap_err();
         drop(g);
         assert!(f.into_fd().is_ok());
+    }
+
+    #[test]
+    fn a_shared_file_is_the_same_descriptor_and_stays_open_while_shared() {
+        use std::os::unix::fs::FileExt;
+        let file = std::sync::Arc::new(tempfile::tempfile().unwrap());
+        let f = AioFile::shared(file.clone());
+        assert_eq!(f.as_raw_fd(), file.as_raw_fd(), "no dup");
+        // Someone else still shares it: not ours to close.
+        let f = f.into_fd().unwrap_err();
+        file.write_all_at(b"x", 0).unwrap();
+        let raw = file.as_raw_fd();
+        drop(file);
+        let fd = f.into_fd().expect("the last holder");
+        assert_eq!(fd.as_raw_fd(), raw);
     }
 }

@@ -182,9 +182,10 @@ impl ObjectWriter {
         self.obj.meta()
     }
 
-    /// A read handle on the file being written; followers read from it at their own
-    /// offsets and it stays valid after the rename.
-    pub fn reader(&self) -> io::Result<File> {
+    /// A handle on the file being written (its one descriptor, shared: no `dup`);
+    /// followers read from it at their own offsets, the caller may write the body
+    /// through it, and it stays valid after the rename.
+    pub fn reader(&self) -> io::Result<Arc<File>> {
         self.obj.reader()
     }
 

@@ -45,8 +45,9 @@ pub struct FillHead {
     /// Status, ready-to-send header block, and `body_len` (or [`BODY_LEN_UNKNOWN`] for
     /// a chunked origin response).
     pub meta: Arc<ObjectMeta>,
-    /// Read handle on the temp file being written (valid after the rename too).
-    pub file: File,
+    /// Read handle on the temp file being written (valid after the rename too), shared
+    /// with its writer.
+    pub file: Arc<File>,
     /// Where the body starts in `file`.
     pub body_offset: u64,
 }
@@ -243,7 +244,7 @@ impl FillHandle {
     }
 
     /// Publish the response head; followers start streaming.
-    pub fn publish_head(&mut self, meta: Arc<ObjectMeta>, file: File, body_offset: u64) {
+    pub fn publish_head(&mut self, meta: Arc<ObjectMeta>, file: Arc<File>, body_offset: u64) {
         let head = Arc::new(FillHead {
             meta,
             file,

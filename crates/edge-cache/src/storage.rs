@@ -31,7 +31,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
@@ -374,7 +374,9 @@ pub fn disk_size_of(len: u64) -> u64 {
 /// An object being written to `<final>.tmp.<token>.<n>`; renamed into place by
 /// [`TempObject::commit`]. Dropping it without commit removes the temp file.
 pub struct TempObject {
-    file: Option<File>,
+    /// The one descriptor of the temp file: the writer, the followers' fill head and
+    /// the commit share it (no `dup` per handle).
+    file: Option<Arc<File>>,
     tmp_path: PathBuf,
     final_path: PathBuf,
     hash: KeyHash,
@@ -430,7 +432,7 @@ impl TempObject {
         let header = encode_header(hash, &meta, None)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
         Ok(TempObject {
-            file: Some(file),
+            file: Some(Arc::new(file)),
             tmp_path,
             final_path,
             hash,
@@ -482,10 +484,11 @@ impl TempObject {
         &self.meta
     }
 
-    /// A second handle on the temp file for readers that stream the body while it is
-    /// being written ([`crate::inflight`]); valid after the rename too.
-    pub fn reader(&self) -> io::Result<File> {
-        self.file.as_ref().ok_or_else(closed)?.try_clone()
+    /// A shared handle on the temp file (the same descriptor) for readers that stream
+    /// the body while it is being written ([`crate::inflight`]) and for a caller's own
+    /// writes; valid after the rename too.
+    pub fn reader(&self) -> io::Result<Arc<File>> {
+        self.file.clone().ok_or_else(closed)
     }
 
     /// Check the length, write the final header (length, body checksum) and rename the
@@ -500,7 +503,7 @@ impl TempObject {
     }
 
     /// The first half of a commit made by a caller doing its own I/O: checks the
-    /// length and returns what to do: write `header` at offset 0 of the temp file,
+    /// length and returns what to do: write `header` at offset 0 of `file`,
     /// `fstat` it for its inode, rename `tmp_path` to `final_path`; then call
     /// [`TempObject::committed`]. Dropped before that, the temp file is removed.
     pub fn prepare_commit(&mut self) -> io::Result<CommitPlan> {
@@ -517,6 +520,7 @@ impl TempObject {
             .map_err(|_| io::Error::other("header grew while writing"))?;
         Ok(CommitPlan {
             header,
+            file: self.file.clone().ok_or_else(closed)?,
             tmp_path: self.tmp_path.clone(),
             final_path: self.final_path.clone(),
         })
@@ -539,6 +543,8 @@ impl TempObject {
 #[derive(Debug)]
 pub struct CommitPlan {
     pub header: Vec<u8>,
+    /// The temp file (its one descriptor, shared).
+    pub file: Arc<File>,
     pub tmp_path: PathBuf,
     pub final_path: PathBuf,
 }

@@ -240,7 +240,7 @@ fn dropped_handle_is_a_failure_and_mid_body_failure_aborts_followers() {
     };
     let mut m = crate::ObjectMeta::new("k", 200, SystemTime::now());
     m.body_len = 100;
-    leader.publish_head(Arc::new(m), std::fs::File::open(&tmp).unwrap(), 0);
+    leader.publish_head(Arc::new(m), Arc::new(std::fs::File::open(&tmp).unwrap()), 0);
     leader.progress(4);
     let res = rt().block_on(async {
         let WaitHead::Head(head) = f.wait_head(LOCK).await else {
@@ -294,7 +294,7 @@ fn a_late_follower_of_a_done_fill_gets_the_whole_body() {
     };
     let mut m = crate::ObjectMeta::new("k", 200, SystemTime::now());
     m.body_len = 5;
-    leader.publish_head(Arc::new(m), std::fs::File::open(&tmp).unwrap(), 0);
+    leader.publish_head(Arc::new(m), Arc::new(std::fs::File::open(&tmp).unwrap()), 0);
     leader.progress(5);
     leader.done(5);
     let (b, early) = rt().block_on(follow(f)).unwrap();

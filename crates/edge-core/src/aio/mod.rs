@@ -206,11 +206,11 @@ impl FileBackend {
         self.engine.blocking(f).await
     }
 
-    /// `file` (a handle of its own, e.g. from `ObjectWriter::reader`) for the writes of a
-    /// whole fill, through the backend: an op in flight keeps it open even if the fill is
-    /// abandoned.
-    pub fn own(&self, file: File) -> edge_aio::AioFile {
-        edge_aio::AioFile::from(file)
+    /// `file` (shared, e.g. from `ObjectWriter::reader`: the same descriptor, no `dup`)
+    /// for the writes of a whole fill, through the backend: an op in flight keeps it
+    /// open even if the fill is abandoned.
+    pub fn own(&self, file: std::sync::Arc<File>) -> edge_aio::AioFile {
+        edge_aio::AioFile::shared(file)
     }
 
     /// Writes all of `buf` at `offset` (cache fills): on the pool under `threads` and
@@ -301,10 +301,9 @@ impl edge_cache::CommitIo for Committer<'_> {
         }
         if self.files.mode() != Mode::IoUring {
             // On the pool (or inline under `off`), the write, the fstat and the rename
-            // are one hand-off, not three round trips.
-            use std::os::fd::AsFd;
+            // are one hand-off, not three round trips (on the plan's shared handle).
             use std::os::unix::fs::{FileExt, MetadataExt};
-            let file = File::from(self.out.as_fd().try_clone_to_owned()?);
+            let file = plan.file.clone();
             let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
             return self
                 .files

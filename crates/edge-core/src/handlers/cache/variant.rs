@@ -145,7 +145,7 @@ impl SourceReader {
                 };
                 let n = (avail.end - avail.start).min(CHUNK as u64) as usize;
                 r.advance(n as u64);
-                (&head.file, head.body_offset + avail.start, n)
+                (&*head.file, head.body_offset + avail.start, n)
             }
             (Source::Fill { .. }, None) => return Ok(None),
         };
