@@ -212,3 +212,47 @@ fn console_in_headless_chromium_shows_figures_and_purges() {
         Some("HIT")
     );
 }
+
+/// Every metric the shipped Grafana dashboard queries is one `/metrics` serves (names
+/// checked against a running edgecache, so a renamed family fails here).
+#[test]
+fn grafana_dashboard_queries_served_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/grafana/edgecache-dashboard.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    let mut exprs = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() >= 20, "{}", exprs.len());
+    let s = setup("", "");
+    s.get("/obj/1k/1", &[]);
+    let metrics = get_text(s.admin, "/metrics");
+    let mut names: Vec<&str> = exprs
+        .iter()
+        .flat_map(|e| e.match_indices("edgecache_").map(move |(i, _)| &e[i..]))
+        .map(|e| {
+            let end = e
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(e.len());
+            &e[..end]
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 25, "{names:?}");
+    for name in names {
+        let served = metrics
+            .lines()
+            .any(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")));
+        assert!(
+            served,
+            "the dashboard queries {name}, which /metrics does not serve"
+        );
+    }
+}
