@@ -2,6 +2,8 @@
 //! admin listener for `/status` and `/metrics`. Workers never share a line, so counting
 //! costs no cross-core traffic on the hot path.
 
+pub mod top;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -76,6 +78,9 @@ pub struct WorkerStats {
     pub tls: crate::tls::TlsStats,
     /// HTTP/2 connections, streams and the defences' counters.
     pub h2: H2Stats,
+    /// The worker's most requested objects over the last minute (published once a
+    /// second by the worker, see [`top`]).
+    pub top: top::Published,
 }
 
 /// The `version` label values of `edgecache_http_requests_total`.

@@ -1,8 +1,11 @@
 //! The admin listener (`[admin]`, loopback only): `GET /status` (JSON, per-worker
 //! counters and per-cache state), `GET /metrics` (Prometheus text), `POST /purge`
 //! (cache purges by URL, prefix or tag). Every request is checked against
-//! `admin.allow` (403 otherwise). It runs on its own thread so a busy worker never
+//! `admin.allow` (403 otherwise). `GET /` is the console, one HTML page over
+//! `/status` and `/purge` (`console.rs`). It runs on its own thread so a busy worker never
 //! delays a scrape, and it never touches the data path.
+
+mod console;
 
 use crate::metrics::{prom, prom_header, Metrics};
 use crate::state::Shared;
@@ -167,7 +170,10 @@ fn route(
             "text/plain; version=0.0.4",
             metrics_text(ctx, shared).into_bytes(),
         ),
-        ("/status" | "/metrics", false) => (405, "text/plain", b"method not allowed\n".to_vec()),
+        ("/", true) => (200, "text/html; charset=utf-8", console::PAGE.to_vec()),
+        ("/" | "/status" | "/metrics", false) => {
+            (405, "text/plain", b"method not allowed\n".to_vec())
+        }
         _ => (404, "text/plain", b"not found\n".to_vec()),
     }
 }
@@ -374,6 +380,8 @@ fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
         "caches": caches_json(shared),
         "upstreams": upstreams_json(shared),
         "limits": limits_json(shared),
+        "cache_totals": console::cache_totals_json(m),
+        "top_objects": console::top_objects_json(m),
     });
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');

@@ -314,7 +314,8 @@ pub async fn serve_conn<S: Service>(
                     }
                 }
                 let stats = w.stats();
-                stats.requests.fetch_add(1, Relaxed);
+                let n = stats.requests.fetch_add(1, Relaxed);
+                crate::metrics::top::record(n, &ex.req);
                 if ex.status != 0 {
                     stats.count_status(ex.status);
                 }

@@ -308,7 +308,7 @@ async fn parker(w: Rc<Worker>) {
 
 /// The worker's clock: every [`crate::http::idle::TICK`] the idle timers advance; once a
 /// second the open-file cache's clock, reloads of `[memory_cache]`/`open_file_cache`,
-/// and the counters. Runs until the worker's runtime ends (draining connections still
+/// the counters and the top objects' windows. Runs until the worker's runtime ends (draining connections still
 /// need their timeouts).
 async fn local_ticker(w: Rc<Worker>) {
     use crate::http::idle::TICK;
@@ -325,6 +325,7 @@ async fn local_ticker(w: Rc<Worker>) {
             let expired = w.parking.expire(std::time::Instant::now());
             w.connections_closed(expired);
             w.svc.stats().parked.store(w.parking.len() as u64, Relaxed);
+            crate::metrics::top::tick(&w.svc.stats().top);
         }
     }
 }
