@@ -150,11 +150,12 @@ http {{
 
 HOW_TO_READ = """Origin bytes per client byte: what the origin sent during the miss phase
 (its /stats, read once they stopped moving) over the body bytes the clients received.
-Slicing fetches the 1 MiB slices a range touches: a 4 MiB read from a random byte offset
-touches 5, so 1.25 is the floor (the table's row) unless reads share slices, which they
-do only when the seeks are dense in the objects (small objects, many seeks): on ten 2 GiB
-objects the target of 1.1 is below what whole-slice fetches can reach. A whole-object fetch costs the object
-per seek into a new object. Seek-miss TTFB: the first request of each seek, from send to
+nginx's slice module fetches the whole 1 MiB slices a range touches: a 4 MiB read from a
+random byte offset touches 5, so 1.25 is its floor (the table's row) unless reads share
+slices, which they do only when the seeks are dense in the objects (small objects, many
+seeks). edgecache fetches only the bytes a range needs of each slice and completes a
+partial slice later with only its missing bytes, so its floor is 1.0 (below 1.0 when
+seeks overlap). A whole-object fetch costs the object per seek into a new object. Seek-miss TTFB: the first request of each seek, from send to
 the first byte of the answer: one slice (or the part of the object up to the offset, for
 a whole-object fill) fetched from the origin. Later reads: the other three requests of a
 seek, which find part of their range cached. Hit req/s: 1 MiB ranges from the warm span,
@@ -693,8 +694,8 @@ def write_report(a, rows, problems, info, started):
             f.write(f"| {label} | " + " | ".join(shown(s[srv].get(key), fmt)
                                                   for srv in SERVERS) + " |\n")
         line("**origin bytes per client byte**", "origin_per_client", "{:.2f}")
-        f.write(f"| floor for a {SLICE} slice cache, no slice shared | {floor(a):.2f} | "
-                f"{floor(a):.2f} |\n")
+        f.write(f"| floor when no slice is shared | 1.00 (partial slices) | "
+                f"{floor(a):.2f} (whole {SLICE} slices) |\n")
         line("origin MiB / client MiB (miss phase)", "origin_mib", "{:,.0f}")
         line("client MiB (miss phase)", "client_mib", "{:,.0f}")
         line("**seek-miss TTFB p50, ms**", "seek_ttfb_p50_ms", "{:.2f}")
