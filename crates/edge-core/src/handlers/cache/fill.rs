@@ -235,19 +235,32 @@ pub async fn open_writer(
         BodyKind::Empty => Some(0),
         BodyKind::Chunked | BodyKind::CloseDelimited => None,
     };
-    let mut meta = policy::build_meta(&ctx.key, h.status, &h.headers, fresh, t0, t1, len);
+    let meta = policy::build_meta(&ctx.key, h.status, &h.headers, fresh, t0, t1, len);
+    // Clients get this object compressed or not by their Accept-Encoding.
+    let varies = (ctx.p.compress.as_ref())
+        .is_some_and(|pol| crate::compress::varies(pol, &crate::compress::facts_of_head(h)));
+    begin_store(ctx, req, meta, varies).await
+}
+
+/// Opens the writer of `meta`'s object: under its variant key (`Vary`), with `Vary:
+/// Accept-Encoding` added to the identity form's headers when `varies` (the location
+/// serves it compressed or not by the client's Accept-Encoding, and says so to
+/// downstream caches), the directories, temp file and header made on the file I/O
+/// backend's pool. Errors are counted and logged (rate limited) by the cache: `None`,
+/// serve uncached. Used by whole objects ([`open_writer`]) and partial ones
+/// (`super::partial`).
+pub async fn begin_store(
+    ctx: &Ctx<'_>,
+    req: &edge_http::HeaderMap,
+    mut meta: edge_cache::ObjectMeta,
+    varies: bool,
+) -> Option<ObjectWriter> {
     meta.key = edge_cache::variant_key(&ctx.key, &meta.vary, req);
-    if let Some(pol) = &ctx.p.compress {
-        // Clients get this object compressed or not by their Accept-Encoding: the
-        // identity form says so to downstream caches too.
-        if crate::compress::varies(pol, &crate::compress::facts_of_head(h)) {
-            if let Some(b) = edge_cache::coded::with_vary_accept_encoding(&meta.header_block) {
-                meta.header_block = b;
-            }
+    if varies {
+        if let Some(b) = edge_cache::coded::with_vary_accept_encoding(&meta.header_block) {
+            meta.header_block = b;
         }
     }
-    // Directories, the temp file and its header: on the file I/O backend's pool.
-    // Errors are counted and logged (rate limited) by the cache: serve uncached.
     let cache = ctx.cache.clone();
     ctx.w
         .file_io

@@ -172,24 +172,14 @@ async fn open_writer(
     let status = if p.is_whole() { 200 } else { 206 };
     let mut meta = policy::build_meta(&ctx.key, status, resp, fresh, t0, t1, Some(p.len()));
     meta.header_block = part::block_for(&meta.header_block, &p);
-    meta.key = edge_cache::variant_key(&ctx.key, &meta.vary, req);
-    if let (true, Some(pol)) = (p.is_whole(), &ctx.p.compress) {
-        // A whole object is served compressed or not by Accept-Encoding, as one
-        // fetched whole is (`fill::open_writer`): its form says so downstream.
-        let facts = crate::compress::facts_of_block(200, &meta.header_block, Some(p.len()));
-        if crate::compress::varies(pol, &facts) {
-            if let Some(b) = edge_cache::coded::with_vary_accept_encoding(&meta.header_block) {
-                meta.header_block = b;
-            }
-        }
-    }
-    let cache = ctx.cache.clone();
-    ctx.w
-        .file_io
-        .blocking(move || cache.begin_write_keyed(meta))
-        .await
-        .ok()?
-        .ok()
+    // A whole object is served compressed or not by Accept-Encoding, as one fetched
+    // whole is (`fill::open_writer`).
+    let varies = p.is_whole()
+        && (ctx.p.compress.as_ref()).is_some_and(|pol| {
+            let facts = crate::compress::facts_of_block(200, &meta.header_block, Some(p.len()));
+            crate::compress::varies(pol, &facts)
+        });
+    fill::begin_store(ctx, req, meta, varies).await
 }
 
 /// A fresh stored partial object (status 206) for this request. What it fetches may
