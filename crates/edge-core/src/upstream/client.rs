@@ -94,6 +94,30 @@ pub struct UpstreamResponse {
 }
 
 impl UpstreamResponse {
+    /// Reads more of the body into `buf` (growing it by `grow` when less than 4 KiB is
+    /// free), each read bounded by the group's `read_timeout`. `Ok(0)`: the origin
+    /// closed. A timeout is counted in `stats.upstream_timeouts`. The errors are the log
+    /// text every body relay uses.
+    pub async fn read_more(
+        &mut self,
+        group: &UpstreamGroup,
+        grow: usize,
+        stats: &WorkerStats,
+    ) -> Result<usize, String> {
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(grow);
+        }
+        let read = self.conn.stream.read_buf(&mut self.buf);
+        match tokio::time::timeout(group.read_timeout, read).await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(format!("upstream read failed: {e}")),
+            Err(_) => {
+                stats.upstream_timeouts.fetch_add(1, Relaxed);
+                Err(crate::http::conn::timed_out("upstream body read").to_string())
+            }
+        }
+    }
+
     /// Gives the connection back to the worker's pool when its response is complete
     /// (a bodiless answer such as a 304, or a body read to its end) and reusable;
     /// otherwise it is closed.

@@ -11,14 +11,11 @@ use super::client::{fetch, Local, UpstreamError, UpstreamResponse, UP_BUF};
 pub use super::headers::write_forwarded_headers;
 use super::UpstreamGroup;
 use crate::compress::{Compressor, Plan, Policy};
-use crate::http::conn::timed_out;
 use crate::http::respond::{error_page, respond};
 use crate::http::{Conn, Exchange, ExchangeError, Timeouts};
 use bytes::Buf;
 use edge_http::{BodyDecoder, BodyKind, HeaderMap, ResponseHead};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
 
 /// Bytes gathered before a write to the client (head plus the first body bytes go out in
 /// one write for small objects).
@@ -228,11 +225,8 @@ pub async fn relay_response(
             conn.write_all(&out, send).await?;
             out.clear();
         }
-        if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf.reserve(UP_BUF);
-        }
-        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
-            Ok(Ok(0)) => {
+        match up.read_more(group, UP_BUF, w.stats).await {
+            Ok(0) => {
                 if dec.on_eof().is_err() {
                     ex.body_bytes_sent = sent;
                     return Err(ExchangeError::Aborted(
@@ -241,17 +235,10 @@ pub async fn relay_response(
                 }
                 break;
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+            Ok(_) => {}
+            Err(why) => {
                 ex.body_bytes_sent = sent;
-                return Err(ExchangeError::Aborted(format!("upstream read failed: {e}")));
-            }
-            Err(_) => {
-                ex.body_bytes_sent = sent;
-                w.stats.upstream_timeouts.fetch_add(1, Relaxed);
-                return Err(ExchangeError::Aborted(
-                    timed_out("upstream body read").to_string(),
-                ));
+                return Err(ExchangeError::Aborted(why));
             }
         }
     }

@@ -22,7 +22,7 @@
 use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::store::{publish, Store};
 use super::stream::{Leader, Relay, RELAY_DEPTH};
-use crate::http::conn::{timed_out, Conn};
+use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::http::respond::{error_page, respond as respond_page};
 use crate::upstream::relay::{self as proxy, client_head_planned};
@@ -32,7 +32,6 @@ use edge_cache::{policy, FillHandle, FillState, ObjectWriter};
 use edge_http::{BodyDecoder, BodyKind, Method, RangeOutcome};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 /// Upstream read buffer growth.
@@ -414,23 +413,16 @@ pub async fn pump(
         // Send what we have before waiting on the origin, so the client sees bytes as
         // they arrive (followers were already told by `progress`).
         flush(&mut client, &mut out, send, &mut client_error).await;
-        if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf
-                .reserve(if store.is_some() { STORE_BUF } else { UP_BUF });
-        }
-        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
-            Ok(Ok(0)) => {
+        let grow = if store.is_some() { STORE_BUF } else { UP_BUF };
+        match up.read_more(group, grow, ctx.w.stats()).await {
+            Ok(0) => {
                 if dec.on_eof().is_err() {
                     break Err("upstream closed before the body ended".into());
                 }
                 break Ok(());
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => break Err(format!("upstream read failed: {e}")),
-            Err(_) => {
-                ctx.w.stats().upstream_timeouts.fetch_add(1, Relaxed);
-                break Err(timed_out("upstream body read").to_string());
-            }
+            Ok(_) => {}
+            Err(why) => break Err(why),
         }
     };
     if result.is_ok() {

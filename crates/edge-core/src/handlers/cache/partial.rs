@@ -32,7 +32,7 @@ use super::fill;
 use super::hit;
 use super::store::{publish, Store};
 use crate::config::RangeFetch;
-use crate::http::conn::{timed_out, Conn};
+use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::upstream::UpstreamResponse;
 use edge_cache::hit::{not_modified, validators};
@@ -42,7 +42,6 @@ use edge_http::{BodyDecoder, BodyKind, HeaderMap, Method, RangeOutcome};
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
-use tokio::io::AsyncReadExt;
 
 /// The most bytes neither held nor wanted that a completion fetches so that the
 /// stored range stays one range; a request further from the part replaces it.
@@ -642,22 +641,14 @@ async fn copy_origin(
             &mut sink.client_error,
         )
         .await;
-        if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf.reserve(64 * 1024);
-        }
-        let read = up.conn.stream.read_buf(&mut up.buf);
-        match tokio::time::timeout(ctx.p.upstream.read_timeout, read).await {
-            Ok(Ok(0)) => {
-                dec.on_eof()
-                    .map_err(|_| "upstream closed before the body ended".to_string())?;
-                break;
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("upstream read failed: {e}")),
-            Err(_) => {
-                ctx.w.stats().upstream_timeouts.fetch_add(1, Relaxed);
-                return Err(timed_out("upstream body read").to_string());
-            }
+        if up
+            .read_more(&ctx.p.upstream, 64 * 1024, ctx.w.stats())
+            .await?
+            == 0
+        {
+            dec.on_eof()
+                .map_err(|_| "upstream closed before the body ended".to_string())?;
+            break;
         }
     }
     if at != fetch.end {

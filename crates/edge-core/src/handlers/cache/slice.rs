@@ -36,7 +36,7 @@ pub mod plan;
 
 use super::ctx::{mark, CacheStatus, Ctx, OwnedCtx};
 use super::store::{publish, Store};
-use crate::http::conn::{timed_out, Conn};
+use crate::http::conn::Conn;
 use crate::http::exchange::{Exchange, ExchangeError};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 use edge_cache::hit::{content_type, not_modified, validators};
@@ -50,7 +50,6 @@ use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::SystemTime;
-use tokio::io::AsyncReadExt;
 
 /// How many times a request starts again after finding its object changed between
 /// slices before it answers 502.
@@ -1261,17 +1260,10 @@ async fn relay(
         if dec.is_done() || (!storing && (client.is_some() || pos >= want.end)) {
             break Ok(());
         }
-        if up.buf.capacity() - up.buf.len() < 4096 {
-            up.buf.reserve(UP_BUF);
-        }
-        match tokio::time::timeout(group.read_timeout, up.conn.stream.read_buf(&mut up.buf)).await {
-            Ok(Ok(0)) => break Err("upstream closed before the body ended".into()),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => break Err(format!("upstream read failed: {e}")),
-            Err(_) => {
-                ctx.w.stats().upstream_timeouts.fetch_add(1, Relaxed);
-                break Err(timed_out("upstream body read").to_string());
-            }
+        match up.read_more(group, UP_BUF, ctx.w.stats()).await {
+            Ok(0) => break Err("upstream closed before the body ended".into()),
+            Ok(_) => {}
+            Err(why) => break Err(why),
         }
     };
     let done = dec.is_done();
