@@ -11,6 +11,64 @@ use crate::{HeaderMap, Method};
 /// The final chunk and the empty trailer section of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// The fields of a block of `Name: value\r\n` lines (a stored head, or the fields of a
+/// head being written): each line's name and its value with the surrounding whitespace
+/// trimmed. It stops at the end of the block or at an empty line; a line without a
+/// colon is skipped. Bounded: at most `max` lines are looked at, and
+/// [`FieldLines::overflowed`] says when more were left (the caller refuses the block).
+/// Lines may end in a bare LF (what the line after it starts with is all that counts).
+pub struct FieldLines<'a> {
+    rest: &'a [u8],
+    left: usize,
+    overflowed: bool,
+}
+
+impl<'a> FieldLines<'a> {
+    pub fn new(block: &'a [u8], max: usize) -> FieldLines<'a> {
+        FieldLines {
+            rest: block,
+            left: max,
+            overflowed: false,
+        }
+    }
+
+    /// Whether the block had more than `max` lines (those past it were not yielded).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+}
+
+impl<'a> Iterator for FieldLines<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.rest.is_empty() {
+                return None;
+            }
+            let (line, rest) = match memchr::memchr(b'\n', self.rest) {
+                Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
+                None => (self.rest, &b""[..]),
+            };
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                self.rest = b"";
+                return None;
+            }
+            if self.left == 0 {
+                self.overflowed = true;
+                self.rest = b"";
+                return None;
+            }
+            self.left -= 1;
+            self.rest = rest;
+            if let Some(colon) = memchr::memchr(b':', line) {
+                return Some((&line[..colon], crate::trim_ows(&line[colon + 1..])));
+            }
+        }
+    }
+}
+
 /// The canonical reason phrase of a status (RFC 9110 section 15), `""` when unknown.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
@@ -238,6 +296,26 @@ pub fn error_response(status: u16) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::{parse_request, parse_response, BodyKind, Limits};
+
+    #[test]
+    fn field_lines_walk_a_block_within_their_bound() {
+        let block = b"A: 1\r\nno colon\r\nB:  two \r\nC:\nD: x\r\n\r\nE: after";
+        let f: Vec<_> = FieldLines::new(block, 16).collect();
+        let want: Vec<(&[u8], &[u8])> =
+            vec![(b"A", b"1"), (b"B", b"two"), (b"C", b""), (b"D", b"x")];
+        assert_eq!(f, want);
+        let mut it = FieldLines::new(block, 2);
+        assert_eq!(
+            it.by_ref().count(),
+            1,
+            "the colon-less line counts towards the bound"
+        );
+        assert!(it.overflowed());
+        let mut it = FieldLines::new(b"A: 1\r\n", 1);
+        assert_eq!(it.by_ref().count(), 1);
+        assert!(!it.overflowed());
+        assert_eq!(FieldLines::new(b"", 4).count(), 0);
+    }
 
     #[test]
     fn status_lines() {

@@ -147,6 +147,14 @@ impl HeaderMap {
         self.push_raw(name.as_bytes(), &value);
     }
 
+    /// Empties the map, keeping its allocations.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.entries.clear();
+        self.dead = 0;
+        self.names = 0;
+    }
+
     /// Adds a field from borrowed bytes (no intermediate allocation). Crate-internal
     /// because a `name` that is not UTF-8 would break [`HeaderMap::iter`]'s `&str` names.
     pub(crate) fn push_raw(&mut self, name: &[u8], value: &[u8]) {

@@ -50,7 +50,7 @@ pub use date::{fmt_http_date, http_date_now, parse_http_date};
 pub use encode::{
     error_response, is_hop_by_hop, reason_phrase, strip_hop_by_hop, write_chunk_header,
     write_decimal, write_header, write_header_u64, write_request_line, write_status_line,
-    LAST_CHUNK,
+    FieldLines, LAST_CHUNK,
 };
 pub use error::{ErrorKind, ParseError};
 pub use headers::{trim_ows, HeaderMap};
@@ -63,7 +63,7 @@ pub use range::{
     parse_content_range, parse_range, Boundary, ByteRange, ContentRange, MultipartLayout,
     MultipartPart, RangeIgnored, RangeOutcome, RangeSet, BOUNDARY_LEN, MAX_RANGES,
 };
-pub use request::{parse_request, parse_request_reusing, RequestHead};
+pub use request::{parse_request, parse_request_reusing, request_from_fields, RequestHead};
 pub use response::{parse_response, ResponseHead};
 
 /// How a message body is delimited (RFC 9112 section 6.3).

@@ -211,83 +211,11 @@ fn build_head(
     target::validate(&method, path)?;
 
     let fields = &*req.headers;
-    let mut hosts = 0u32;
-    let mut host_ok = true;
-    let mut cl = ContentLength::default();
-    let mut cl_error = None;
-    let mut te = TransferEncoding::default();
-    let mut conn = ConnectionOptions::default();
-    let mut expect_continue = false;
-
+    let mut checks = FieldChecks::default();
     for h in fields {
-        match classify(h.name) {
-            Special::Host => {
-                hosts += 1;
-                host_ok &= h.value.iter().all(|&b| target::is_authority_byte(b));
-            }
-            Special::ContentLength => {
-                if let Err(why) = cl.add(h.value) {
-                    cl_error.get_or_insert(why);
-                }
-            }
-            Special::TransferEncoding => te.add(h.value),
-            Special::Connection => conn.add(h.value),
-            Special::Expect => {
-                expect_continue |= h.value.eq_ignore_ascii_case(b"100-continue");
-            }
-            Special::FramingLookalike => {
-                return Err(bad(
-                    "header name is an underscore variant of a framing header",
-                ));
-            }
-            Special::Other => {}
-        }
+        checks.add(h.name, h.value)?;
     }
-
-    if hosts > 1 {
-        return Err(bad("more than one Host header"));
-    }
-    if hosts == 0 && version == Version::Http11 {
-        return Err(bad("HTTP/1.1 request without Host"));
-    }
-    if !host_ok {
-        return Err(bad("invalid Host header"));
-    }
-
-    let body = if te.seen {
-        // RFC 9112 6.1: TE in HTTP/1.0 is faulty framing; TE with CL is a smuggling
-        // attempt (6.3 rule 3 lets a server reject it, and we do).
-        if version == Version::Http10 {
-            return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
-        }
-        if cl.value.is_some() || cl_error.is_some() {
-            return Err(bad("both Transfer-Encoding and Content-Length"));
-        }
-        match te.verdict() {
-            TeVerdict::Chunked => BodyKind::Chunked,
-            TeVerdict::Empty => return Err(bad("empty Transfer-Encoding")),
-            TeVerdict::FinalNotChunked => return Err(bad("final transfer-coding is not chunked")),
-            TeVerdict::ChunkedTwice => return Err(bad("chunked applied more than once")),
-            TeVerdict::Unknown => {
-                return Err(ParseError::new(
-                    ErrorKind::NotImplemented,
-                    "unsupported transfer-coding",
-                ))
-            }
-        }
-    } else if let Some(why) = cl_error {
-        return Err(bad(why));
-    } else if let Some(len) = cl.value {
-        if limits.max_body.is_some_and(|max| len > max) {
-            return Err(ParseError::new(
-                ErrorKind::PayloadTooLarge,
-                "Content-Length exceeds the body limit",
-            ));
-        }
-        BodyKind::Length(len)
-    } else {
-        BodyKind::Empty
-    };
+    let (body, conn, expect_continue) = checks.finish(version, limits)?;
 
     // Copied last, so a refused request costs no allocation for its fields.
     let (target, headers) = match spare {
@@ -311,6 +239,232 @@ fn build_head(
         expect_continue: expect_continue && version == Version::Http11,
         headers,
         body,
+    })
+}
+
+/// The checks of a head's fields that decide its framing, shared by the HTTP/1 parser
+/// and [`request_from_fields`]: one Host of authority bytes, Content-Length and
+/// Transfer-Encoding that agree (or a refusal: smuggling), no underscore lookalikes
+/// of the framing fields.
+#[derive(Default)]
+struct FieldChecks {
+    hosts: u32,
+    host_bad: bool,
+    cl: ContentLength,
+    cl_error: Option<&'static str>,
+    te: TransferEncoding,
+    conn: ConnectionOptions,
+    expect_continue: bool,
+}
+
+impl FieldChecks {
+    #[inline]
+    fn add(&mut self, name: &str, value: &[u8]) -> Result<(), ParseError> {
+        match classify(name) {
+            Special::Host => {
+                self.hosts += 1;
+                self.host_bad |= !value.iter().all(|&b| target::is_authority_byte(b));
+            }
+            Special::ContentLength => {
+                if let Err(why) = self.cl.add(value) {
+                    self.cl_error.get_or_insert(why);
+                }
+            }
+            Special::TransferEncoding => self.te.add(value),
+            Special::Connection => self.conn.add(value),
+            Special::Expect => {
+                self.expect_continue |= value.eq_ignore_ascii_case(b"100-continue");
+            }
+            Special::FramingLookalike => {
+                return Err(bad(
+                    "header name is an underscore variant of a framing header",
+                ));
+            }
+            Special::Other => {}
+        }
+        Ok(())
+    }
+
+    /// The body's framing, the connection options and whether `Expect: 100-continue`
+    /// came, or the refusal.
+    fn finish(
+        self,
+        version: Version,
+        limits: &Limits,
+    ) -> Result<(BodyKind, ConnectionOptions, bool), ParseError> {
+        if self.hosts > 1 {
+            return Err(bad("more than one Host header"));
+        }
+        if self.hosts == 0 && version != Version::Http10 {
+            return Err(bad("HTTP/1.1 request without Host"));
+        }
+        if self.host_bad {
+            return Err(bad("invalid Host header"));
+        }
+        let (cl, cl_error, te) = (self.cl, self.cl_error, self.te);
+        let body = if te.seen {
+            // RFC 9112 6.1: TE in HTTP/1.0 is faulty framing; TE with CL is a smuggling
+            // attempt (6.3 rule 3 lets a server reject it, and we do).
+            if version == Version::Http10 {
+                return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+            }
+            if cl.value.is_some() || cl_error.is_some() {
+                return Err(bad("both Transfer-Encoding and Content-Length"));
+            }
+            match te.verdict() {
+                TeVerdict::Chunked => BodyKind::Chunked,
+                TeVerdict::Empty => return Err(bad("empty Transfer-Encoding")),
+                TeVerdict::FinalNotChunked => {
+                    return Err(bad("final transfer-coding is not chunked"))
+                }
+                TeVerdict::ChunkedTwice => return Err(bad("chunked applied more than once")),
+                TeVerdict::Unknown => {
+                    return Err(ParseError::new(
+                        ErrorKind::NotImplemented,
+                        "unsupported transfer-coding",
+                    ))
+                }
+            }
+        } else if let Some(why) = cl_error {
+            return Err(bad(why));
+        } else if let Some(len) = cl.value {
+            if limits.max_body.is_some_and(|max| len > max) {
+                return Err(ParseError::new(
+                    ErrorKind::PayloadTooLarge,
+                    "Content-Length exceeds the body limit",
+                ));
+            }
+            BodyKind::Length(len)
+        } else {
+            BodyKind::Empty
+        };
+        Ok((body, self.conn, self.expect_continue))
+    }
+}
+
+/// Field names that are connection-specific: HTTP/2 forbids them in a request (RFC 9113
+/// 8.2.2), and they say nothing once the request is not an HTTP/1.1 byte stream; `te`
+/// and `expect` (100-continue is HTTP/1.1's) included.
+fn connection_specific(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "upgrade"
+            | "te"
+            | "expect"
+    )
+}
+
+/// A request that arrives as fields, not bytes (an HTTP/2 stream: its pseudo-headers
+/// give `method`, the origin-form `target` and the `authority`; `fields` are its
+/// lowercase, already HPACK-decoded fields, walked once per call of the function),
+/// checked as [`parse_request`] checks a head:
+/// the same limits (`max_request_line` for the target, `max_headers` and
+/// `max_header_bytes` for the fields, counted as their HTTP/1.1 lines would be), the
+/// same Host, Content-Length and lookalike checks. The authority is the Host (a `host`
+/// field beside it is dropped, RFC 9113 8.3.1); connection-specific fields are dropped;
+/// `cookie` crumbs are joined into one field (RFC 9113 8.2.3). A body with no
+/// Content-Length (`has_body`) is [`BodyKind::Chunked`]: the stream presents its DATA
+/// frames as chunks. The head's version is [`Version::Http2`].
+pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
+    method: &str,
+    target: &str,
+    authority: Option<&str>,
+    fields: impl Fn() -> I,
+    has_body: bool,
+    limits: &Limits,
+    spare: Option<RequestHead>,
+) -> Result<RequestHead, ParseError> {
+    if target.len() > limits.max_request_line {
+        return Err(ERR_LINE_TOO_LONG);
+    }
+    let method = Method::from_token(method);
+    if method == Method::Connect {
+        return Err(ParseError::new(
+            ErrorKind::NotImplemented,
+            "CONNECT is not supported",
+        ));
+    }
+    target::validate(&method, target)?;
+    let mut checks = FieldChecks::default();
+    // What the head would take as HTTP/1.1: the request line, and a line per field.
+    let mut bytes = method.as_str().len() + target.len() + 12;
+    let mut count = 0usize;
+    let mut cookie_bytes = 0usize;
+    if let Some(a) = authority {
+        checks.add("host", a.as_bytes())?;
+        bytes += a.len() + 8;
+        count += 1;
+    }
+    for (name, value) in fields() {
+        if connection_specific(name) || (name == "host" && authority.is_some()) {
+            continue;
+        }
+        if name == "cookie" {
+            cookie_bytes += value.len() + 2;
+            continue;
+        }
+        checks.add(name, value)?;
+        bytes += name.len() + value.len() + 4;
+        count += 1;
+        if count > limits.max_headers {
+            return Err(ERR_TOO_MANY_HEADERS);
+        }
+    }
+    if cookie_bytes > 0 {
+        bytes += cookie_bytes + 6;
+        count += 1;
+    }
+    if count > limits.max_headers {
+        return Err(ERR_TOO_MANY_HEADERS);
+    }
+    if bytes > limits.max_header_bytes {
+        return Err(ERR_HEAD_TOO_LARGE);
+    }
+    let (mut body, _, _) = checks.finish(Version::Http2, limits)?;
+    if has_body && body == BodyKind::Empty {
+        body = BodyKind::Chunked;
+    }
+    let (mut target_buf, mut headers) = match spare {
+        Some(RequestHead {
+            target, headers, ..
+        }) => (target, headers),
+        None => (String::new(), HeaderMap::with_capacity(count, bytes)),
+    };
+    target_buf.clear();
+    target_buf.push_str(target);
+    headers.clear();
+    if let Some(a) = authority {
+        headers.push_raw(b"Host", a.as_bytes());
+    }
+    for (name, value) in fields() {
+        if connection_specific(name) || name == "cookie" || (name == "host" && authority.is_some())
+        {
+            continue;
+        }
+        headers.push_raw(name.as_bytes(), value);
+    }
+    if cookie_bytes > 0 {
+        let mut joined = Vec::with_capacity(cookie_bytes);
+        for (_, v) in fields().filter(|(n, _)| *n == "cookie") {
+            if !joined.is_empty() {
+                joined.extend_from_slice(b"; ");
+            }
+            joined.extend_from_slice(v);
+        }
+        headers.push_raw(b"cookie", &joined);
+    }
+    Ok(RequestHead {
+        method,
+        target: target_buf,
+        version: Version::Http2,
+        headers,
+        body,
+        keep_alive: true,
+        expect_continue: false,
     })
 }
 

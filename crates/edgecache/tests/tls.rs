@@ -154,6 +154,23 @@ async fn h2_get_inner<T>(io: T, authority: &str, paths: &[&str], window: u32) ->
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let reqs = paths
+        .iter()
+        .map(|p| {
+            http::Request::get(format!("https://{authority}{p}"))
+                .body(())
+                .unwrap()
+        })
+        .collect();
+    h2_send(io, reqs, window).await
+}
+
+/// Sends `reqs` one after the other on one HTTP/2 connection; their responses, bodies
+/// read to END_STREAM.
+async fn h2_send<T>(io: T, reqs: Vec<http::Request<()>>, window: u32) -> Vec<Resp>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut client, conn) = h2::client::Builder::new()
         .initial_window_size(window)
         .handshake::<_, Bytes>(io)
@@ -163,10 +180,7 @@ where
         let _ = conn.await;
     });
     let mut out = Vec::new();
-    for p in paths {
-        let req = http::Request::get(format!("https://{authority}{p}"))
-            .body(())
-            .unwrap();
+    for req in reqs {
         client = client.ready().await.unwrap();
         let (resp, _) = client.send_request(req, true).unwrap();
         let resp = resp.await.unwrap();
@@ -192,7 +206,6 @@ where
     out
 }
 
-/// GET over TLS HTTP/1.1, `Connection: close`, whole response read.
 async fn h1_get(io: Tls, host: &str, path: &str) -> Resp {
     h1_get_ending(io, host, path).await.0
 }
@@ -358,6 +371,105 @@ fn alpn_sni_and_hits_over_h2_and_tls_http1() {
     assert!(metric_in(&m, "edgecache_http_requests_total{version=\"1.1\"}").unwrap() >= 1);
     assert!(metric_in(&m, "edgecache_tls_handshakes_total{kind=\"full\"}").unwrap() >= 5);
     assert!(metric_in(&m, "edgecache_h2_streams_total").unwrap() >= 4);
+}
+
+/// Every way a response body is delimited reaches an HTTP/2 client as HEADERS and DATA
+/// frames, with no HTTP/1 framing: a body of unknown length (compressed on a miss and
+/// relayed chunked from the origin) ends with END_STREAM, HEAD and 304 carry no body,
+/// multipart ranges and our own error pages carry their Content-Length, and a request
+/// our limits refuse gets its status.
+#[test]
+fn h2_responses_of_every_framing() {
+    let pki = Pki::new();
+    let gzip = r#"
+[[location]]
+prefix = "/txt/"
+proxy = "origin"
+cache = ["c1"]
+compress = ["gzip"]
+"#;
+    let (_p, addr, _admin, _o, _cache) = tls_server(&pki, true, gzip);
+    rt().block_on(async {
+        let cfg = client_config(&pki.ca_path(), &[b"h2"]);
+        let tls = connect(addr, "a.example", &cfg).await.unwrap();
+        let uri = |p: &str| format!("https://a.example{p}");
+        let get = |p: &str| http::Request::get(uri(p));
+        let mut many = get("/obj/1k/3");
+        for i in 0..120 {
+            many = many.header(format!("x-many-{i}"), "v");
+        }
+        let reqs = vec![
+            // 0, 1: compressed on the fly (miss), then from the stored copy.
+            get("/txt/8k/1").header("accept-encoding", "gzip"),
+            get("/txt/8k/1").header("accept-encoding", "gzip"),
+            // 2: identity, for the comparison.
+            get("/txt/8k/1"),
+            // 3: relayed from a chunked origin response, not stored.
+            get("/obj/3k/2?chunked=1&no_store=1"),
+            // 4: HEAD of a stored object.
+            http::Request::head(uri("/obj/1k/3")),
+            // 5: 304.
+            get("/obj/1k/3"),
+            // 6: two ranges: multipart/byteranges.
+            get("/obj/1k/3").header("range", "bytes=0-9,20-29"),
+            // 7: more fields than the request limits allow (100): refused.
+            many,
+            // 8: a page of our own.
+            get("/obj/1k/3").header("range", "bytes=5000-6000"),
+        ];
+        let reqs: Vec<_> = reqs.into_iter().map(|r| r.body(()).unwrap()).collect();
+        let got = h2_send(tls, reqs, 65_535).await;
+        for r in &got {
+            assert!(r.header("connection").is_none() && r.header("transfer-encoding").is_none());
+        }
+        let plain = &got[2];
+        assert_eq!(plain.status, 200);
+        assert_eq!(plain.body.len(), 8 * 1024);
+        for (i, r) in got[..2].iter().enumerate() {
+            assert_eq!(r.status, 200, "{i}");
+            assert_eq!(r.header("content-encoding"), Some("gzip"), "{i}");
+            let body = edge_compress::codec::decode_all(edge_compress::Coding::Gzip, &r.body)
+                .unwrap_or_else(|e| panic!("{i}: {e}"));
+            assert_eq!(body, plain.body, "{i}: the whole body, decoded");
+        }
+        let relayed = &got[3];
+        assert_eq!(relayed.status, 200);
+        assert_eq!(relayed.body.len(), 3 * 1024);
+        assert_eq!(
+            relayed.header("x-checksum"),
+            Some(xxh3(&relayed.body).as_str())
+        );
+        let head = &got[4];
+        assert_eq!(head.status, 200);
+        assert_eq!(head.header("content-length"), Some("1024"));
+        assert!(head.body.is_empty());
+        assert_eq!(got[5].status, 200);
+        let etag = got[5].header("etag").expect("an ETag").to_string();
+        let multi = &got[6];
+        assert_eq!(multi.status, 206);
+        assert!(multi
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("multipart/byteranges")));
+        assert_eq!(
+            multi.header("content-length"),
+            Some(multi.body.len().to_string().as_str())
+        );
+        assert_eq!(got[7].status, 431);
+        assert!(got[7].body.is_empty());
+        let unsat = &got[8];
+        assert_eq!(unsat.status, 416);
+        assert_eq!(unsat.header("content-range"), Some("bytes */1024"));
+
+        let tls = connect(addr, "a.example", &cfg).await.unwrap();
+        let req = get("/obj/1k/3")
+            .header("if-none-match", etag)
+            .body(())
+            .unwrap();
+        let got = h2_send(tls, vec![req], 65_535).await;
+        assert_eq!(got[0].status, 304);
+        assert!(got[0].body.is_empty());
+        assert_eq!(got[0].header("x-cache-status"), Some("HIT"));
+    });
 }
 
 /// kTLS (`tls.ktls`, on by default): after the handshake the kernel carries the

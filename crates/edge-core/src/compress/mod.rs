@@ -531,20 +531,6 @@ pub fn for_relay(
     }
 }
 
-/// Frames `data` for the client (a chunk when `chunked`) at the end of `out`.
-pub fn frame(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
-    if data.is_empty() {
-        return;
-    }
-    if chunked {
-        edge_http::write_chunk_header(out, data.len());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    } else {
-        out.extend_from_slice(data);
-    }
-}
-
 /// `lines` without the lines named in `skip` (lowercase).
 fn without(lines: &[u8], skip: &[&str]) -> Vec<u8> {
     let mut out = Vec::with_capacity(lines.len());

@@ -7,7 +7,7 @@
 //! default `disable_symlinks off`).
 
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use crate::http::respond::{error_page, finish_without_body, respond};
 use crate::http::send::send_file_range;
 use crate::state::Shared;
@@ -248,7 +248,7 @@ pub async fn handle(
             edge_http::write_header_u64(&mut head, "Content-Length", size);
             edge_http::write_header(&mut head, "Accept-Ranges", b"bytes");
             head.extend_from_slice(&validators);
-            ex.end_head(&mut head);
+            ex.end_head(&mut head, BodyLen::Known(size));
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only && size > 0 {
                 ex.body_bytes_sent = send_file_range(
@@ -275,7 +275,7 @@ pub async fn handle(
                 format!("bytes {a}-{b}/{size}").as_bytes(),
             );
             head.extend_from_slice(&validators);
-            ex.end_head(&mut head);
+            ex.end_head(&mut head, BodyLen::Known(b - a + 1));
             conn.write_all(&head, shared.timeouts.send).await?;
             if !head_only {
                 ex.body_bytes_sent = send_file_range(
@@ -299,7 +299,7 @@ pub async fn handle(
             edge_http::write_header(&mut head, "Content-Type", mp.content_type());
             edge_http::write_header_u64(&mut head, "Content-Length", mp.content_length());
             head.extend_from_slice(&validators);
-            ex.end_head(&mut head);
+            ex.end_head(&mut head, BodyLen::Known(mp.content_length()));
             conn.write_all(&head, shared.timeouts.send).await?;
             if head_only {
                 return Ok(());

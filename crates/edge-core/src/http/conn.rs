@@ -60,16 +60,18 @@ pub struct ConnInfo {
     pub sni_cert: Option<u16>,
 }
 
-/// What a client's bytes travel over. Handlers see one byte stream of HTTP/1.1 either
-/// way; only the file-body path asks for [`ClientIo::tcp`] (sendfile needs the socket).
+/// What a client's bytes travel over. Handlers write the bytes of a response (an HTTP/1
+/// head as its encoder wrote it, body bytes) the same way over each; only the
+/// file-body path asks for [`ClientIo::tcp`] (sendfile needs the socket).
 pub enum ClientIo {
     /// Plain TCP (or kernel TLS): bodies go out by `sendfile`. Registered with the
     /// reactor only once it has to wait ([`Sock`]).
     Tcp(Sock),
     /// TLS in user space (rustls): bodies are read and encrypted.
     Tls(Box<tokio_rustls::server::TlsStream<crate::net::ktls::TlsIo>>),
-    /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes and the response
-    /// written as HTTP/1.1 goes out as HEADERS and DATA frames.
+    /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes; the response head
+    /// goes out as HEADERS (from the exchange's [`super::h2stream::HeadSlot`]) and the
+    /// body's bytes written here as DATA frames.
     H2(Box<super::h2stream::StreamIo>),
 }
 
@@ -190,10 +192,13 @@ impl Conn {
         self.io.read_buf(&mut self.rbuf).await
     }
 
-    /// Writes all of `buf`; each write must make progress within `limit`.
+    /// Writes all of `buf`; each write must make progress within `limit`. On an
+    /// HTTP/2 stream the response head the exchange ended goes out first, even when
+    /// `buf` is empty (the head's buffer, whose field lines went to the stream).
     pub async fn write_all(&mut self, buf: &[u8], limit: Duration) -> io::Result<()> {
         match &mut self.io {
             ClientIo::Tcp(s) => write_all_timed(s, buf, limit).await,
+            ClientIo::H2(s) if buf.is_empty() => s.start(),
             io => write_all_io(io, buf, limit).await,
         }
     }

@@ -2,8 +2,17 @@
 //! decided (status, keep-alive, cache status) and what was sent, for the access log.
 //! Also the helpers every handler uses to write a response head and to take in a
 //! request body (including `Expect: 100-continue`).
+//!
+//! The response head is version-neutral: a handler names the status
+//! ([`Exchange::begin_head`]), writes the fields as `Name: value\r\n` lines, and ends
+//! the head with how its body is delimited ([`BodyLen`], [`Exchange::end_head`]). The
+//! protocol's encoder does the rest: for HTTP/1.x the status line, `Connection`,
+//! `Transfer-Encoding: chunked` and the chunks' framing ([`Framing`]); for HTTP/2 the
+//! field lines go to the stream as HEADERS ([`super::head::HeadSlot`]) and the
+//! body's bytes as DATA frames. No handler writes a byte of either protocol's framing.
 
 use super::conn::Conn;
+pub use super::head::{BodyLen, Framing};
 use edge_http::{BodyDecoder, BodyKind, RequestHead, Version};
 use std::io;
 use std::time::{Duration, Instant};
@@ -19,6 +28,10 @@ pub struct Exchange {
     pub header_bytes: u64,
     /// Where the head being written starts in its buffer (set by `begin_*head`).
     head_start: usize,
+    /// Where its field lines start (past the HTTP/1 status line).
+    fields_at: usize,
+    /// The protocol that encodes the response head.
+    encoder: Encoder,
     /// Request head bytes (`$request_length`, with the body read).
     pub head_length: u64,
     /// When the first upstream request of this exchange started
@@ -85,6 +98,14 @@ pub struct CacheReport {
 }
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
+/// The protocol an exchange's response head is encoded for.
+enum Encoder {
+    /// HTTP/1.x: the head is written as bytes into the handler's buffer.
+    H1,
+    /// An HTTP/2 stream: the fields go to the stream's slot, sent as HEADERS.
+    H2(std::rc::Rc<super::head::HeadSlot>),
+}
+
 impl Exchange {
     pub fn new(
         req: RequestHead,
@@ -104,6 +125,8 @@ impl Exchange {
             body_bytes_sent: 0,
             header_bytes: 0,
             head_start: 0,
+            fields_at: 0,
+            encoder: Encoder::H1,
             head_length: 0,
             upstream_started: None,
             cache_status: None,
@@ -117,6 +140,11 @@ impl Exchange {
             draining,
             client,
         }
+    }
+
+    /// Encodes this exchange's response for an HTTP/2 stream (its head goes to `slot`).
+    pub fn encode_for_h2(&mut self, slot: std::rc::Rc<super::head::HeadSlot>) {
+        self.encoder = Encoder::H2(slot);
     }
 
     /// The request's client address, `$remote_addr`: the connection's client
@@ -137,27 +165,34 @@ impl Exchange {
         self.req.method == edge_http::Method::Head
     }
 
-    /// True when the client can take a chunked body (HTTP/1.1, and HTTP/2, whose stream
-    /// turns the chunks into DATA frames).
-    pub fn chunked_ok(&self) -> bool {
+    /// True when the client can take a chunked body (HTTP/1.1).
+    fn chunked_ok(&self) -> bool {
         self.req.version != Version::Http10
     }
 
-    /// Status line, Date and Server. The caller adds its headers, then [`Self::end_head`].
+    /// Starts a response head with `status`: the status line (HTTP/1), Date and Server.
+    /// The caller adds its fields, then [`Self::end_head`].
     pub fn begin_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
         self.head_start = out.len();
-        edge_http::write_status_line(out, status);
+        if let Encoder::H1 = self.encoder {
+            edge_http::write_status_line(out, status);
+        }
+        self.fields_at = out.len();
         edge_http::write_header(out, "Date", &edge_http::http_date_now());
         edge_http::write_header(out, "Server", SERVER);
     }
 
-    /// Status line and Server, for a head whose `Date` comes with the stored header block
+    /// [`Self::begin_head`] for a head whose `Date` comes with the stored header block
     /// that follows (a cached response keeps the origin's `Date`; `Age` tells its age).
+    /// The status line (HTTP/1) and Server.
     pub fn begin_stored_head(&mut self, out: &mut Vec<u8>, status: u16) {
         self.status = status;
         self.head_start = out.len();
-        edge_http::write_status_line(out, status);
+        if let Encoder::H1 = self.encoder {
+            edge_http::write_status_line(out, status);
+        }
+        self.fields_at = out.len();
         edge_http::write_header(out, "Server", SERVER);
     }
 
@@ -208,12 +243,17 @@ impl Exchange {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// The route's field control (hidden fields removed, `add_header` lines added for
-    /// the status), the Connection header (when needed) and the blank line. Every
-    /// response head ends here, HTTP/2 ones included (they are written as HTTP/1 heads).
-    pub fn end_head(&mut self, out: &mut Vec<u8>) {
+    /// Ends the head: the route's field control (hidden fields removed, `add_header`
+    /// lines added for the status), then the protocol's encoding. For HTTP/1.x the
+    /// framing of a body of unknown length (`Transfer-Encoding: chunked` to a 1.1
+    /// client; to a 1.0 one the connection closes after it), the Connection field when
+    /// needed and the blank line, in `out`. For HTTP/2 the field lines leave `out` for
+    /// the stream, which sends them as HEADERS before the body's first bytes (the
+    /// stream drops connection-specific fields). Returns how the body's bytes are
+    /// framed.
+    pub fn end_head(&mut self, out: &mut Vec<u8>, body: BodyLen) -> Framing {
         if let Some(hide) = &self.out_fields.hide {
-            super::fields::hide_fields(out, self.head_start, hide);
+            super::fields::hide_fields(out, self.fields_at, hide);
         }
         if self.out_fields.adds_to(self.status) {
             match &self.out_fields.add {
@@ -223,6 +263,22 @@ impl Exchange {
                     let f = f.clone();
                     f(self, out);
                 }
+            }
+        }
+        if let Encoder::H2(slot) = &self.encoder {
+            let fields = &out[self.fields_at.min(out.len())..];
+            self.header_bytes = fields.len() as u64;
+            slot.put(self.status, fields, body, self.is_head());
+            out.truncate(self.head_start);
+            return Framing::default();
+        }
+        let mut framing = Framing::default();
+        if body == BodyLen::Unknown && !self.is_head() {
+            if self.chunked_ok() {
+                edge_http::write_header(out, "Transfer-Encoding", b"chunked");
+                framing = Framing::chunked();
+            } else {
+                self.keep_alive = false; // HTTP/1.0: the body ends when we close
             }
         }
         if self.draining.is_draining() {
@@ -235,6 +291,7 @@ impl Exchange {
         }
         out.extend_from_slice(b"\r\n");
         self.header_bytes = out.len().saturating_sub(self.head_start) as u64;
+        framing
     }
 
     /// Sends `100 Continue` once, if the client asked for it and the body is wanted.
@@ -243,7 +300,9 @@ impl Exchange {
         conn: &mut Conn,
         send_timeout: Duration,
     ) -> io::Result<()> {
+        // (HTTP/2 drops `Expect`: its clients send the body without waiting.)
         if self.req.expect_continue
+            && matches!(self.encoder, Encoder::H1)
             && !self.continue_sent
             && self.body.is_some()
             && conn.rbuf.is_empty()

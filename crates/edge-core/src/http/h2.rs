@@ -1,13 +1,14 @@
 //! HTTP/2 for clients, on the `h2` crate: each stream is served by the same session
 //! code, router, handlers and cache as an HTTP/1.1 request.
 //!
-//! A stream's request is written as an HTTP/1.1 head (pseudo-headers become the
-//! request line and `Host`, cookies are joined, connection-specific fields dropped) and
-//! parsed by our own parser, so every limit and check of HTTP/1.1 applies to it too. A
-//! body without `content-length` is presented chunked. The handler's response, written
-//! as HTTP/1.1 bytes into the stream's [`StreamIo`], is parsed back: the head becomes
-//! HEADERS, the body (by `Content-Length`, chunked or until the end) DATA frames sent
-//! as the client's flow-control window allows.
+//! A stream's request becomes a [`edge_http::RequestHead`] directly
+//! ([`edge_http::request_from_fields`]: pseudo-headers become the method, target and
+//! `Host`, cookies are joined, connection-specific fields dropped), with every limit and
+//! check our HTTP/1.1 parser applies. A body without `content-length` is presented
+//! chunked. The handler's response head, version-neutral, goes to the stream's
+//! [`super::head::HeadSlot`] and out as HEADERS; its body's bytes, written into the
+//! stream's [`StreamIo`], go out as DATA frames as the client's flow-control window
+//! allows.
 //!
 //! Defences (each counted in [`crate::metrics::H2Stats`]):
 //! - at most [`MAX_CONCURRENT_STREAMS`] streams per connection, and as many stream
@@ -26,7 +27,6 @@ use super::idle::IdleEnd;
 use super::session::Service;
 use crate::metrics::H2Stats;
 use bytes::Bytes;
-use edge_http::Method;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use std::cell::RefCell;
@@ -579,9 +579,13 @@ async fn stream_task<S: Service>(
 ) {
     let (parts, body) = req.into_parts();
     let has_body = !body.is_end_stream();
-    let mut rbuf = w.take_rbuf();
-    let chunked = match request_head(&parts, has_body, &mut rbuf) {
-        Ok(c) => c,
+    let head = {
+        let cfg = w.config();
+        let params = S::params(&cfg);
+        request_head(&parts, has_body, params.limits, w.spare_head())
+    };
+    let (head, len) = match head {
+        Ok(h) => h,
         Err(status) => {
             let resp = http::Response::builder().status(status).body(());
             if let Ok(r) = resp {
@@ -590,18 +594,11 @@ async fn stream_task<S: Service>(
             return;
         }
     };
-    let io = StreamIo::new(
-        body,
-        has_body,
-        chunked,
-        respond,
-        Method::from_token(parts.method.as_str()),
-        state.clone(),
-    );
+    let chunked = head.body == edge_http::BodyKind::Chunked;
+    let io = StreamIo::new(body, has_body, chunked, respond, state.clone());
     let mut conn = Conn::over(ClientIo::H2(Box::new(io)), peer, info);
     if let Some(client) = state.client.get() {
         conn.client = client;
     }
-    conn.rbuf = rbuf;
-    super::session::serve_stream(w, conn).await;
+    super::session::serve_stream(w, conn, head, len).await;
 }

@@ -1,9 +1,10 @@
-//! One HTTP/2 stream seen as an HTTP/1.1 byte stream (see [`super::h2`]): the request
-//! head written as HTTP/1.1 ([`request_head`]), the request body read from DATA frames,
-//! the response parsed back into HEADERS and DATA frames ([`StreamIo`]).
+//! One HTTP/2 stream (see [`super::h2`]): the request head taken from the stream's
+//! fields ([`request_head`]), the request body read from DATA frames, the response's
+//! version-neutral head sent as HEADERS ([`HeadSlot`], [`response_fields`]) and its
+//! body's bytes as DATA frames ([`StreamIo`]).
 
+use super::head::{BodyLen, HeadSlot, PendingHead};
 use bytes::{Bytes, BytesMut};
-use edge_http::{BodyDecoder, BodyKind, Method};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use std::cell::{Cell, RefCell};
@@ -16,19 +17,20 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// DATA payload per frame: with its 9-byte frame head, exactly one full TLS record
 /// (16 KiB), so no record carries a frame's few leftover bytes alone.
 const DATA_CHUNK: usize = 16 * 1024 - 9;
-/// Decoded response bytes a stream holds before its writer waits for the window.
+/// Response body bytes a stream holds before its writer waits for the window.
 const PENDING_HIGH: usize = 64 * 1024;
-/// Largest response head a handler writes (ours are far smaller), and most fields.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Most fields of a response head.
 const MAX_RESPONSE_HEADERS: usize = 64;
 
-/// The `:authority` / `Host`-less, body framing and connection-specific checks of one
-/// request, as an HTTP/1.1 head. Err: the status to answer with.
+/// The request head of a stream, checked as our HTTP/1.1 parser checks one
+/// ([`edge_http::request_from_fields`]), and its size as HTTP/1.1 lines (for
+/// `$request_length`). Err: the status to answer with.
 pub fn request_head(
     parts: &http::request::Parts,
     has_body: bool,
-    out: &mut BytesMut,
-) -> Result<bool, u16> {
+    limits: &edge_http::Limits,
+    spare: Option<edge_http::RequestHead>,
+) -> Result<(edge_http::RequestHead, usize), u16> {
     let Some(path) = parts.uri.path_and_query() else {
         // CONNECT (no :path): not a proxy.
         return Err(405);
@@ -39,53 +41,29 @@ pub fn request_head(
     if !(p.starts_with('/') || (p == "*" && parts.method == http::Method::OPTIONS)) {
         return Err(400);
     }
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(path.as_str().as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let authority = parts.uri.authority();
-    if let Some(a) = authority {
-        out.extend_from_slice(b"Host: ");
-        out.extend_from_slice(a.as_str().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let mut cookies: Option<Vec<u8>> = None;
-    let mut has_length = false;
-    for (name, value) in &parts.headers {
-        match name.as_str() {
-            // :authority wins over host (RFC 9113 8.3.1).
-            "host" if authority.is_some() => continue,
-            // Connection-specific fields are malformed in HTTP/2 (the h2 crate refuses
-            // most); 100-continue is HTTP/1.1's business.
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-            | "te" | "expect" => continue,
-            "cookie" => {
-                let c = cookies.get_or_insert_with(Vec::new);
-                if !c.is_empty() {
-                    c.extend_from_slice(b"; ");
-                }
-                c.extend_from_slice(value.as_bytes());
-                continue;
-            }
-            "content-length" => has_length = true,
-            _ => {}
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if let Some(c) = cookies {
-        out.extend_from_slice(b"cookie: ");
-        out.extend_from_slice(&c);
-        out.extend_from_slice(b"\r\n");
-    }
-    let chunked = has_body && !has_length;
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    Ok(chunked)
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    let fields = || {
+        parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes()))
+    };
+    let head = edge_http::request_from_fields(
+        parts.method.as_str(),
+        p,
+        authority,
+        fields,
+        has_body,
+        limits,
+        spare,
+    )
+    .map_err(|e| e.status())?;
+    let len = parts.method.as_str().len()
+        + p.len()
+        + 13
+        + authority.map_or(0, |a| a.len() + 8)
+        + fields().map(|(n, v)| n.len() + v.len() + 4).sum::<usize>();
+    Ok((head, len))
 }
 
 /// The per-connection state its stream tasks share.
@@ -182,7 +160,9 @@ enum Tx {
     Done,
 }
 
-/// One stream seen as an HTTP/1.1 byte stream by the session and the handlers.
+/// One stream as the session and the handlers see it: the request body read from DATA
+/// frames, the response head taken from its [`HeadSlot`] and sent as HEADERS, the
+/// response body's bytes (no framing of any kind) written as DATA frames.
 pub struct StreamIo {
     /// The request body still to read (None: none, or all read).
     recv: Option<RecvStream>,
@@ -194,14 +174,11 @@ pub struct StreamIo {
     /// Framed request-body bytes not yet read.
     in_pending: Bytes,
     tx: Tx,
-    /// The response head so far.
-    head_buf: BytesMut,
-    method: Method,
-    /// The response body's framing, once the head is in.
-    body: Option<BodyDecoder>,
-    /// Decoded body bytes not yet sent: first `out_shared` (a slice of the bytes the
-    /// head came in, taken without a copy), then `out`.
-    out_shared: Bytes,
+    /// Where the exchange leaves the response head.
+    slot: Rc<HeadSlot>,
+    /// Body bytes still to come when the head gave the length (None: until the end).
+    left: Option<u64>,
+    /// Body bytes not yet sent.
     out: BytesMut,
     /// The response body is complete (END_STREAM goes with the last of `out`).
     out_done: bool,
@@ -209,8 +186,6 @@ pub struct StreamIo {
     state: Rc<ConnState>,
     /// The client reset this stream (counted once).
     reset_seen: bool,
-    /// The body that came with the head failed: the error of the next write.
-    error_after_head: Option<io::Error>,
 }
 
 impl StreamIo {
@@ -221,7 +196,6 @@ impl StreamIo {
         has_body: bool,
         chunked_in: bool,
         respond: SendResponse<Bytes>,
-        method: Method,
         state: Rc<ConnState>,
     ) -> StreamIo {
         let (recv, recv_done) = if has_body {
@@ -235,17 +209,19 @@ impl StreamIo {
             chunked_in,
             in_pending: Bytes::new(),
             tx: Tx::Head(respond),
-            head_buf: BytesMut::new(),
-            method,
-            body: None,
-            out_shared: Bytes::new(),
+            slot: Rc::default(),
+            left: None,
             out: BytesMut::new(),
             out_done: false,
             ended: false,
             state,
             reset_seen: false,
-            error_after_head: None,
         }
+    }
+
+    /// Where this stream's exchange leaves its response head.
+    pub fn head_slot(&self) -> Rc<HeadSlot> {
+        self.slot.clone()
     }
 }
 
@@ -320,32 +296,47 @@ impl StreamIo {
         self.ended = true;
     }
 
-    /// The response head, `head` (complete, ours), goes out as HEADERS. Header values
-    /// are slices of `head` (no copy); hop-by-hop fields are dropped. A 1xx is dropped
-    /// (100-continue is not used over HTTP/2).
-    fn send_head(&mut self, head: Bytes) -> io::Result<()> {
-        let Some(parsed) = ResponseHead::parse(&head, &self.state.names)? else {
+    /// Answers `status` with no body: a request refused before it became an exchange.
+    pub fn refuse(&mut self, status: u16) -> io::Result<()> {
+        self.slot.put(status, b"", BodyLen::None, false);
+        self.start()
+    }
+
+    /// Sends the response head the exchange left in the slot, if it has not gone out
+    /// yet.
+    pub fn start(&mut self) -> io::Result<()> {
+        if !matches!(self.tx, Tx::Head(_)) {
+            return Ok(());
+        }
+        let Some(p) = self.slot.take() else {
             return Ok(());
         };
-        let ResponseHead {
-            status,
-            mut kind,
-            fields,
-        } = parsed;
-        if self.method == Method::Head || matches!(status.as_u16(), 204 | 304) {
-            kind = BodyKind::Empty;
+        self.send_head(p)
+    }
+
+    /// The response head goes out as HEADERS: its field lines become the fields
+    /// (values are slices of the lines, no copy; connection-specific fields dropped).
+    fn send_head(&mut self, p: PendingHead) -> io::Result<()> {
+        let status = http::StatusCode::from_u16(p.status).map_err(broken)?;
+        let fields = response_fields(&p.fields, &self.state.names)?;
+        let mut len = p.body;
+        if p.head || matches!(p.status, 204 | 304) {
+            len = BodyLen::None;
         }
+        let end = matches!(len, BodyLen::None | BodyLen::Known(0));
         let mut resp = http::Response::new(());
         *resp.status_mut() = status;
         *resp.headers_mut() = fields;
-        let end = matches!(kind, BodyKind::Empty | BodyKind::Length(0));
         let Tx::Head(mut r) = std::mem::replace(&mut self.tx, Tx::Done) else {
             return Err(broken("response head sent twice"));
         };
         match r.send_response(resp, end) {
             Ok(s) if !end => {
                 self.tx = Tx::Body(s);
-                self.body = Some(BodyDecoder::new(kind, None).upstream());
+                self.left = match len {
+                    BodyLen::Known(n) => Some(n),
+                    _ => None,
+                };
             }
             Ok(_) => self.ended = true,
             Err(e) => {
@@ -357,11 +348,11 @@ impl StreamIo {
         Ok(())
     }
 
-    /// Sends decoded body bytes as the window allows; Ready once `out` is empty (and
+    /// Sends queued body bytes as the window allows; Ready once `out` is empty (and
     /// the stream ended, if the body is complete).
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            let pending = self.pending();
+            let pending = self.out.len();
             let Tx::Body(s) = &mut self.tx else {
                 return Poll::Ready(Ok(()));
             };
@@ -395,14 +386,9 @@ impl StreamIo {
                     Poll::Ready(Some(Ok(n))) => n,
                 }
             };
-            let chunk = if self.out_shared.is_empty() {
-                let n = cap.min(self.out.len()).min(DATA_CHUNK);
-                self.out.split_to(n).freeze()
-            } else {
-                let n = cap.min(self.out_shared.len()).min(DATA_CHUNK);
-                self.out_shared.split_to(n)
-            };
-            let end = self.out_shared.is_empty() && self.out.is_empty() && self.out_done;
+            let n = cap.min(self.out.len()).min(DATA_CHUNK);
+            let chunk = self.out.split_to(n).freeze();
+            let end = self.out.is_empty() && self.out_done;
             if let Err(e) = s.send_data(chunk, end) {
                 return Poll::Ready(Err(self.failed(e)));
             }
@@ -414,109 +400,34 @@ impl StreamIo {
         }
     }
 
-    /// Takes response head bytes; once the head is whole it goes out, and what follows
-    /// it in the same write is taken as body.
-    fn write_head(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.head_buf.is_empty() {
-            // The usual case: the head whole in one write, the body (or its start)
-            // after it. Both are copied once, into one buffer the head's field values
-            // and the first DATA frame are slices of.
-            let scan = &buf[..buf.len().min(MAX_RESPONSE_HEAD)];
-            if let Some(end) = memchr::memmem::find(scan, b"\r\n\r\n") {
-                let n = end + 4;
-                // As much body as one write queues, no more (the rest is written
-                // again).
-                let all = Bytes::copy_from_slice(&buf[..buf.len().min(n + PENDING_HIGH)]);
-                self.send_head(all.slice(..n))?;
-                if n == all.len() || !matches!(self.tx, Tx::Body(_)) {
-                    // Bytes past a bodiless head are the caller's to write again
-                    // (and refused then).
-                    return Poll::Ready(Ok(n));
-                }
-                let body = all.slice(n..);
-                return match self.write_body(cx, &body, Some(&body)) {
-                    Poll::Ready(Ok(used)) => Poll::Ready(Ok(n + used)),
-                    // The head is out, so it is reported taken; the error is the
-                    // next write's.
-                    Poll::Ready(Err(e)) => {
-                        self.error_after_head = Some(e);
-                        Poll::Ready(Ok(n))
-                    }
-                    Poll::Pending => Poll::Ready(Ok(n)),
-                };
-            }
-        }
-        let room = MAX_RESPONSE_HEAD.saturating_sub(self.head_buf.len());
-        if room == 0 {
-            return Poll::Ready(Err(broken("response head too large")));
-        }
-        let take = room.min(buf.len());
-        // Where the head ends: searched from a little before the new bytes (the blank
-        // line may straddle two writes).
-        let from = self.head_buf.len().saturating_sub(3);
-        self.head_buf.extend_from_slice(&buf[..take]);
-        let Some(end) = memchr::memmem::find(&self.head_buf[from..], b"\r\n\r\n") else {
-            return Poll::Ready(Ok(take));
-        };
-        let n = from + end + 4;
-        // Bytes of `buf` past the head are not taken now: the caller writes them
-        // again, as body.
-        let consumed = take - (self.head_buf.len() - n);
-        let head = self.head_buf.split_to(n).freeze();
-        self.head_buf.clear();
-        self.send_head(head)?;
-        Poll::Ready(Ok(consumed))
-    }
-
-    /// Takes body bytes: decoded (by the head's framing) and queued, then sent as the
-    /// window allows. `shared`: `buf` is this `Bytes`, whose slices are queued without
-    /// a copy.
-    fn write_body(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-        shared: Option<&Bytes>,
-    ) -> Poll<io::Result<usize>> {
-        if self.pending() >= PENDING_HIGH {
+    /// Takes body bytes (the body itself: HTTP/2 frames it) and queues them, then sends
+    /// what the window allows. Bytes past a body of known length belong to no
+    /// response: they are taken and dropped.
+    fn write_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.out.len() >= PENDING_HIGH {
             ready!(self.poll_drain(cx))?;
         }
-        let Some(dec) = self.body.as_mut() else {
-            return Poll::Ready(Err(broken("body without a head")));
-        };
-        let mut used = 0;
-        // (`self.pending()`, spelt out: the decoder borrows `self.body`.)
-        while used < buf.len()
-            && self.out_shared.len() + self.out.len() < PENDING_HIGH
-            && !self.out_done
-        {
-            let d = dec
-                .decode(&buf[used..])
-                .map_err(|e| broken(format!("response body: {e}")))?;
-            match shared {
-                Some(b) if self.out_shared.is_empty() && self.out.is_empty() => {
-                    self.out_shared = b.slice_ref(d.data);
-                }
-                _ => self.out.extend_from_slice(d.data),
-            }
-            used += d.consumed;
-            if d.done {
+        if self.out_done {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let mut n = buf.len().min(PENDING_HIGH.saturating_sub(self.out.len()));
+        let mut used = n;
+        if let Some(left) = self.left {
+            if n as u64 >= left {
+                n = left as usize;
+                used = buf.len();
                 self.out_done = true;
             }
-            if d.consumed == 0 {
-                break;
-            }
+            self.left = Some(left - n as u64);
         }
-        if self.out_done {
-            // Anything after the body's end belongs to no response.
-            used = buf.len();
-        }
+        self.out.extend_from_slice(&buf[..n]);
         // Send what the window allows now; the rest goes on the next write or flush.
         if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
             return Poll::Ready(Err(e));
         }
         if used == 0 {
-            // The decoder took nothing (cannot happen with a non-empty buffer): wait
-            // for the window rather than report a zero-length write.
+            // No room (cannot happen: a full queue was drained above): wait for the
+            // window rather than report a zero-length write.
             return match self.poll_drain(cx) {
                 Poll::Ready(Ok(())) => Poll::Ready(Err(broken("response body stalled"))),
                 Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -586,23 +497,24 @@ impl AsyncWrite for StreamIo {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if let Some(e) = this.error_after_head.take() {
-            return Poll::Ready(Err(e));
-        }
+        this.start()?;
         match this.tx {
-            Tx::Head(_) => this.write_head(cx, buf),
-            Tx::Body(_) => this.write_body(cx, buf, None),
+            Tx::Head(_) => Poll::Ready(Err(broken("body without a head"))),
+            Tx::Body(_) => this.write_body(cx, buf),
             Tx::Done => Poll::Ready(Err(broken("response already complete"))),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_drain(cx)
+        let this = self.get_mut();
+        this.start()?;
+        this.poll_drain(cx)
     }
 
-    /// Ends the response: a body that runs "until close" is complete now.
+    /// Ends the response: a body that runs "until the end" is complete now.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        this.start()?;
         match this.tx {
             Tx::Head(_) => {
                 this.reset();
@@ -610,7 +522,7 @@ impl AsyncWrite for StreamIo {
             }
             Tx::Body(_) => {
                 if !this.body_complete() {
-                    // A length or chunked body cut short: the client must not take it
+                    // A body of known length cut short: the client must not take it
                     // for a whole response.
                     this.reset();
                     return Poll::Ready(Ok(()));
@@ -624,15 +536,10 @@ impl AsyncWrite for StreamIo {
 }
 
 impl StreamIo {
-    /// Decoded body bytes not yet sent.
-    fn pending(&self) -> usize {
-        self.out_shared.len() + self.out.len()
-    }
-
-    /// Whether the body written so far is the whole body: its framing said so, or it
-    /// runs until the end of the response (no length, not chunked).
+    /// Whether the body written so far is the whole body: all of its known length, or
+    /// it runs until the end of the response.
     fn body_complete(&self) -> bool {
-        self.out_done || self.body.as_ref().is_some_and(|d| d.is_close_delimited())
+        self.out_done || self.left.is_none()
     }
 }
 
@@ -647,11 +554,8 @@ impl Drop for StreamIo {
                 if self.body_complete() {
                     // What is left goes out (the h2 crate queues it past the window,
                     // within max_send_buffer_size), then END_STREAM.
-                    let first = std::mem::take(&mut self.out_shared);
                     let rest = std::mem::take(&mut self.out).freeze();
-                    if (!first.is_empty() && s.send_data(first, false).is_err())
-                        || s.send_data(rest, true).is_err()
-                    {
+                    if s.send_data(rest, true).is_err() {
                         s.send_reset(Reason::INTERNAL_ERROR);
                     }
                 } else {
@@ -663,112 +567,38 @@ impl Drop for StreamIo {
     }
 }
 
-/// A response head as HEADERS wants it.
-struct ResponseHead {
-    status: http::StatusCode,
-    /// How the body that follows is framed.
-    kind: BodyKind,
-    /// The fields, hop-by-hop ones dropped; values are slices of the head.
-    fields: http::HeaderMap,
-}
-
-impl ResponseHead {
-    /// Parses a complete HTTP/1.1 response head written by our own code (so strict:
-    /// one space after the version, CRLF line ends, no folding). `Ok(None)`: a 1xx.
-    fn parse(head: &Bytes, names: &NameMemo) -> io::Result<Option<ResponseHead>> {
-        let bad = || broken("response head does not parse");
-        let (line, mut rest) = split_line(head).ok_or_else(bad)?;
-        let code = match line {
-            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'0' | b'1', b' ', a, b, c, ..]
-                if line.len() == 12 || line[12] == b' ' =>
-            {
-                [a, b, c].iter().try_fold(0u16, |n, d| {
-                    d.is_ascii_digit().then(|| n * 10 + u16::from(*d - b'0'))
-                })
-            }
-            _ => None,
+/// The fields HEADERS carries for a response head's field lines `block`: valid names
+/// only, connection-specific fields dropped (HTTP/2 frames the body itself), values
+/// slices of `block`. `memo` is the connection's memo of field names. At most
+/// [`MAX_RESPONSE_HEADERS`] lines (the fuzz target `h2_response_head` drives it).
+pub fn response_fields(block: &Bytes, memo: &NameMemo) -> io::Result<http::HeaderMap> {
+    let mut fields = http::HeaderMap::with_capacity(16);
+    let mut memo = memo.cursor();
+    let mut lines = edge_http::FieldLines::new(block, MAX_RESPONSE_HEADERS);
+    for (name, value) in lines.by_ref() {
+        // A name that is not a valid field name is left out, as before HTTP/2.
+        let Some(Name::Field(name, churns)) = memo.lookup(name) else {
+            continue;
+        };
+        let Ok(mut v) = http::HeaderValue::from_maybe_shared(block.slice_ref(value)) else {
+            continue;
+        };
+        if churns {
+            v.set_sensitive(true);
         }
-        .ok_or_else(bad)?;
-        let status = http::StatusCode::from_u16(code).map_err(broken)?;
-        if code < 200 {
-            return Ok(None);
-        }
-        let mut kind = BodyKind::CloseDelimited;
-        let mut fields = http::HeaderMap::with_capacity(16);
-        let mut n = 0;
-        let mut memo = names.cursor();
-        loop {
-            let (line, next) = split_line(rest).ok_or_else(bad)?;
-            rest = next;
-            if line.is_empty() {
-                break;
-            }
-            n += 1;
-            if n > MAX_RESPONSE_HEADERS {
-                return Err(broken("response head has too many fields"));
-            }
-            let colon = memchr::memchr(b':', line).ok_or_else(bad)?;
-            let value = edge_http::trim_ows(&line[colon + 1..]);
-            // A name that is not a valid field name is left out, as before HTTP/2.
-            let Some(name) = memo.lookup(&line[..colon]) else {
-                continue;
-            };
-            match name {
-                Name::Hop => {}
-                Name::TransferEncoding => {
-                    if value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked")) {
-                        kind = BodyKind::Chunked;
-                    }
-                }
-                Name::Field(name, churns) => {
-                    if name == http::header::CONTENT_LENGTH && kind != BodyKind::Chunked {
-                        let n = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-                        kind = BodyKind::Length(n.ok_or_else(|| broken("bad content-length"))?);
-                    }
-                    let Ok(mut v) = http::HeaderValue::from_maybe_shared(head.slice_ref(value))
-                    else {
-                        continue;
-                    };
-                    if churns {
-                        v.set_sensitive(true);
-                    }
-                    fields.append(name, v);
-                }
-            }
-        }
-        Ok(Some(ResponseHead {
-            status,
-            kind,
-            fields,
-        }))
+        fields.append(name, v);
     }
-}
-
-/// What HEADERS would carry for the response head `head`: its status, how its body is
-/// framed and its fields (hop-by-hop ones dropped); None for a 1xx. `memo` is the
-/// connection's memo of field names. (The fuzz target `h2_response_head` drives it.)
-pub fn response_fields(
-    head: &Bytes,
-    memo: &NameMemo,
-) -> io::Result<Option<(http::StatusCode, BodyKind, http::HeaderMap)>> {
-    Ok(ResponseHead::parse(head, memo)?.map(|h| (h.status, h.kind, h.fields)))
-}
-
-/// The first CRLF-ended line of `b` and what follows it; None when there is none, or a
-/// line ends in a bare LF.
-fn split_line(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let lf = memchr::memchr(b'\n', b)?;
-    let line = b[..lf].strip_suffix(b"\r")?;
-    Some((line, &b[lf + 1..]))
+    if lines.overflowed() {
+        return Err(broken("response head has too many fields"));
+    }
+    Ok(fields)
 }
 
 /// What a response field name is to HTTP/2.
 #[derive(Clone)]
 enum Name {
-    /// Connection-specific: not sent.
+    /// Connection-specific (framing included): not sent.
     Hop,
-    /// Framing only: not sent.
-    TransferEncoding,
     /// Sent; `true` when its values churn (see [`churns_hpack`]).
     Field(http::HeaderName, bool),
 }
@@ -777,8 +607,9 @@ impl Name {
     fn of(raw: &[u8]) -> Option<Name> {
         let name = http::HeaderName::from_bytes(raw).ok()?;
         Some(match name.as_str() {
-            "transfer-encoding" => Name::TransferEncoding,
-            "connection" | "keep-alive" | "proxy-connection" | "upgrade" => Name::Hop,
+            "connection" | "keep-alive" | "proxy-connection" | "upgrade" | "transfer-encoding" => {
+                Name::Hop
+            }
             n => Name::Field(name.clone(), churns_hpack(n)),
         })
     }
@@ -857,11 +688,9 @@ fn churns_hpack(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn head_of(req: http::Request<()>, has_body: bool) -> (String, bool) {
+    fn head_of(req: http::Request<()>, has_body: bool) -> Result<edge_http::RequestHead, u16> {
         let (parts, ()) = req.into_parts();
-        let mut out = BytesMut::new();
-        let chunked = request_head(&parts, has_body, &mut out).unwrap();
-        (String::from_utf8(out.to_vec()).unwrap(), chunked)
+        request_head(&parts, has_body, &edge_http::Limits::default(), None).map(|(h, _)| h)
     }
 
     /// Per-response values stay out of the HPACK table; fields that repeat go in.
@@ -882,87 +711,50 @@ mod tests {
         }
     }
 
-    fn parse(head: &str, memo: &NameMemo) -> io::Result<Option<ResponseHead>> {
-        ResponseHead::parse(&Bytes::copy_from_slice(head.as_bytes()), memo)
+    fn fields(block: &str, memo: &NameMemo) -> io::Result<http::HeaderMap> {
+        response_fields(&Bytes::copy_from_slice(block.as_bytes()), memo)
     }
 
     #[test]
-    fn response_heads_become_header_maps() {
+    fn field_lines_become_header_maps() {
         let memo = NameMemo::default();
-        let head =
-            "HTTP/1.1 200 OK\r\nServer: edgecache\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\
+        let block = "Server: edgecache\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\
                     Keep-Alive: timeout=5\r\nX-Cache-Status: HIT\r\nContent-Length:  1024 \r\n\
-                    Bad Name: dropped\r\nset-cookie: a\r\nSet-Cookie: b\r\n\r\n";
+                    Transfer-Encoding: chunked\r\nBad Name: dropped\r\nno colon\r\n\
+                    set-cookie: a\r\nSet-Cookie: b\r\n";
         // Twice: the second time every name comes from the memo, same result.
         for _ in 0..2 {
-            let h = parse(head, &memo).unwrap().unwrap();
-            assert_eq!(h.status, 200);
-            assert_eq!(h.kind, BodyKind::Length(1024));
-            let f = &h.fields;
+            let f = fields(block, &memo).unwrap();
             assert_eq!(f["server"], "edgecache");
             assert_eq!(f["content-length"], "1024");
             assert_eq!(f["x-cache-status"], "HIT");
             assert!(f["etag"].is_sensitive() && !f["server"].is_sensitive());
-            assert!(!f.contains_key("connection") && !f.contains_key("keep-alive"));
+            for hop in ["connection", "keep-alive", "transfer-encoding"] {
+                assert!(!f.contains_key(hop), "{hop}");
+            }
             let cookies: Vec<_> = f.get_all("set-cookie").iter().collect();
             assert_eq!(cookies, ["a", "b"]);
             assert_eq!(f.len(), 6, "{f:?}");
         }
         // Names in another order, and new ones, on the same connection.
-        let h = parse(
-            "HTTP/1.0 404 Not Found\r\nX-Other: 1\r\nServer: e\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-            &memo,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(h.status, 404);
-        assert_eq!(h.kind, BodyKind::Chunked);
-        assert_eq!(h.fields.len(), 2);
-        assert_eq!(h.fields["x-other"], "1");
-        // No length, not chunked: the body runs until the end; no reason phrase is fine.
-        let h = parse("HTTP/1.1 200\r\n\r\n", &memo).unwrap().unwrap();
-        assert_eq!(h.kind, BodyKind::CloseDelimited);
-        // A 1xx is not sent.
-        assert!(
-            parse("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", &memo)
-                .unwrap()
-                .is_none()
-        );
+        let f = fields("X-Other: 1\r\nServer: e\r\n", &memo).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f["x-other"], "1");
+        assert!(fields("", &memo).unwrap().is_empty());
     }
 
     #[test]
-    fn malformed_response_heads_are_errors() {
+    fn too_many_fields_are_an_error_and_the_memo_stays_bounded() {
         let memo = NameMemo::default();
-        for head in [
-            "HTTP/1.1 200 OK\nServer: e\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nServer: e\n\r\n",
-            "HTTP/1.1 2x0 OK\r\n\r\n",
-            "HTTP/1.1 20 OK\r\n\r\n",
-            "HTTP/1.1 2000 OK\r\n\r\n",
-            "HTTP/2.0 200 OK\r\n\r\n",
-            "HTTP/1.1 099 OK\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nServer: e\r\n",
-            "",
-        ] {
-            assert!(parse(head, &memo).is_err(), "{head:?}");
-        }
         let many: String = (0..=MAX_RESPONSE_HEADERS)
             .map(|i| format!("x-{i}: v\r\n"))
             .collect();
-        assert!(parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n"), &memo).is_err());
-        // The memo stays bounded, in names and in their length.
+        assert!(fields(&many, &memo).is_err());
         assert!(memo.seen.borrow().len() <= MEMO_NAMES);
         let memo = NameMemo::default();
         let long = "x".repeat(MEMO_NAME_LEN + 1);
-        let h = parse(
-            &format!("HTTP/1.1 200 OK\r\n{long}: v\r\nServer: e\r\n\r\n"),
-            &memo,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(h.fields[long.as_str()], "v");
+        let f = fields(&format!("{long}: v\r\nServer: e\r\n"), &memo).unwrap();
+        assert_eq!(f[long.as_str()], "v");
         let seen: Vec<_> = memo.seen.borrow().iter().map(|(n, _)| n.len()).collect();
         assert_eq!(seen, [6], "only Server is remembered");
     }
@@ -979,40 +771,32 @@ mod tests {
             .header("accept", "*/*")
             .body(())
             .unwrap();
-        let (h, chunked) = head_of(req, false);
-        assert!(!chunked);
-        assert_eq!(
-            h,
-            "GET /x?y=1 HTTP/1.1\r\nHost: a.example\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
-        );
+        let h = head_of(req, false).unwrap();
+        assert_eq!(h.target, "/x?y=1");
+        assert_eq!(h.host(), Some("a.example"));
+        assert_eq!(h.version, edge_http::Version::Http2);
+        assert_eq!(h.headers.get("cookie"), Some(&b"a=1; b=2"[..]));
+        assert!(!h.headers.contains("te"));
         // A body without content-length is presented chunked; with one, as it is.
         let req = http::Request::builder()
             .method("POST")
             .uri("https://a.example/up")
             .body(())
             .unwrap();
-        let (h, chunked) = head_of(req, true);
-        assert!(chunked);
-        assert!(h.ends_with("transfer-encoding: chunked\r\n\r\n"), "{h}");
+        assert_eq!(
+            head_of(req, true).unwrap().body,
+            edge_http::BodyKind::Chunked
+        );
         let req = http::Request::builder()
             .method("POST")
             .uri("https://a.example/up")
             .header("content-length", "3")
             .body(())
             .unwrap();
-        assert!(!head_of(req, true).1);
-        // The head parses with our own parser.
-        let req = http::Request::builder()
-            .method("GET")
-            .uri("https://a.example/p")
-            .body(())
-            .unwrap();
-        let (h, _) = head_of(req, false);
-        let (head, n) = edge_http::parse_request(h.as_bytes(), &edge_http::Limits::default())
-            .unwrap()
-            .unwrap();
-        assert_eq!(n, h.len());
-        assert_eq!(head.headers.get("host"), Some(&b"a.example"[..]));
+        assert_eq!(
+            head_of(req, true).unwrap().body,
+            edge_http::BodyKind::Length(3)
+        );
     }
 
     #[test]
@@ -1020,11 +804,12 @@ mod tests {
         // (The `http` crate itself refuses an absolute URI as a path; `*` it takes.)
         let uri = http::Uri::builder().path_and_query("*").build().unwrap();
         let get = http::Request::builder().method("GET").uri(uri.clone());
-        let (parts, ()) = get.body(()).unwrap().into_parts();
-        assert_eq!(request_head(&parts, false, &mut BytesMut::new()), Err(400));
+        let get = get.header("host", "a.example");
+        assert_eq!(head_of(get.body(()).unwrap(), false).err(), Some(400));
         let options = http::Request::builder().method("OPTIONS").uri(uri);
-        let (parts, ()) = options.body(()).unwrap().into_parts();
-        assert!(request_head(&parts, false, &mut BytesMut::new()).is_ok());
+        let options = options.header("host", "a.example");
+        let h = head_of(options.body(()).unwrap(), false).unwrap();
+        assert_eq!((h.method, h.target.as_str()), (edge_http::Method::Options, "*"));
     }
 
     #[test]
@@ -1034,7 +819,6 @@ mod tests {
             .uri("a.example:443")
             .body(())
             .unwrap();
-        let (parts, ()) = req.into_parts();
-        assert_eq!(request_head(&parts, false, &mut BytesMut::new()), Err(405));
+        assert_eq!(head_of(req, false).err(), Some(405));
     }
 }

@@ -57,7 +57,12 @@ pub async fn write_response(
         edge_http::write_header_u64(&mut out, "Content-Length", body.len() as u64);
     }
     out.extend_from_slice(extra_headers);
-    ex.end_head(&mut out);
+    let len = if no_body {
+        super::exchange::BodyLen::None
+    } else {
+        super::exchange::BodyLen::Known(body.len() as u64)
+    };
+    ex.end_head(&mut out, len);
     if !no_body && !ex.is_head() {
         out.extend_from_slice(body);
         ex.body_bytes_sent = body.len() as u64;

@@ -208,9 +208,10 @@ impl Start {
     }
 }
 
-/// One HTTP/2 stream, whose request head is in `conn.rbuf` already.
-pub async fn serve_stream<S: Service>(w: &S, conn: Conn) {
-    serve_conn(w, conn, 0, true).await;
+/// One HTTP/2 stream, whose request came as `head` (`len`: its size, for
+/// `$request_length`) rather than as bytes to parse.
+pub async fn serve_stream<S: Service>(w: &S, conn: Conn, head: edge_http::RequestHead, len: usize) {
+    serve(w, conn, 0, true, Some((head, len))).await;
 }
 
 /// Serves `conn` (which has answered `served` requests) until it closes, or until it is
@@ -220,15 +221,30 @@ pub async fn serve_stream<S: Service>(w: &S, conn: Conn) {
 /// ([`ClientIo::parkable`]).
 pub async fn serve_conn<S: Service>(
     w: &S,
+    conn: Conn,
+    served: u64,
+    nodelay: bool,
+) -> Option<Parked> {
+    serve(w, conn, served, nodelay, None).await
+}
+
+/// [`serve_conn`], whose first request may be given already (an HTTP/2 stream's).
+async fn serve<S: Service>(
+    w: &S,
     mut conn: Conn,
     mut served: u64,
     mut nodelay: bool,
+    mut given: Option<(edge_http::RequestHead, usize)>,
 ) -> Option<Parked> {
     let peer = conn.peer;
     loop {
         let cfg = w.config();
         let params = S::params(&cfg);
-        match read_head(w, &mut conn, &params, served).await {
+        let (outcome, head_len) = match given.take() {
+            Some((head, len)) => (HeadOutcome::Request(head, 0), Some(len)),
+            None => (read_head(w, &mut conn, &params, served).await, None),
+        };
+        match outcome {
             HeadOutcome::Close => break,
             HeadOutcome::Park(idle_left) => {
                 let Conn {
@@ -258,6 +274,11 @@ pub async fn serve_conn<S: Service>(
                 w.stats().bad_requests.fetch_add(1, Relaxed);
                 w.stats().count_status(status);
                 w.stats().requests.fetch_add(1, Relaxed);
+                if let ClientIo::H2(s) = &mut conn.io {
+                    // The stream answers with the status alone (and ends).
+                    let _ = s.refuse(status);
+                    return None;
+                }
                 let _ = conn
                     .write_all(&edge_http::error_response(status), params.timeouts.send)
                     .await;
@@ -267,7 +288,7 @@ pub async fn serve_conn<S: Service>(
                 let _ = conn.io.shutdown().await;
                 return None;
             }
-            HeadOutcome::Request(mut req, n) => {
+            HeadOutcome::Request(req, n) => {
                 // The config as it is now: a reload while this keep-alive connection
                 // waited for the request applies to it (the head was read under the
                 // limits of the config it was waiting under).
@@ -275,11 +296,8 @@ pub async fn serve_conn<S: Service>(
                 let params = S::params(&cfg);
                 conn.rbuf.advance(n);
                 served += 1;
-                // One exchange per HTTP/2 stream; its head was written as HTTP/1.1.
+                // One exchange per HTTP/2 stream.
                 let one_shot = matches!(conn.io, ClientIo::H2(_));
-                if one_shot {
-                    req.version = edge_http::Version::Http2;
-                }
                 w.stats().count_version(req.version);
                 let keep_alive = req.keep_alive
                     && served < params.keepalive_requests
@@ -305,7 +323,10 @@ pub async fn serve_conn<S: Service>(
                     w.idle().clone(),
                     client,
                 );
-                ex.head_length = n as u64;
+                ex.head_length = head_len.unwrap_or(n) as u64;
+                if let ClientIo::H2(s) = &conn.io {
+                    ex.encode_for_h2(s.head_slot());
+                }
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
                     // TLS may hold the response's last record (a no-op on TCP).

@@ -11,6 +11,7 @@ use super::client::{fetch, Local, UpstreamError, UpstreamResponse, UP_BUF};
 pub use super::headers::write_forwarded_headers;
 use super::UpstreamGroup;
 use crate::compress::{Compressor, Plan, Policy};
+use crate::http::exchange::{BodyLen, Framing};
 use crate::http::respond::{error_page, respond};
 use crate::http::{Conn, Exchange, ExchangeError, Timeouts};
 use bytes::Buf;
@@ -99,20 +100,20 @@ pub fn error_headers(ex: &Exchange) -> Vec<u8> {
 }
 
 /// Writes the response head for the client from an upstream head: hop-by-hop, Date,
-/// Server and framing headers replaced by ours. Returns whether the body goes chunked.
-pub fn client_head(out: &mut Vec<u8>, ex: &mut Exchange, head: &ResponseHead) -> bool {
+/// Server and framing headers replaced by ours. Returns how the body's bytes are framed.
+pub fn client_head(out: &mut Vec<u8>, ex: &mut Exchange, head: &ResponseHead) -> Framing {
     client_head_planned(out, ex, head, Plan::AsIs { vary: false })
 }
 
 /// [`client_head`] for a response sent according to a compression `plan`: the coding
 /// lines and `Vary` set for it ([`crate::compress::transform_block`]); a transformed
-/// body's length is unknown, so it goes chunked (or, to HTTP/1.0, until the close).
+/// body's length is unknown (the protocol's encoder frames it).
 pub fn client_head_planned(
     out: &mut Vec<u8>,
     ex: &mut Exchange,
     head: &ResponseHead,
     plan: Plan,
-) -> bool {
+) -> Framing {
     if plan == (Plan::AsIs { vary: false }) {
         begin_forwarded_head(out, ex, head.status, &head.headers);
     } else {
@@ -125,26 +126,21 @@ pub fn client_head_planned(
         Plan::Encode(_) | Plan::Decode(_) => BodyKind::Chunked,
         Plan::AsIs { .. } => head.body,
     };
-    let mut chunked = false;
-    match body {
+    let len = match body {
         BodyKind::Empty => {
             if let Some(cl) = head.headers.get("content-length") {
                 edge_http::write_header(out, "Content-Length", cl);
             }
+            BodyLen::None
         }
-        BodyKind::Length(n) => edge_http::write_header_u64(out, "Content-Length", n),
-        BodyKind::Chunked | BodyKind::CloseDelimited => {
-            if ex.chunked_ok() && !ex.is_head() {
-                edge_http::write_header(out, "Transfer-Encoding", b"chunked");
-                chunked = true;
-            } else {
-                ex.keep_alive = false; // HTTP/1.0 client: the body ends when we close
-            }
+        BodyKind::Length(n) => {
+            edge_http::write_header_u64(out, "Content-Length", n);
+            BodyLen::Known(n)
         }
-    }
+        BodyKind::Chunked | BodyKind::CloseDelimited => BodyLen::Unknown,
+    };
     ex.write_cache_status(out);
-    ex.end_head(out);
-    chunked
+    ex.end_head(out, len)
 }
 
 /// The head of a response relayed from upstream, up to its end-to-end headers: the
@@ -181,7 +177,7 @@ pub async fn relay_response(
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
     let (plan, mut filter) =
         crate::compress::for_relay(compress, &ex.req.headers, &up.head, ex.is_head(), w.stats);
-    let chunked = client_head_planned(&mut out, ex, &up.head, plan);
+    let framing = client_head_planned(&mut out, ex, &up.head, plan);
     let head_len = out.len();
     let mut coded = Vec::new();
     let mut dec = BodyDecoder::new(up.head.body, None).upstream();
@@ -197,11 +193,11 @@ pub async fn relay_response(
                     Some(f) => {
                         coded.clear();
                         f.push(d.data, &mut coded).await.map_err(filter_failed)?;
-                        crate::compress::frame(&mut out, &coded, chunked);
+                        framing.frame(&mut out, &coded);
                         sent += coded.len() as u64;
                     }
                     None => {
-                        crate::compress::frame(&mut out, d.data, chunked);
+                        framing.frame(&mut out, d.data);
                         sent += d.data.len() as u64;
                     }
                 }
@@ -245,13 +241,11 @@ pub async fn relay_response(
     if let Some(f) = filter.as_mut() {
         coded.clear();
         f.finish(&mut coded).await.map_err(filter_failed)?;
-        crate::compress::frame(&mut out, &coded, chunked);
+        framing.frame(&mut out, &coded);
         sent += coded.len() as u64;
         f.account(w.stats);
     }
-    if chunked {
-        out.extend_from_slice(edge_http::LAST_CHUNK);
-    }
+    framing.finish(&mut out);
     if !out.is_empty() || head_len > 0 {
         conn.write_all(&out, send).await?;
     }

@@ -395,3 +395,103 @@ fn host_is_text_ascii_or_utf8() {
     assert_eq!(as_str(b"caf\xe9"), None);
     assert_eq!(as_str(b""), Some(""));
 }
+
+fn from_fields(
+    method: &str,
+    target: &str,
+    authority: Option<&str>,
+    fields: &[(&str, &[u8])],
+    has_body: bool,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
+    request_from_fields(
+        method,
+        target,
+        authority,
+        || fields.iter().copied(),
+        has_body,
+        limits,
+        None,
+    )
+}
+
+#[test]
+fn fields_become_a_head_as_rfc_9113_says() {
+    let fields: &[(&str, &[u8])] = &[
+        ("host", b"other.example"),
+        ("cookie", b"a=1"),
+        ("accept", b"*/*"),
+        ("te", b"trailers"),
+        ("connection", b"close"),
+        ("expect", b"100-continue"),
+        ("cookie", b"b=2"),
+    ];
+    let limits = Limits::default();
+    let h = from_fields("GET", "/x?y=1", Some("a.example"), fields, false, &limits).unwrap();
+    assert_eq!(h.method, Method::Get);
+    assert_eq!(h.version, Version::Http2);
+    assert_eq!(h.path_query(), ("/x", Some("y=1")));
+    assert_eq!(h.host(), Some("a.example"), ":authority wins over host");
+    let got: Vec<_> = h.headers.iter().collect();
+    let want: Vec<(&str, &[u8])> = vec![
+        ("Host", b"a.example"),
+        ("accept", b"*/*"),
+        ("cookie", b"a=1; b=2"),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(h.body, BodyKind::Empty);
+    assert!(h.keep_alive && !h.expect_continue);
+    // No :authority: the host field is the Host; with neither, refused as in HTTP/1.1.
+    let h = from_fields("GET", "/", None, &[("host", b"h.example")], false, &limits).unwrap();
+    assert_eq!(h.host(), Some("h.example"));
+    assert_eq!(
+        from_fields("GET", "/", None, &[], false, &limits)
+            .unwrap_err()
+            .kind,
+        BadRequest
+    );
+    // A body: chunked without a length, as it is with one, refused over the limit.
+    let h = from_fields("POST", "/up", Some("a"), &[], true, &limits).unwrap();
+    assert_eq!(h.body, BodyKind::Chunked);
+    let cl: &[(&str, &[u8])] = &[("content-length", b"3")];
+    let h = from_fields("POST", "/up", Some("a"), cl, true, &limits).unwrap();
+    assert_eq!(h.body, BodyKind::Length(3));
+    let small = Limits {
+        max_body: Some(2),
+        ..Limits::default()
+    };
+    let e = from_fields("POST", "/up", Some("a"), cl, true, &small).unwrap_err();
+    assert_eq!(e.kind, PayloadTooLarge);
+}
+
+#[test]
+fn fields_get_the_parsers_refusals() {
+    let limits = Limits::default();
+    let refused = |m: &str, t: &str, a: Option<&str>, f: &[(&str, &[u8])], l: &Limits| {
+        from_fields(m, t, a, f, false, l).unwrap_err().kind
+    };
+    let a = Some("a.example");
+    assert_eq!(
+        refused("GET", "/", a, &[("content_length", b"1")], &limits),
+        BadRequest
+    );
+    let two_lengths: &[(&str, &[u8])] = &[("content-length", b"1"), ("content-length", b"2")];
+    assert_eq!(refused("GET", "/", a, two_lengths, &limits), BadRequest);
+    assert_eq!(refused("GET", "/", Some("a b"), &[], &limits), BadRequest);
+    assert_eq!(refused("GET", "/a\x01", a, &[], &limits), BadRequest);
+    assert_eq!(refused("CONNECT", "/", a, &[], &limits), NotImplemented);
+    let long = format!("/{}", "x".repeat(limits.max_request_line));
+    assert_eq!(refused("GET", &long, a, &[], &limits), UriTooLong);
+    let names: Vec<String> = (0..=limits.max_headers).map(|i| format!("x-{i}")).collect();
+    let many: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"v"[..])).collect();
+    assert_eq!(refused("GET", "/", a, &many, &limits), HeadersTooLarge);
+    let big = vec![b'v'; limits.max_header_bytes];
+    assert_eq!(
+        refused("GET", "/", a, &[("x-big", &big)], &limits),
+        HeadersTooLarge
+    );
+    // Crumbs count towards the size as the one joined field would.
+    let crumb = vec![b'c'; limits.max_header_bytes / 2];
+    let crumbs: &[(&str, &[u8])] = &[("cookie", &crumb), ("cookie", &crumb)];
+    assert_eq!(refused("GET", "/", a, crumbs, &limits), HeadersTooLarge);
+}

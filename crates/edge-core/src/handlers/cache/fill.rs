@@ -23,7 +23,7 @@ use super::ctx::{fill_head, mark, CacheStatus, Ctx, MayStore, OwnedCtx};
 use super::store::{publish, Store};
 use super::stream::{Leader, Relay, RELAY_DEPTH};
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError, Framing};
 use crate::http::respond::{error_page, respond as respond_page};
 use crate::upstream::relay::{self as proxy, client_head_planned};
 use crate::upstream::{fetch_with, UpstreamError, UpstreamResponse};
@@ -285,7 +285,7 @@ pub async fn pump(
     let group = &ctx.p.upstream;
     let send = ctx.shared.timeouts.send;
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
-    let mut chunked = false;
+    let mut framing = Framing::default();
     let mut to_client = false;
     // The part of the body the client gets (all of it unless it asked for one range).
     let mut want = 0..u64::MAX;
@@ -308,7 +308,7 @@ pub async fn pump(
                     ctx.w.stats(),
                 );
                 filter = f;
-                chunked = client_head_planned(&mut out, ex, &up.head, plan);
+                framing = client_head_planned(&mut out, ex, &up.head, plan);
             }
         }
         to_client = !ex.is_head();
@@ -369,7 +369,7 @@ pub async fn pump(
                             coded.clear();
                             match f.push(part, &mut coded).await {
                                 Ok(()) => {
-                                    crate::compress::frame(&mut out, &coded, chunked);
+                                    framing.frame(&mut out, &coded);
                                     sent += coded.len() as u64;
                                 }
                                 // A corrupt coded body: this client is cut; the store
@@ -378,7 +378,7 @@ pub async fn pump(
                             }
                         }
                         None => {
-                            crate::compress::frame(&mut out, part, chunked);
+                            framing.frame(&mut out, part);
                             sent += part.len() as u64;
                         }
                     }
@@ -430,7 +430,7 @@ pub async fn pump(
             coded.clear();
             match f.finish(&mut coded).await {
                 Ok(()) => {
-                    crate::compress::frame(&mut out, &coded, chunked);
+                    framing.frame(&mut out, &coded);
                     sent += coded.len() as u64;
                     f.account(ctx.w.stats());
                 }
@@ -459,8 +459,8 @@ pub async fn pump(
     if let Some(l) = lead {
         l.end().await;
     }
-    if chunked && client_error.is_none() {
-        out.extend_from_slice(edge_http::LAST_CHUNK);
+    if client_error.is_none() {
+        framing.finish(&mut out);
     }
     flush(&mut client, &mut out, send, &mut client_error).await;
     let done = dec.is_done();
@@ -638,7 +638,7 @@ fn range_head(
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
     edge_http::write_header_u64(out, "Content-Length", n);
     ex.write_cache_status(out);
-    ex.end_head(out);
+    ex.end_head(out, BodyLen::Known(n));
 }
 
 /// Writes `out` to the client unless it already failed; remembers the first error.

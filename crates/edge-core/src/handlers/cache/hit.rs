@@ -15,7 +15,7 @@
 
 use super::ctx::{mark, CacheStatus, Ctx};
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use crate::http::mapped::{is_file_fault, write_mapped};
 use crate::http::respond::bodiless;
 use crate::http::send::send_file_range;
@@ -93,10 +93,13 @@ pub async fn send(
             let mut out = head_buf(ctx, &meta, 0);
             ex.begin_stored_head(&mut out, meta.status);
             out.extend_from_slice(&meta.header_block);
-            if !bodiless(meta.status) {
+            let body = if bodiless(meta.status) {
+                BodyLen::None
+            } else {
                 edge_http::write_header_u64(&mut out, "Content-Length", len);
-            }
-            finish_head(ex, age, &mut out);
+                BodyLen::Known(len)
+            };
+            finish_head(ex, age, &mut out, body);
             if bodiless(meta.status) || ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -108,7 +111,7 @@ pub async fn send(
             let r = ranges[0].as_range();
             let mut out = head_buf(ctx, &meta, 64);
             write_partial_head(ex, &mut out, &meta, &r, len);
-            finish_head(ex, age, &mut out);
+            finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
             if ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -178,7 +181,7 @@ pub fn write_multipart_head(
     let total = layout.content_length();
     edge_http::write_header(out, "Content-Type", layout.content_type());
     edge_http::write_header_u64(out, "Content-Length", total);
-    finish_head(ex, age, out);
+    finish_head(ex, age, out, BodyLen::Known(total));
 }
 
 /// A head buffer with room for the stored block, our headers and an inline body: the
@@ -193,18 +196,24 @@ fn head_buf(ctx: &Ctx<'_>, meta: &ObjectMeta, extra: usize) -> Vec<u8> {
         .take_buf(256 + extra + meta.header_block.len() + inline)
 }
 
-/// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head.
-pub fn finish_head(ex: &mut Exchange, age: u64, out: &mut Vec<u8>) {
+/// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head, for
+/// a body delimited as `body` says.
+pub fn finish_head(
+    ex: &mut Exchange,
+    age: u64,
+    out: &mut Vec<u8>,
+    body: BodyLen,
+) -> crate::http::exchange::Framing {
     edge_http::write_header_u64(out, "Age", age);
     ex.write_cache_status(out);
-    ex.end_head(out);
+    ex.end_head(out, body)
 }
 
 /// A 304 from the cache: the stored headers (validators, Cache-Control...) and no body.
 pub fn write_not_modified(ex: &mut Exchange, meta: &ObjectMeta, age: u64, out: &mut Vec<u8>) {
     ex.begin_stored_head(out, 304);
     out.extend_from_slice(&meta.header_block);
-    finish_head(ex, age, out);
+    finish_head(ex, age, out, BodyLen::None);
 }
 
 /// A 416 for a body of `len` bytes: `Content-Range: bytes */len`, no body.
@@ -220,7 +229,7 @@ pub fn write_unsatisfiable(
     let cr = format!("bytes */{len}");
     edge_http::write_header(out, "Content-Range", cr.as_bytes());
     edge_http::write_header(out, "Content-Length", b"0");
-    finish_head(ex, age, out);
+    finish_head(ex, age, out, BodyLen::Known(0));
 }
 
 /// Copies a stored header block without the lines named in `skip` (lowercase).

@@ -33,7 +33,7 @@ use super::hit;
 use super::store::{publish, Store};
 use crate::config::RangeFetch;
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use crate::upstream::UpstreamResponse;
 use edge_cache::hit::{not_modified, validators};
 use edge_cache::part::{self, Need, Part};
@@ -280,10 +280,13 @@ async fn reply_from_part(
             };
             ex.begin_stored_head(&mut out, status);
             hit::copy_block_without(&meta.header_block, PART_LINES, &mut out);
-            if status == 200 {
+            let body = if status == 200 {
                 edge_http::write_header_u64(&mut out, "Content-Length", p.total);
-            }
-            hit::finish_head(ex, age, &mut out);
+                BodyLen::Known(p.total)
+            } else {
+                BodyLen::None
+            };
+            hit::finish_head(ex, age, &mut out, body);
             None
         }
         Reply::Range(r) => {
@@ -291,7 +294,7 @@ async fn reply_from_part(
             hit::copy_block_without(&meta.header_block, PART_LINES, &mut out);
             edge_http::write_header(&mut out, "Content-Range", p.content_range(&r).as_bytes());
             edge_http::write_header_u64(&mut out, "Content-Length", r.end - r.start);
-            hit::finish_head(ex, age, &mut out);
+            hit::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
             (!ex.is_head()).then_some(r)
         }
     };
@@ -433,6 +436,11 @@ async fn complete(
     ex.cache.fwd_status = Some(206);
     ex.cache.stored = store.is_some();
     let mut out = Vec::with_capacity(FLUSH_AT + 1024);
+    let len = if ranged {
+        want.end - want.start
+    } else {
+        p.total
+    };
     if ranged {
         ex.begin_stored_head(&mut out, 206);
         out.extend_from_slice(&block);
@@ -447,7 +455,7 @@ async fn complete(
         out.extend_from_slice(&block);
         edge_http::write_header_u64(&mut out, "Content-Length", p.total);
     }
-    hit::finish_head(ex, 0, &mut out);
+    hit::finish_head(ex, 0, &mut out, BodyLen::Known(len));
     let to_client = !ex.is_head();
     let mut sink = Sink::new(store, out, if to_client { want } else { 0..0 });
     let res = combine(ctx, Some(conn), &entry, &p, &fetch, up, &mut sink).await;

@@ -37,7 +37,7 @@ pub mod plan;
 use super::ctx::{mark, CacheStatus, Ctx, OwnedCtx};
 use super::store::{publish, Store};
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use crate::upstream::{UpstreamError, UpstreamResponse};
 use edge_cache::hit::{content_type, not_modified, validators};
 use edge_cache::part::{self, Need, Part};
@@ -246,7 +246,7 @@ async fn respond(
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
         ex.begin_stored_head(&mut out, 304);
         super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
-        super::hit::finish_head(ex, age, &mut out);
+        super::hit::finish_head(ex, age, &mut out, BodyLen::None);
         return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
     }
     let outcome =
@@ -282,7 +282,7 @@ async fn respond(
             ex.begin_stored_head(&mut out, 200);
             super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
             edge_http::write_header_u64(&mut out, "Content-Length", total);
-            super::hit::finish_head(ex, age, &mut out);
+            super::hit::finish_head(ex, age, &mut out, BodyLen::Known(total));
         }
         RangeOutcome::Partial(r) if r.len() == 1 => {
             let r = &ranges[0];
@@ -291,7 +291,7 @@ async fn respond(
             let cr = format!("bytes {}-{}/{total}", r.start, r.end - 1);
             edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
             edge_http::write_header_u64(&mut out, "Content-Length", r.end - r.start);
-            super::hit::finish_head(ex, age, &mut out);
+            super::hit::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
         }
         RangeOutcome::Partial(r) => {
             let boundary = Boundary::from_seed(ctx.key_hash as u64);

@@ -21,7 +21,7 @@
 use super::ctx::Ctx;
 use super::hit;
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError, Framing};
 use crate::http::respond::bodiless;
 use bytes::Bytes;
 use edge_cache::inflight::{known_len, FillError};
@@ -123,29 +123,28 @@ pub async fn stream_fill(
             _ => {}
         }
     }
-    let mut chunked = false;
-    if let (Some(r), Some(len)) = (&want, known_len(meta)) {
+    let len = if let (Some(r), Some(len)) = (&want, known_len(meta)) {
         super::hit::write_partial_head(ex, &mut out, meta, r, len);
+        BodyLen::Known(r.end - r.start)
     } else {
         ex.begin_stored_head(&mut out, meta.status);
         out.extend_from_slice(&meta.header_block);
         match known_len(meta) {
-            _ if no_body => {}
-            Some(n) => edge_http::write_header_u64(&mut out, "Content-Length", n),
-            None if ex.chunked_ok() && !ex.is_head() => {
-                edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
-                chunked = true;
+            _ if no_body => BodyLen::None,
+            Some(n) => {
+                edge_http::write_header_u64(&mut out, "Content-Length", n);
+                BodyLen::Known(n)
             }
-            None => ex.keep_alive = false, // HTTP/1.0: the body ends when we close
+            None => BodyLen::Unknown,
         }
-    }
+    };
     out.extend_from_slice(&extra);
-    hit::finish_head(ex, age, &mut out);
+    let framing = hit::finish_head(ex, age, &mut out, len);
     if ex.is_head() || no_body {
         conn.write_all(&out, send).await?;
         return Ok(());
     }
-    let mut body = Body::new(ctx, conn, &head, out, want.unwrap_or(0..u64::MAX), chunked);
+    let mut body = Body::new(ctx, conn, &head, out, want.unwrap_or(0..u64::MAX), framing);
     // A leader fed by the fill task (a miss) sends the origin's bytes as they come; it
     // reads the file only if it fell behind.
     let mut from_file = Some(0);
@@ -165,8 +164,10 @@ pub async fn stream_fill(
     count_sent(ctx, ex, body.sent, from_origin);
     result?;
     head_sent?;
-    if chunked {
-        conn.write_all(edge_http::LAST_CHUNK, send).await?;
+    if framing.wraps() {
+        let mut end = Vec::new();
+        framing.finish(&mut end);
+        conn.write_all(&end, send).await?;
     }
     Ok(())
 }
@@ -215,7 +216,7 @@ pub async fn stream_range(
     head: &Arc<FillHead>,
     want: Range<u64>,
 ) -> (Result<(), ExchangeError>, u64) {
-    let mut body = Body::new(ctx, conn, head, Vec::new(), want, false);
+    let mut body = Body::new(ctx, conn, head, Vec::new(), want, Framing::default());
     let r = follow_file(&mut body, fill, head, 0, None).await;
     (r, body.sent)
 }
@@ -345,7 +346,7 @@ struct Body<'a> {
     file: &'a std::fs::File,
     body_offset: u64,
     want: Range<u64>,
-    chunked: bool,
+    framing: Framing,
     io: &'a crate::aio::FileBackend,
     send_mode: crate::http::send::SendMode,
     send: std::time::Duration,
@@ -366,7 +367,7 @@ impl<'a> Body<'a> {
         head: &'a FillHead,
         response_head: Vec<u8>,
         want: Range<u64>,
-        chunked: bool,
+        framing: Framing,
     ) -> Body<'a> {
         Body {
             conn,
@@ -374,7 +375,7 @@ impl<'a> Body<'a> {
             file: &head.file,
             body_offset: head.body_offset,
             want,
-            chunked,
+            framing,
             io: &ctx.w.file_io,
             send_mode: ctx.shared.send.streaming(),
             send: ctx.shared.timeouts.send,
@@ -420,7 +421,7 @@ impl<'a> Body<'a> {
             return Ok(self.flush_head().await?);
         };
         let part = &data[(lo - at) as usize..(hi - at) as usize];
-        if self.chunked {
+        if self.framing.wraps() {
             self.flush_head().await?;
             self.chunk_header(part.len() as u64).await?;
             self.conn.write_all(part, self.send).await?;
@@ -444,18 +445,22 @@ impl<'a> Body<'a> {
         self.conn.write_all(&head, self.send).await
     }
 
+    /// What the protocol's framing puts before a piece of `n` body bytes.
     async fn chunk_header(&mut self, n: u64) -> std::io::Result<()> {
-        if self.chunked {
+        if self.framing.wraps() {
             let mut ch = Vec::with_capacity(16);
-            edge_http::write_chunk_header(&mut ch, n as usize);
+            self.framing.open(&mut ch, n as usize);
             self.conn.write_all(&ch, self.send).await?;
         }
         Ok(())
     }
 
+    /// What the protocol's framing puts after a piece.
     async fn chunk_end(&mut self) -> std::io::Result<()> {
-        if self.chunked {
-            self.conn.write_all(b"\r\n", self.send).await?;
+        if self.framing.wraps() {
+            let mut ch = Vec::with_capacity(2);
+            self.framing.close(&mut ch);
+            self.conn.write_all(&ch, self.send).await?;
         }
         Ok(())
     }

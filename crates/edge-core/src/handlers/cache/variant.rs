@@ -21,7 +21,7 @@ use super::store::{publish, Store};
 use super::stream::{stream_fill, Leader};
 use crate::compress::{self, Accepted, Choice, Coding, Filter, Plan};
 use crate::http::conn::Conn;
-use crate::http::exchange::{Exchange, ExchangeError};
+use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use edge_cache::inflight::known_len;
 use edge_cache::{policy, Fill, FillHead, HitBody, HitEntry, Join, ObjectMeta, WaitHead};
 use std::sync::atomic::Ordering::Relaxed;
@@ -369,19 +369,16 @@ async fn on_the_fly(
     ex.begin_stored_head(&mut out, meta.status);
     out.extend_from_slice(&compress::transform_block(&meta.header_block, plan));
     let transformed = !matches!(plan, Plan::AsIs { .. });
-    let mut chunked = false;
-    if transformed {
-        if ex.chunked_ok() && !ex.is_head() {
-            edge_http::write_header(&mut out, "Transfer-Encoding", b"chunked");
-            chunked = true;
-        } else if !ex.is_head() {
-            ex.keep_alive = false; // HTTP/1.0: the body ends when we close
+    let len = match known_len(meta) {
+        _ if transformed => BodyLen::Unknown,
+        Some(n) => {
+            edge_http::write_header_u64(&mut out, "Content-Length", n);
+            BodyLen::Known(n)
         }
-    } else if let Some(n) = known_len(meta) {
-        edge_http::write_header_u64(&mut out, "Content-Length", n);
-    }
+        None => BodyLen::Unknown,
+    };
     out.extend_from_slice(extra);
-    finish_head(ex, age, &mut out);
+    let framing = finish_head(ex, age, &mut out, len);
     conn.write_all(&out, send).await?;
     if ex.is_head() {
         return Ok(());
@@ -403,11 +400,11 @@ async fn on_the_fly(
                 f.push(&chunk, &mut coded)
                     .await
                     .map_err(|e| ExchangeError::Aborted(format!("response body transform: {e}")))?;
-                compress::frame(&mut out, &coded, chunked);
+                framing.frame(&mut out, &coded);
                 sent += coded.len() as u64;
             }
             None => {
-                compress::frame(&mut out, &chunk, chunked);
+                framing.frame(&mut out, &chunk);
                 sent += chunk.len() as u64;
             }
         }
@@ -421,13 +418,11 @@ async fn on_the_fly(
         f.finish(&mut coded)
             .await
             .map_err(|e| ExchangeError::Aborted(format!("response body transform: {e}")))?;
-        compress::frame(&mut out, &coded, chunked);
+        framing.frame(&mut out, &coded);
         sent += coded.len() as u64;
         f.account(ctx.w.stats());
     }
-    if chunked {
-        out.extend_from_slice(edge_http::LAST_CHUNK);
-    }
+    framing.finish(&mut out);
     if !out.is_empty() {
         conn.write_all(&out, send).await?;
     }
