@@ -4,9 +4,10 @@
 //!
 //! How it fits: [`super::handle`] calls [`serve`] on a fresh lookup (HIT), and the
 //! revalidation code calls it to send a stale or refreshed object (STALE, UPDATING,
-//! REVALIDATED). The stored header block is sent verbatim (no header parsing on hits),
-//! with the origin's `Date` as stored; we add `Server`, `Age`, `Content-Length`,
-//! `X-Cache-Status` and `Cache-Status`. Bodies up to
+//! REVALIDATED). Its heads come from [`super::head`] (shared with misses): the stored
+//! header block verbatim (no header parsing on hits), with the origin's `Date` as
+//! stored; we add `Server`, `Age`, `Content-Length`, `X-Cache-Status` and
+//! `Cache-Status`. Bodies up to
 //! [`INLINE_BODY`] are `pread` into the same buffer as the head and go out in one write;
 //! larger ones follow the head by `sendfile` (or `pread` in chunks when sendfile is off),
 //! so the body is never copied more than once; and those over `aio.sendfile_max` leave
@@ -14,6 +15,10 @@
 //! large sendfile'd body with timers, not one written at once).
 
 use super::ctx::{mark, CacheStatus, Ctx};
+use super::head::{
+    finish_head, write_full_head, write_multipart_head, write_not_modified, write_partial_head,
+    write_unsatisfiable,
+};
 use crate::http::conn::Conn;
 use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
 use crate::http::mapped::{is_file_fault, write_mapped};
@@ -29,10 +34,6 @@ use std::time::SystemTime;
 /// Bodies (or ranges) up to this size are read into the head's buffer and sent with it
 /// in one write; larger ones go by sendfile after the head.
 pub const INLINE_BODY: u64 = 32 * 1024;
-
-/// Header lines of the stored block that a multipart or 416 answer must not repeat
-/// (they describe the whole representation, not what this response carries).
-const REPLACED_ON_PARTS: &[&str] = &["content-type", "content-range"];
 
 /// Sends `entry` to the client with `X-Cache-Status: st`.
 pub async fn serve(
@@ -91,15 +92,7 @@ pub async fn send(
     let sent = match outcome {
         RangeOutcome::Full(_) => {
             let mut out = head_buf(ctx, &meta, 0);
-            ex.begin_stored_head(&mut out, meta.status);
-            out.extend_from_slice(&meta.header_block);
-            let body = if bodiless(meta.status) {
-                BodyLen::None
-            } else {
-                edge_http::write_header_u64(&mut out, "Content-Length", len);
-                BodyLen::Known(len)
-            };
-            finish_head(ex, age, &mut out, body);
+            write_full_head(ex, &meta, len, age, &mut out);
             if bodiless(meta.status) || ex.is_head() {
                 conn.write_all(&out, shared.timeouts.send).await?;
                 0
@@ -152,38 +145,6 @@ pub async fn send(
     Ok(())
 }
 
-/// The head of a single-range 206: the stored headers, Content-Range and Content-Length.
-pub fn write_partial_head(
-    ex: &mut Exchange,
-    out: &mut Vec<u8>,
-    meta: &ObjectMeta,
-    r: &std::ops::Range<u64>,
-    len: u64,
-) {
-    ex.begin_stored_head(out, 206);
-    out.extend_from_slice(&meta.header_block);
-    let cr = format!("bytes {}-{}/{len}", r.start, r.end - 1);
-    edge_http::write_header(out, "Content-Range", cr.as_bytes());
-    edge_http::write_header_u64(out, "Content-Length", r.end - r.start);
-}
-
-/// The head of a multipart/byteranges 206: the stored headers but those describing the
-/// whole representation, then the multipart type and length.
-pub fn write_multipart_head(
-    ex: &mut Exchange,
-    meta: &ObjectMeta,
-    layout: &MultipartLayout,
-    age: u64,
-    out: &mut Vec<u8>,
-) {
-    ex.begin_stored_head(out, 206);
-    copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
-    let total = layout.content_length();
-    edge_http::write_header(out, "Content-Type", layout.content_type());
-    edge_http::write_header_u64(out, "Content-Length", total);
-    finish_head(ex, age, out, BodyLen::Known(total));
-}
-
 /// A head buffer with room for the stored block, our headers and an inline body: the
 /// worker's scratch buffer when no other response holds it (no allocation per hit).
 fn head_buf(ctx: &Ctx<'_>, meta: &ObjectMeta, extra: usize) -> Vec<u8> {
@@ -194,54 +155,6 @@ fn head_buf(ctx: &Ctx<'_>, meta: &ObjectMeta, extra: usize) -> Vec<u8> {
     };
     ctx.w
         .take_buf(256 + extra + meta.header_block.len() + inline)
-}
-
-/// `Age`, the location's `add_header`s, `X-Cache-Status` and the end of the head, for
-/// a body delimited as `body` says.
-pub fn finish_head(
-    ex: &mut Exchange,
-    age: u64,
-    out: &mut Vec<u8>,
-    body: BodyLen,
-) -> crate::http::exchange::Framing {
-    edge_http::write_header_u64(out, "Age", age);
-    ex.write_cache_status(out);
-    ex.end_head(out, body)
-}
-
-/// A 304 from the cache: the stored headers (validators, Cache-Control...) and no body.
-pub fn write_not_modified(ex: &mut Exchange, meta: &ObjectMeta, age: u64, out: &mut Vec<u8>) {
-    ex.begin_stored_head(out, 304);
-    out.extend_from_slice(&meta.header_block);
-    finish_head(ex, age, out, BodyLen::None);
-}
-
-/// A 416 for a body of `len` bytes: `Content-Range: bytes */len`, no body.
-pub fn write_unsatisfiable(
-    ex: &mut Exchange,
-    meta: &ObjectMeta,
-    len: u64,
-    age: u64,
-    out: &mut Vec<u8>,
-) {
-    ex.begin_stored_head(out, 416);
-    copy_block_without(&meta.header_block, REPLACED_ON_PARTS, out);
-    let cr = format!("bytes */{len}");
-    edge_http::write_header(out, "Content-Range", cr.as_bytes());
-    edge_http::write_header(out, "Content-Length", b"0");
-    finish_head(ex, age, out, BodyLen::Known(0));
-}
-
-/// Copies a stored header block without the lines named in `skip` (lowercase).
-pub(super) fn copy_block_without(block: &[u8], skip: &[&str], out: &mut Vec<u8>) {
-    for line in block.split_inclusive(|&b| b == b'\n') {
-        let name_end = line.iter().position(|&b| b == b':').unwrap_or(0);
-        let name = &line[..name_end];
-        if skip.iter().any(|s| name.eq_ignore_ascii_case(s.as_bytes())) {
-            continue;
-        }
-        out.extend_from_slice(line);
-    }
 }
 
 /// A fresh hit whose body is on disk and that the worker's RAM tier would take: read the
@@ -460,17 +373,4 @@ fn is_file_error(e: &io::Error) -> bool {
 
 fn abort(e: io::Error) -> ExchangeError {
     ExchangeError::Aborted(format!("reading cached object: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_copy_drops_only_named_lines() {
-        let block = b"Content-Type: text/plain\r\nETag: \"x\"\r\ncontent-range: bytes 0-1/2\r\nX-A: content-type\r\n";
-        let mut out = Vec::new();
-        copy_block_without(block, REPLACED_ON_PARTS, &mut out);
-        assert_eq!(out, b"ETag: \"x\"\r\nX-A: content-type\r\n");
-    }
 }

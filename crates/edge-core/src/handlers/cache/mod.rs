@@ -6,7 +6,9 @@
 //! `cache_min_uses`, picks the cache by key hash and looks the key up, then hands over
 //! to one file per outcome:
 //! - [`hit`]: a fresh object (and stale ones served as STALE/UPDATING): 304, Range,
-//!   HEAD, header block sent verbatim, body by sendfile/pread;
+//!   HEAD, body by sendfile/pread; its heads (header block sent verbatim) come from
+//!   [`head`], which the miss paths ([`stream`], [`partial`], [`slice`], [`variant`])
+//!   share;
 //! - [`fill`]: a miss: one leader fetches and writes the object (the origin-to-disk
 //!   copy runs in its own task at the origin's pace);
 //! - [`stream`]: every client of a fill in progress (the followers, and the leader's
@@ -32,6 +34,7 @@
 pub mod ctx;
 pub mod deliver;
 pub mod fill;
+pub mod head;
 pub mod hit;
 pub mod invalidate;
 pub mod key;

@@ -29,7 +29,7 @@
 
 use super::ctx::{mark, CacheStatus, Ctx, MayStore};
 use super::fill;
-use super::hit;
+use super::head;
 use super::store::{publish, Store};
 use crate::config::RangeFetch;
 use crate::http::conn::Conn;
@@ -269,7 +269,7 @@ async fn reply_from_part(
     let mut out = Vec::with_capacity(320 + meta.header_block.len());
     let range = match reply {
         Reply::Unsatisfiable => {
-            hit::write_unsatisfiable(ex, meta, p.total, age, &mut out);
+            head::write_unsatisfiable(ex, meta, p.total, age, &mut out);
             None
         }
         Reply::NotModified | Reply::Head => {
@@ -279,22 +279,22 @@ async fn reply_from_part(
                 304
             };
             ex.begin_stored_head(&mut out, status);
-            hit::copy_block_without(&meta.header_block, PART_LINES, &mut out);
+            head::copy_block_without(&meta.header_block, PART_LINES, &mut out);
             let body = if status == 200 {
                 edge_http::write_header_u64(&mut out, "Content-Length", p.total);
                 BodyLen::Known(p.total)
             } else {
                 BodyLen::None
             };
-            hit::finish_head(ex, age, &mut out, body);
+            head::finish_head(ex, age, &mut out, body);
             None
         }
         Reply::Range(r) => {
             ex.begin_stored_head(&mut out, 206);
-            hit::copy_block_without(&meta.header_block, PART_LINES, &mut out);
+            head::copy_block_without(&meta.header_block, PART_LINES, &mut out);
             edge_http::write_header(&mut out, "Content-Range", p.content_range(&r).as_bytes());
             edge_http::write_header_u64(&mut out, "Content-Length", r.end - r.start);
-            hit::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
+            head::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
             (!ex.is_head()).then_some(r)
         }
     };
@@ -455,7 +455,7 @@ async fn complete(
         out.extend_from_slice(&block);
         edge_http::write_header_u64(&mut out, "Content-Length", p.total);
     }
-    hit::finish_head(ex, 0, &mut out, BodyLen::Known(len));
+    head::finish_head(ex, 0, &mut out, BodyLen::Known(len));
     let to_client = !ex.is_head();
     let mut sink = Sink::new(store, out, if to_client { want } else { 0..0 });
     let res = combine(ctx, Some(conn), &entry, &p, &fetch, up, &mut sink).await;

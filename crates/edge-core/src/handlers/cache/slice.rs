@@ -245,8 +245,8 @@ async fn respond(
         mark(ctx.w, ex, status_of(ctx, sl, first_hit, &[]));
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
         ex.begin_stored_head(&mut out, 304);
-        super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
-        super::hit::finish_head(ex, age, &mut out, BodyLen::None);
+        super::head::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+        super::head::finish_head(ex, age, &mut out, BodyLen::None);
         return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
     }
     let outcome =
@@ -280,27 +280,27 @@ async fn respond(
     match &outcome {
         RangeOutcome::Full(_) => {
             ex.begin_stored_head(&mut out, 200);
-            super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+            super::head::copy_block_without(&meta.header_block, &["content-range"], &mut out);
             edge_http::write_header_u64(&mut out, "Content-Length", total);
-            super::hit::finish_head(ex, age, &mut out, BodyLen::Known(total));
+            super::head::finish_head(ex, age, &mut out, BodyLen::Known(total));
         }
         RangeOutcome::Partial(r) if r.len() == 1 => {
             let r = &ranges[0];
             ex.begin_stored_head(&mut out, 206);
-            super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut out);
+            super::head::copy_block_without(&meta.header_block, &["content-range"], &mut out);
             let cr = format!("bytes {}-{}/{total}", r.start, r.end - 1);
             edge_http::write_header(&mut out, "Content-Range", cr.as_bytes());
             edge_http::write_header_u64(&mut out, "Content-Length", r.end - r.start);
-            super::hit::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
+            super::head::finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
         }
         RangeOutcome::Partial(r) => {
             let boundary = Boundary::from_seed(ctx.key_hash as u64);
             let l = MultipartLayout::new(r, total, content_type(meta), boundary.as_str());
-            super::hit::write_multipart_head(ex, meta, &l, age, &mut out);
+            super::head::write_multipart_head(ex, meta, &l, age, &mut out);
             layout = Some(l);
         }
         RangeOutcome::Unsatisfiable => {
-            super::hit::write_unsatisfiable(ex, meta, total, age, &mut out);
+            super::head::write_unsatisfiable(ex, meta, total, age, &mut out);
             return Sent::Done(conn.write_all(&out, send).await.map_err(Into::into));
         }
     }
@@ -1018,7 +1018,7 @@ fn slice_meta(
     let fresh = fresh.unwrap_or_default();
     let mut meta = policy::build_meta(&sc.key, 206, &h.headers, fresh, t0, t1, Some(part.len()));
     let mut block = Vec::with_capacity(meta.header_block.len() + 48);
-    super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut block);
+    super::head::copy_block_without(&meta.header_block, &["content-range"], &mut block);
     edge_http::write_header(
         &mut block,
         "Content-Range",
@@ -1175,7 +1175,7 @@ impl Cutter {
         };
         let mut meta = self.meta.clone();
         let mut block = Vec::with_capacity(meta.header_block.len());
-        super::hit::copy_block_without(&meta.header_block, &["content-range"], &mut block);
+        super::head::copy_block_without(&meta.header_block, &["content-range"], &mut block);
         let cr = part.content_range(&part.range());
         edge_http::write_header(&mut block, "Content-Range", cr.as_bytes());
         meta.header_block = block;

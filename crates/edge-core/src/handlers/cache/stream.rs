@@ -19,7 +19,7 @@
 //! cut.
 
 use super::ctx::Ctx;
-use super::hit;
+use super::head;
 use crate::http::conn::Conn;
 use crate::http::exchange::{BodyLen, Exchange, ExchangeError, Framing};
 use crate::http::respond::bodiless;
@@ -98,7 +98,7 @@ pub async fn stream_fill(
     ex.cache.ttl = Some(policy::ttl_secs(meta, now));
     let mut out = Vec::with_capacity(512 + meta.header_block.len() + extra.len());
     if edge_cache::hit::not_modified(meta, &ex.req.method, &ex.req.headers) {
-        hit::write_not_modified(ex, meta, age, &mut out);
+        head::write_not_modified(ex, meta, age, &mut out);
         conn.write_all(&out, send).await?;
         return Ok(());
     }
@@ -116,7 +116,7 @@ pub async fn stream_fill(
                 return multipart(ctx, conn, ex, fill, &head, &r, len, age, from_origin).await
             }
             RangeOutcome::Unsatisfiable => {
-                hit::write_unsatisfiable(ex, meta, len, age, &mut out);
+                head::write_unsatisfiable(ex, meta, len, age, &mut out);
                 conn.write_all(&out, send).await?;
                 return Ok(());
             }
@@ -124,7 +124,7 @@ pub async fn stream_fill(
         }
     }
     let len = if let (Some(r), Some(len)) = (&want, known_len(meta)) {
-        super::hit::write_partial_head(ex, &mut out, meta, r, len);
+        super::head::write_partial_head(ex, &mut out, meta, r, len);
         BodyLen::Known(r.end - r.start)
     } else {
         ex.begin_stored_head(&mut out, meta.status);
@@ -139,7 +139,7 @@ pub async fn stream_fill(
         }
     };
     out.extend_from_slice(&extra);
-    let framing = hit::finish_head(ex, age, &mut out, len);
+    let framing = head::finish_head(ex, age, &mut out, len);
     if ex.is_head() || no_body {
         conn.write_all(&out, send).await?;
         return Ok(());
@@ -270,7 +270,7 @@ async fn multipart(
         boundary.as_str(),
     );
     let mut out = Vec::with_capacity(512 + meta.header_block.len());
-    hit::write_multipart_head(ex, meta, &layout, age, &mut out);
+    head::write_multipart_head(ex, meta, &layout, age, &mut out);
     if ex.is_head() {
         conn.write_all(&out, send).await?;
         return Ok(());

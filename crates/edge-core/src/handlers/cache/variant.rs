@@ -16,7 +16,7 @@
 //! identity's range (the copy is made by the next whole request).
 
 use super::ctx::{CacheStatus, Ctx, OwnedCtx};
-use super::hit::finish_head;
+use super::head::finish_head;
 use super::store::{publish, Store};
 use super::stream::{stream_fill, Leader};
 use crate::compress::{self, Accepted, Choice, Coding, Filter, Plan};
