@@ -809,7 +809,10 @@ mod tests {
         let options = http::Request::builder().method("OPTIONS").uri(uri);
         let options = options.header("host", "a.example");
         let h = head_of(options.body(()).unwrap(), false).unwrap();
-        assert_eq!((h.method, h.target.as_str()), (edge_http::Method::Options, "*"));
+        assert_eq!(
+            (h.method, h.target.as_str()),
+            (edge_http::Method::Options, "*")
+        );
     }
 
     #[test]

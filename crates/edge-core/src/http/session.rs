@@ -211,7 +211,7 @@ impl Start {
 /// One HTTP/2 stream, whose request came as `head` (`len`: its size, for
 /// `$request_length`) rather than as bytes to parse.
 pub async fn serve_stream<S: Service>(w: &S, conn: Conn, head: edge_http::RequestHead, len: usize) {
-    serve(w, conn, 0, true, Some((head, len))).await;
+    serve(w, conn, 0, true, Some(head), len).await;
 }
 
 /// Serves `conn` (which has answered `served` requests) until it closes, or until it is
@@ -225,26 +225,26 @@ pub async fn serve_conn<S: Service>(
     served: u64,
     nodelay: bool,
 ) -> Option<Parked> {
-    serve(w, conn, served, nodelay, None).await
+    serve(w, conn, served, nodelay, None, 0).await
 }
 
-/// [`serve_conn`], whose first request may be given already (an HTTP/2 stream's).
+/// [`serve_conn`], whose first request may be given already (an HTTP/2 stream's, of
+/// `given_len` bytes as HTTP/1.1 lines).
 async fn serve<S: Service>(
     w: &S,
     mut conn: Conn,
     mut served: u64,
     mut nodelay: bool,
-    mut given: Option<(edge_http::RequestHead, usize)>,
+    mut given: Option<edge_http::RequestHead>,
+    given_len: usize,
 ) -> Option<Parked> {
     let peer = conn.peer;
     loop {
         let cfg = w.config();
         let params = S::params(&cfg);
-        let (outcome, head_len) = match given.take() {
-            Some((head, len)) => (HeadOutcome::Request(head, 0), Some(len)),
-            None => (read_head(w, &mut conn, &params, served).await, None),
-        };
-        match outcome {
+        // (The head is matched where `read_head` leaves it: an HTTP/1.1 request pays no
+        // move of it for the HTTP/2 case.)
+        match read_head(w, &mut conn, &params, served, &mut given).await {
             HeadOutcome::Close => break,
             HeadOutcome::Park(idle_left) => {
                 let Conn {
@@ -323,7 +323,7 @@ async fn serve<S: Service>(
                     w.idle().clone(),
                     client,
                 );
-                ex.head_length = head_len.unwrap_or(n) as u64;
+                ex.head_length = if given_len > 0 { given_len } else { n } as u64;
                 if let ClientIo::H2(s) = &conn.io {
                     ex.encode_for_h2(s.head_slot());
                 }
@@ -383,12 +383,21 @@ async fn serve<S: Service>(
     None
 }
 
+/// The next request head: the given one (an HTTP/2 stream's), else one read from the
+/// connection.
 async fn read_head<S: Service>(
     w: &S,
     conn: &mut Conn,
     params: &SessionParams<'_>,
     served: u64,
+    given: &mut Option<edge_http::RequestHead>,
 ) -> HeadOutcome {
+    // Tested first without a move of the (empty) head: this is every HTTP/1.1 request.
+    if given.is_some() {
+        if let Some(head) = given.take() {
+            return HeadOutcome::Request(head, 0);
+        }
+    }
     // Between requests: wait for the first byte with keepalive_timeout, and leave at once
     // on shutdown. Once a byte is in, the whole head has client_header_timeout.
     if conn.rbuf.is_empty() {
