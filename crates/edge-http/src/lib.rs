@@ -1,8 +1,10 @@
 //! edge-http: the sans-I/O HTTP/1.1 codec of edgecache.
 //!
 //! How it fits: the server's connection loop reads bytes from a socket into a buffer and
-//! hands the buffer to [`parse_request`]; the proxy hands upstream bytes to
-//! [`parse_response`]. Bodies go through one [`BodyDecoder`] per message. Responses are
+//! hands the buffer to [`parse_request`]; an HTTP/2 stream's request, which arrives as
+//! fields, becomes the same [`RequestHead`] through [`request_from_fields`] with the
+//! same checks; the proxy hands upstream bytes to [`parse_response`]. Stored and
+//! written field blocks (`Name: value` lines) are walked with [`FieldLines`]. Bodies go through one [`BodyDecoder`] per message. Responses are
 //! written with the encoding helpers ([`write_status_line`], [`write_header`],
 //! [`write_chunk_header`], [`error_response`]). Nothing in this crate touches a socket,
 //! a file or a clock other than [`http_date_now`], so every rule is tested on byte
