@@ -31,7 +31,8 @@ use hashbrown::HashTable;
 
 use crate::key::{key_hash, HashMapK, KeyHash, CODING_MARK};
 use crate::meta::ObjectMeta;
-use crate::purge::{lock, PurgeIndex};
+use crate::purge::PurgeIndex;
+use crate::sync::lock;
 
 /// Number of shards (a power of two; hashes are uniformly distributed).
 pub const SHARDS: usize = 64;

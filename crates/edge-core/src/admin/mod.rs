@@ -185,7 +185,8 @@ fn purge(
     body: &[u8],
     shared: &Shared,
 ) -> (u16, &'static str, Vec<u8>) {
-    use edge_cache::purge::{parse_request, purge_all, purged_json};
+    use crate::purge::{parse_request, purged_json};
+    use edge_cache::purge_all;
     // A `url=` path without `host=` purges that path on every host (the admin
     // request's own Host names the admin listener, not a site).
     match parse_request(req.query(), body, None) {
