@@ -514,3 +514,125 @@ impl Zone {
         lock(&self.gate)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::key_hash;
+
+    fn zone(dir: &std::path::Path) -> Zone {
+        Zone::open(CacheConfig {
+            name: "z".into(),
+            path: dir.to_path_buf(),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn meta(key: &str, age: u64) -> ObjectMeta {
+        ObjectMeta::new(key, 200, SystemTime::now() - Duration::from_secs(age))
+    }
+
+    fn admit(z: &Zone, m: &ObjectMeta, ino: u64) -> Admitted {
+        z.admit(NewEntry {
+            hash: key_hash(&m.key),
+            meta: m,
+            disk_size: 4096,
+            ino,
+        })
+    }
+
+    /// The invariant the loader and the disk fallback rely on: a purge issued while
+    /// loading is remembered, and an object stored before it is never indexed later;
+    /// one stored after it is. Once loading is over, the rules are gone.
+    #[test]
+    fn a_purge_while_loading_keeps_older_objects_out_until_loading_ends() {
+        let d = tempfile::tempdir().unwrap();
+        let z = zone(d.path());
+        assert!(z.loading());
+        let old = meta("http://h/a", 60);
+        let soft = meta("http://h/s", 60);
+        assert_eq!(
+            z.purge(PurgeTarget::Key(old.key.clone()), false, Vec::new),
+            0
+        );
+        assert_eq!(
+            z.purge(PurgeTarget::Key(soft.key.clone()), true, Vec::new),
+            0
+        );
+        let a = admit(&z, &old, 1);
+        assert_eq!((a.verdict, a.inserted), (RuleVerdict::Delete, false));
+        assert!(!z.index().contains(key_hash(&old.key)));
+        let s = admit(&z, &soft, 2);
+        assert_eq!((s.verdict, s.inserted), (RuleVerdict::MarkStale, true));
+        assert!(z.index().get(key_hash(&soft.key)).unwrap().soft_purged);
+        // Fetched after the purge: kept.
+        let mut newer = meta("http://h/a", 0);
+        newer.response_time = SystemTime::now() + Duration::from_secs(1);
+        let n = admit(&z, &newer, 3);
+        assert_eq!((n.verdict, n.inserted), (RuleVerdict::Keep, true));
+        // Never over an indexed entry.
+        assert!(!admit(&z, &newer, 4).inserted);
+
+        z.finish_loading();
+        assert!(!z.loading());
+        let other = meta("http://h/b", 60);
+        assert_eq!(
+            z.purge(PurgeTarget::Key(other.key.clone()), false, Vec::new),
+            0
+        );
+        assert_eq!(
+            admit(&z, &other, 5).verdict,
+            RuleVerdict::Keep,
+            "no rule after loading"
+        );
+        let st = z.stats();
+        assert!(st.loader.done);
+        assert_eq!(st.entries, 3);
+    }
+
+    /// The gate is what makes "record + purge" and "check + insert" atomic: while it is
+    /// held, an admission waits (try_admit says so instead of blocking).
+    #[test]
+    fn admission_waits_for_the_gate() {
+        let d = tempfile::tempdir().unwrap();
+        let z = zone(d.path());
+        let m = meta("http://h/x", 1);
+        let new = || NewEntry {
+            hash: key_hash(&m.key),
+            meta: &m,
+            disk_size: 4096,
+            ino: 7,
+        };
+        let gate = z.hold_gate();
+        assert!(z.try_admit(new()).is_none());
+        drop(gate);
+        assert!(z.try_admit(new()).unwrap().inserted);
+    }
+
+    /// Removals count themselves: the manager's expiry and eviction, and purges, each
+    /// in their own counter, and the index shrinks with them.
+    #[test]
+    fn removals_are_counted_where_they_happen() {
+        let d = tempfile::tempdir().unwrap();
+        let z = zone(d.path());
+        z.finish_loading();
+        for i in 0..6u64 {
+            assert!(admit(&z, &meta(&format!("http://h/{i}"), 1), 10 + i).inserted);
+        }
+        let (evicted, freed) = z.evict(2);
+        assert_eq!(evicted, 2);
+        assert!(freed >= 2 * 4096, "{freed}");
+        let expired = z.expire(z.index().now_ticks() + 1, 1);
+        assert_eq!(expired, 1);
+        let h = key_hash("http://h/5");
+        let purged = if z.index().contains(h) { 1 } else { 0 };
+        assert_eq!(
+            z.purge(PurgeTarget::Key("http://h/5".into()), false, || vec![h]),
+            purged
+        );
+        let s = z.stats();
+        assert_eq!((s.evictions, s.expired, s.purged), (2, 1, purged as u64));
+        assert_eq!(s.entries, 6 - 3 - purged as u64);
+    }
+}
