@@ -122,7 +122,7 @@ fn load_file(zone: &Zone, path: &Path, at_leaf: bool, ino: u64) {
     }
     // Indexed already (by a fill, or by the snapshot, which this confirms): done, with
     // no read. A snapshot entry naming another inode is dropped and the file loaded.
-    if zone.index().mark_seen(hash, ino) {
+    if zone.seen_on_disk(hash, ino) {
         return;
     }
     let file = match File::open(path) {

@@ -15,8 +15,9 @@
 //! - removals that count themselves ([`Zone::expire`], [`Zone::evict`],
 //!   [`Zone::drop_corrupt`]) and an insert that wakes the manager when over budget.
 //!
-//! Reads (lookups, the purge indexes) go to [`Zone::index`] directly; its fields are
-//! private, so no other module writes them.
+//! Reads (lookups, which also record accesses there, and the purge indexes) go to
+//! [`Zone::index`] directly; every change of an index entry is a method here, and the
+//! zone's fields are private, so no other module writes them.
 
 use std::fs::{self, File};
 use std::io;
@@ -30,7 +31,7 @@ use crate::key::KeyHash;
 use crate::limits::LiveLimits;
 use crate::meta::ObjectMeta;
 use crate::purge::{PendingRules, PurgeRule, PurgeTarget, RuleVerdict};
-use crate::storage::{self, Committed, Layout, WriteErrors};
+use crate::storage::{self, Committed, Layout, RewriteError, WriteErrors};
 use crate::sync::{lock, Signal};
 use crate::{CacheConfig, CacheStats, Limits, LoaderStats, Verify};
 
@@ -264,6 +265,38 @@ impl Zone {
         }
     }
 
+    /// Stores `meta` (a revalidation's) over the header of `hash`'s file in place, if
+    /// it fits before the body and the file is still inode `ino`; the index entry
+    /// follows (its soft purge flag as `meta`'s).
+    pub(crate) fn rewrite_header(
+        &self,
+        hash: KeyHash,
+        ino: u64,
+        meta: &ObjectMeta,
+        body_offset: u64,
+    ) -> Result<(), RewriteError> {
+        let path = self.layout.path_for(hash);
+        storage::rewrite_header_in_place(&path, hash, meta, body_offset, ino)?;
+        self.index.update(hash, ino, meta.soft_purged, None);
+        Ok(())
+    }
+
+    /// An object rewritten whole (`c`, renamed over inode `old_ino` under the stripe
+    /// the caller holds): the index entry now names the new file. False when the entry
+    /// is gone or names another file (the caller then indexes `c` anew).
+    pub(crate) fn follow_rewrite(&self, hash: KeyHash, old_ino: u64, c: &Committed) -> bool {
+        self.index
+            .update(hash, old_ino, false, Some((c.ino, c.disk_size)))
+    }
+
+    /// Unindexes `hash` and unlinks its file, if both still name inode `ino`; the
+    /// caller holds the object's stripe (`_stripe`, from [`Zone::stripe`]).
+    pub(crate) fn discard(&self, _stripe: &MutexGuard<'_, ()>, hash: KeyHash, ino: u64) {
+        if let Some(v) = self.index.remove(hash, Some(ino)) {
+            let _ = storage::remove_if_ino(&self.layout.path_for(hash), v.ino);
+        }
+    }
+
     /// An entry whose file is gone: unindexed (if it still names inode `ino`).
     pub(crate) fn forget(&self, hash: KeyHash, ino: u64) {
         self.index.remove(hash, Some(ino));
@@ -338,6 +371,13 @@ impl Zone {
                 .index
                 .insert_if_absent(new, verdict == RuleVerdict::MarkStale);
         Admitted { verdict, inserted }
+    }
+
+    /// The loader found `hash`'s file (inode `ino`) where the index already has it (a
+    /// fill, or the snapshot, which this confirms): true, and nothing to read. A
+    /// snapshot entry naming another inode is dropped (false: the file is loaded).
+    pub(crate) fn seen_on_disk(&self, hash: KeyHash, ino: u64) -> bool {
+        self.index.mark_seen(hash, ino)
     }
 
     /// The loader's walk is over: what a snapshot named that the walk did not find is

@@ -206,17 +206,13 @@ impl Cache {
             let Some(m) = crate::coded::refreshed_coded_meta(identity, &copy) else {
                 continue;
             };
-            let path = self.zone.path_for(h);
-            let _stripe = self.zone.stripe(h);
-            match storage::rewrite_header_in_place(&path, h, &m, body_offset, entry.ino) {
-                Ok(()) => {
-                    self.zone.index().update(h, entry.ino, m.soft_purged, None);
-                }
-                Err(_) => {
-                    if let Some(v) = self.zone.index().remove(h, Some(entry.ino)) {
-                        let _ = storage::remove_if_ino(&path, v.ino);
-                    }
-                }
+            let stripe = self.zone.stripe(h);
+            if self
+                .zone
+                .rewrite_header(h, entry.ino, &m, body_offset)
+                .is_err()
+            {
+                self.zone.discard(&stripe, h, entry.ino);
             }
         }
     }
@@ -229,18 +225,11 @@ impl Cache {
         new_meta.body_hash = entry.meta.body_hash;
         new_meta.body_id = entry.meta.body_id;
         new_meta.soft_purged = false;
-        let path = self.zone.path_for(entry.hash);
-        match storage::rewrite_header_in_place(
-            &path,
-            entry.hash,
-            &new_meta,
-            entry.body_offset,
-            entry.ino,
-        ) {
-            Ok(()) => {
-                self.zone.index().update(entry.hash, entry.ino, false, None);
-                Ok(new_meta)
-            }
+        match self
+            .zone
+            .rewrite_header(entry.hash, entry.ino, &new_meta, entry.body_offset)
+        {
+            Ok(()) => Ok(new_meta),
             Err(RewriteError::NoRoom) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
                 let _stripe = self.zone.stripe(entry.hash);
@@ -249,7 +238,7 @@ impl Cache {
                 let file = match entry.file() {
                     Some(f) => f,
                     None => {
-                        reopened = File::open(&path)?;
+                        reopened = File::open(self.zone.path_for(entry.hash))?;
                         &reopened
                     }
                 };
@@ -264,8 +253,7 @@ impl Cache {
                 )
                 .inspect_err(|e| self.zone.note_write_error("refresh", e))?;
                 let stored = c.meta.clone();
-                let file = Some((c.ino, c.disk_size));
-                if !self.zone.index().update(entry.hash, entry.ino, false, file) {
+                if !self.zone.follow_rewrite(entry.hash, entry.ino, &c) {
                     self.index_committed(c);
                 }
                 Ok(stored)
