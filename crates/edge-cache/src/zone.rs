@@ -15,6 +15,9 @@
 //! - removals that count themselves ([`Zone::expire`], [`Zone::evict`],
 //!   [`Zone::drop_corrupt`]) and an insert that wakes the manager when over budget.
 //!
+//! Lock order: the loader gate → an object's stripe → the index's own locks (see
+//! `index.rs`); no method takes the gate while holding a stripe.
+//!
 //! Reads (lookups, which also record accesses there, and the purge indexes) go to
 //! [`Zone::index`] directly; every change of an index entry is a method here, and the
 //! zone's fields are private, so no other module writes them.
