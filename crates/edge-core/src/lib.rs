@@ -15,7 +15,7 @@
 //! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
 //! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
 //!   `limit_conn`), lock-free.
-//! - [`log`], [`metrics`], [`admin`]: observability.
+//! - [`log`], [`metrics`], [`prom`], [`admin`]: observability.
 //! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
 pub mod access;
 pub mod admin;
@@ -29,6 +29,7 @@ pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod prom;
 pub mod rt;
 pub mod secure_link;
 pub mod server;

@@ -245,6 +245,16 @@ impl PoolSetup {
             .map_or(0, |p| p.queue_depth())
     }
 
+    /// The pool's family of `/metrics` (the workers' compression counters are
+    /// `metrics/families.rs`'s).
+    pub fn write_prom(&self, p: &mut crate::prom::Prom) {
+        p.gauge(
+            "edgecache_compress_queue_depth",
+            "Compression jobs waiting for a pool thread (all workers).",
+        )
+        .value(self.queue_depth() as u64);
+    }
+
     /// Threads of the pool (started or not).
     pub fn threads(&self) -> usize {
         self.inner.threads
