@@ -8,13 +8,13 @@
 //! experiment means adding a file; see `docs/edgebench.md` for the schema.
 //!
 //! # Layout
-//! - [`spec`]: the file as written (the serde structs and their defaults).
-//! - [`units`]: sizes and durations as the file writes them.
-//! - [`urls`]: URL groups expanded into paths, and the shapes edgeload can draw from
+//! - `spec.rs`: the file as written (the serde structs and their defaults).
+//! - `units.rs`: sizes and durations as the file writes them.
+//! - `urls.rs`: URL groups expanded into paths, and the shapes edgeload can draw from
 //!   itself (`{id}` ranges, Zipf).
-//! - [`validate`]: [`Experiment::load`]: a file read and checked, with errors that say
+//! - `validate.rs`: [`Experiment::load`]: a file read and checked, with errors that say
 //!   why.
-//! - [`plan`]: [`Experiment::plan`]: the file plus the command line resolved into the
+//! - `plan.rs`: [`Experiment::plan`]: the file plus the command line resolved into the
 //!   [`Plan`] the runner executes.
 
 mod plan;
