@@ -11,9 +11,11 @@
 //! `logs.rs`, `pools.rs` (`[aio]`, `[compress_pool]`), `cache.rs` (`[memory_cache]`,
 //! `[open_file_cache]`, `[[cache]]`), `upstream.rs`, `routing.rs` (`[[server]]`,
 //! locations, `[[map]]`), `limits.rs`, `access.rs`, `geo.rs`, `secure_link.rs`. The
-//! checks are `validate.rs` and each area's own; `load.rs` reads and reports.
+//! checks are `validate.rs` (with a location's `slice` and compression keys in
+//! `body.rs`) and each area's own; `load.rs` reads and reports.
 
 pub mod access;
+mod body;
 mod cache;
 pub mod geo;
 pub mod limits;
