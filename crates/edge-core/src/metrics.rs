@@ -1,8 +1,8 @@
 //! Counters: one cache-line-aligned block of relaxed atomics per worker, summed by the
 //! admin listener for `/status` and `/metrics`. Workers never share a line, so counting
-//! costs no cross-core traffic on the hot path. Their `/metrics` families are written
-//! in `families.rs` ([`Metrics::write_prom`]).
+//! costs no cross-core traffic on the hot path.
 
+/// Their `/metrics` families ([`Metrics::write_prom`]).
 mod families;
 pub mod top;
 

@@ -10,10 +10,11 @@ use super::{H2Stats, LocalStats, Metrics, WorkerStats, CACHE_STATUSES, H2_ERRORS
 use crate::prom::Prom;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// The type of one worker counter.
+/// One worker counter, as read here (with single-writer counters beside atomics, this
+/// becomes the trait both read through).
 type Counter = AtomicU64;
 
-/// The value of one worker counter.
+/// The value of one worker counter: the one place a counter is read.
 fn read(c: &Counter) -> u64 {
     c.load(Relaxed)
 }
@@ -216,7 +217,7 @@ impl Metrics {
     /// The compression counters (the pool's queue is `compress`'s family).
     fn write_compress(&self, p: &mut Prom) {
         use edge_compress::Coding;
-        type ByCoding = fn(&WorkerStats) -> &[Counter; 3];
+        type ByCoding = fn(&WorkerStats) -> &[AtomicU64; 3];
         let by_coding: [(&str, &str, ByCoding); 2] = [
             (
                 "edgecache_compress_responses_total",
