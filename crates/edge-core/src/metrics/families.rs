@@ -23,9 +23,9 @@ fn read(c: &Counter) -> u64 {
 type Get = fn(&WorkerStats) -> &Counter;
 
 impl Metrics {
-    /// Every family of the worker counters, in the order `/metrics` has always listed
-    /// them (requests, connections, protocols, bytes, upstream requests, cache
-    /// responses, the RAM tier and open files, compression).
+    /// Every family of the worker counters, grouped: requests, connections,
+    /// protocols (HTTP versions, TLS, HTTP/2), bytes and upstream requests, cache
+    /// responses, the RAM tier and open files, compression.
     pub fn write_prom(&self, p: &mut Prom) {
         self.write_requests(p);
         self.write_connections(p);
