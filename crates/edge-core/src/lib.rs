@@ -15,8 +15,9 @@
 //! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
 //! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
 //!   `limit_conn`), lock-free.
-//! - [`log`], [`metrics`], [`prom`], [`admin`]: observability.
+//! - [`log`], [`metrics`], [`admin`]: observability.
 //! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
+//! - [`prom`]: the Prometheus text writer every counter group writes `/metrics` with.
 pub mod access;
 pub mod admin;
 pub mod affinity;
