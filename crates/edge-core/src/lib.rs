@@ -18,6 +18,7 @@
 //! - [`log`], [`metrics`], [`admin`]: observability; [`purge`]: purge requests (the
 //!   admin form and the `PURGE` answer).
 //! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
+//! - [`prom`]: the Prometheus text writer every counter group writes `/metrics` with.
 pub mod access;
 pub mod admin;
 pub mod affinity;
@@ -30,6 +31,7 @@ pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod prom;
 pub mod purge;
 pub mod rt;
 pub mod secure_link;

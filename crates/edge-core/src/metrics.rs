@@ -2,6 +2,8 @@
 //! admin listener for `/status` and `/metrics`. Workers never share a line, so counting
 //! costs no cross-core traffic on the hot path.
 
+/// Their `/metrics` families ([`Metrics::write_prom`]).
+mod families;
 pub mod top;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -222,22 +224,6 @@ impl Metrics {
     pub fn active(&self) -> u64 {
         self.sum(|w| &w.active)
     }
-}
-
-/// Appends one Prometheus sample line.
-pub fn prom(out: &mut String, name: &str, labels: &str, value: u64) {
-    use std::fmt::Write;
-    if labels.is_empty() {
-        let _ = writeln!(out, "{name} {value}");
-    } else {
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-}
-
-/// Appends the `# HELP` and `# TYPE` lines of a metric.
-pub fn prom_header(out: &mut String, name: &str, kind: &str, help: &str) {
-    use std::fmt::Write;
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 #[cfg(test)]
