@@ -9,7 +9,6 @@ mod console;
 
 use crate::metrics::{prom, prom_header, Metrics};
 use crate::state::Shared;
-use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct AdminCtx {
     pub metrics: Arc<Metrics>,
-    pub shared: Arc<ArcSwap<Shared>>,
+    pub shared: Arc<crate::state::Current>,
     pub accept: &'static str,
     /// `multi_accept` and `reuseport_steering`, for `/status`.
     pub multi_accept: bool,
