@@ -1037,7 +1037,7 @@ fn compress_metrics(o: &mut String, m: &Metrics, pool: &crate::compress::PoolSet
             );
         }
     }
-    type Get = fn(&crate::metrics::WorkerStats) -> &std::sync::atomic::AtomicU64;
+    type Get = fn(&crate::metrics::WorkerStats) -> &(dyn crate::metrics::Read + 'static);
     let families: [(&str, &str, Get); 6] = [
         (
             "edgecache_compress_bytes_in_total",
