@@ -952,6 +952,8 @@ impl Index {
                 variants,
             };
             lock(&self.primaries[shard_of(p)]).insert(p, rec);
+            // A worker's front may have remembered "no Vary" for `p`.
+            self.bump(p);
         }
         n
     }

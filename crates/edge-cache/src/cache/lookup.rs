@@ -212,7 +212,7 @@ impl Cache {
                 }
             }
         }
-        let (vkey, vh) = self.variant_of(primary_key, ph, req);
+        let (vkey, vh) = self.variant_of(local, primary_key, ph, req);
         let front_checked = local.is_some() && vh == ph;
         match self.find(local, opener, &vkey, vh, front_checked).await {
             Ok(Some((found, file))) => {
@@ -245,18 +245,43 @@ impl Cache {
     /// primary key itself unless the stored response varies.
     fn variant_of<'k>(
         &self,
+        local: Option<&RefCell<Local>>,
         primary_key: &'k str,
         ph: KeyHash,
         req: &HeaderMap,
     ) -> (Cow<'k, str>, KeyHash) {
-        match self.zone.index().vary_of(ph) {
-            Some(vary) => {
-                let k = variant_key(primary_key, &vary, req);
+        let key = |vary: Option<&[String]>| vary.map(|v| variant_key(primary_key, v, req));
+        let vkey = match local {
+            Some(l) => self.with_vary(l, ph, key),
+            None => key(self.zone.index().vary_of(ph).as_deref()),
+        };
+        match vkey {
+            Some(k) => {
                 let h = key_hash(&k);
                 (Cow::Owned(k), h)
             }
             None => (Cow::Borrowed(primary_key), ph),
         }
+    }
+
+    /// `f` of the `Vary` names stored for primary `ph`: from the worker's front while
+    /// the primary's stripe is unchanged (no shared lock, no shared reference count),
+    /// else from the index (then remembered as the worker's own copy).
+    fn with_vary<R>(
+        &self,
+        local: &RefCell<Local>,
+        ph: KeyHash,
+        f: impl FnOnce(Option<&[String]>) -> R,
+    ) -> R {
+        let lk = self.local_key(ph);
+        let version = self.zone.index().version(ph);
+        if let Some(names) = local.borrow().front.vary(lk, version) {
+            return f(names);
+        }
+        let names = (self.zone.index().vary_of(ph)).map(|v| v.to_vec().into_boxed_slice());
+        let r = f(names.as_deref());
+        local.borrow_mut().front.remember_vary(lk, version, names);
+        r
     }
 
     /// The object stored under exactly `key` (`hash`): from the worker's front when it
@@ -425,7 +450,7 @@ impl Cache {
         ph: KeyHash,
         req: &HeaderMap,
     ) -> Option<Arc<ObjectMeta>> {
-        let (key, hash) = self.variant_of(primary_key, ph, req);
+        let (key, hash) = self.variant_of(local, primary_key, ph, req);
         match self.find(local, opener, &key, hash, false).await {
             Ok(found) => found.map(|(f, _)| f.meta),
             Err(fail) => {

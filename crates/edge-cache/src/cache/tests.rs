@@ -969,6 +969,45 @@ fn hits_read_the_header_once_then_the_front_answers() {
 }
 
 #[test]
+fn a_front_follows_the_primarys_vary_list() {
+    // The worker's front remembers each primary's `Vary` names (none included) by its
+    // stripe's version: a new `Vary`, another `Vary` and a purge must each be seen by
+    // the next lookup through the same front, not the names it remembered.
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let local = RefCell::new(Local::disabled());
+    let k = "http://h/w";
+    let lookup = |r: &HeaderMap| match c.lookup_in(&local, k, r, SystemTime::now()) {
+        Lookup::Fresh(h) => Some(body_of(&h)),
+        _ => None,
+    };
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    let fr_gz = req(&[("Accept-Language", "fr"), ("Accept-Encoding", "gzip")]);
+    // Nothing stored: remembered as "no Vary".
+    assert!(lookup(&gz).is_none());
+    // Now a response that varies on Accept-Encoding.
+    let mut ae = meta(600);
+    ae.vary = vec!["accept-encoding".into()];
+    put_meta(&c, k, &gz, ae, b"gzip body");
+    for _ in 0..2 {
+        assert_eq!(lookup(&gz).as_deref(), Some(&b"gzip body"[..]));
+    }
+    // Then on Accept-Language: the gzip variant is still stored, but the key now
+    // takes the language, not the coding.
+    let mut al = meta(600);
+    al.vary = vec!["accept-language".into()];
+    put_meta(&c, k, &fr_gz, al, b"fr body");
+    for _ in 0..2 {
+        assert_eq!(lookup(&fr_gz).as_deref(), Some(&b"fr body"[..]));
+    }
+    // Purged, then stored again without Vary: the plain key again.
+    assert_eq!(c.purge_key(k, false), 2);
+    assert!(lookup(&fr_gz).is_none());
+    put(&c, k, b"plain again");
+    assert_eq!(lookup(&fr_gz).as_deref(), Some(&b"plain again"[..]));
+}
+
+#[test]
 fn a_snapshot_restores_the_index_and_the_walk_corrects_a_stale_one() {
     let d = tempfile::tempdir().unwrap();
     let c = open(d.path());

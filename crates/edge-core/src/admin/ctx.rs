@@ -2,13 +2,11 @@
 //! current config generation, and the process-wide settings `/status` reports.
 
 use crate::metrics::Metrics;
-use crate::state::Shared;
-use arc_swap::ArcSwap;
 use std::sync::Arc;
 
 pub struct AdminCtx {
     pub metrics: Arc<Metrics>,
-    pub shared: Arc<ArcSwap<Shared>>,
+    pub shared: Arc<crate::state::Current>,
     pub accept: &'static str,
     /// `multi_accept` and `reuseport_steering`, for `/status`.
     pub multi_accept: bool,

@@ -146,30 +146,71 @@ pub fn facts_of_head(h: &edge_http::ResponseHead) -> Facts<'_> {
 
 /// [`Facts`] of a stored object (its header block, as sent on hits).
 pub fn facts_of_block(status: u16, block: &[u8], body_len: Option<u64>) -> Facts<'_> {
+    // One pass over the lines for the three fields (every hit on a compressing
+    // location asks); `Content-Encoding`, rarely stored, read again only when present.
+    let mut content_type = None;
+    let mut no_transform = false;
+    let mut encoded = false;
+    for line in block_lines(block) {
+        if let Some(v) = value_of(line, "content-type") {
+            content_type = content_type.or(Some(v));
+        } else if let Some(v) = value_of(line, "cache-control") {
+            no_transform = no_transform || edge_compress::no_transform([v]);
+        } else if value_of(line, "content-encoding").is_some() {
+            encoded = true;
+        }
+    }
     Facts {
         status,
-        content_type: block_values(block, "content-type").next(),
-        no_transform: edge_compress::no_transform(block_values(block, "cache-control")),
-        encoded: edge_compress::content_encoding(block_values(block, "content-encoding")),
+        content_type,
+        no_transform,
+        encoded: if encoded {
+            edge_compress::content_encoding(block_values(block, "content-encoding"))
+        } else {
+            edge_compress::Encoded::Identity
+        },
         body_len,
     }
 }
 
 /// The values of the `name` lines of a stored header block (`Name: value\r\n` lines).
 pub fn block_values<'a>(block: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-    block.split(|&b| b == b'\n').filter_map(move |line| {
-        let colon = line.iter().position(|&b| b == b':')?;
-        if !line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+    block_lines(block).filter_map(move |line| value_of(line, name))
+}
+
+/// The lines of a header block (without their `\n`), found with `memchr`.
+fn block_lines(block: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = block;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
             return None;
         }
-        let v = &line[colon + 1..];
-        let v = v.strip_suffix(b"\r").unwrap_or(v);
-        let start = v
-            .iter()
-            .position(|&b| b != b' ' && b != b'\t')
-            .unwrap_or(v.len());
-        Some(&v[start..])
+        Some(match memchr::memchr(b'\n', rest) {
+            Some(i) => {
+                let line = &rest[..i];
+                rest = &rest[i + 1..];
+                line
+            }
+            None => std::mem::take(&mut rest),
+        })
     })
+}
+
+/// The value of `line` when it is a `name` line: a line of another name is rejected by
+/// its length and first bytes, not scanned for its colon (`name` has none, so `line`
+/// starts with `name:` exactly when its first colon ends a name equal to `name`).
+fn value_of<'a>(line: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let name = name.as_bytes();
+    if line.get(name.len()) != Some(&b':') || !line[..name.len()].eq_ignore_ascii_case(name) {
+        return None;
+    }
+    let v = &line[name.len() + 1..];
+    let v = v.strip_suffix(b"\r").unwrap_or(v);
+    let start = v
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(v.len());
+    Some(&v[start..])
 }
 
 /// The process-wide compression pool: its settings, and the pool once started (on the

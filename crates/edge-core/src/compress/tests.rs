@@ -67,6 +67,65 @@ fn plans() {
 }
 
 #[test]
+fn block_values_finds_exactly_the_named_lines() {
+    // The first version: split at every line end, find the colon, compare the name.
+    fn reference<'a>(block: &'a [u8], name: &str) -> Vec<&'a [u8]> {
+        block
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let colon = line.iter().position(|&b| b == b':')?;
+                if !line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+                    return None;
+                }
+                let v = &line[colon + 1..];
+                let v = v.strip_suffix(b"\r").unwrap_or(v);
+                let start = v.iter().position(|&b| b != b' ' && b != b'\t');
+                Some(&v[start.unwrap_or(v.len())..])
+            })
+            .collect()
+    }
+    let block: &[u8] = b"Content-Type: text/html\r\nContent-Type-X: no\r\ncontent-type:a/b\r\n\
+        X: Content-Type: no\r\nCache-Control:\t no-transform \r\nCACHE-CONTROL: max-age=1\n\
+        Content-Type\r\n:empty\r\n\r\nContent-Encoding: gzip";
+    for name in [
+        "content-type",
+        "cache-control",
+        "content-encoding",
+        "x",
+        "etag",
+        "",
+    ] {
+        let got: Vec<&[u8]> = block_values(block, name).collect();
+        assert_eq!(got, reference(block, name), "{name}");
+    }
+    assert_eq!(
+        block_values(block, "content-type").collect::<Vec<_>>(),
+        [&b"text/html"[..], b"a/b"]
+    );
+    assert_eq!(block_values(b"", "etag").next(), None);
+}
+
+#[test]
+fn facts_of_block_reads_each_field_as_block_values_does() {
+    for block in [
+        &b"Content-Type: text/html\r\nCache-Control: max-age=1\r\n"[..],
+        b"cache-control: public\r\nCACHE-CONTROL: no-transform\r\ncontent-type: a/b\r\nContent-Type: c/d\r\n",
+        b"Content-Encoding: gzip\r\nContent-Type: text/css\r\n",
+        b"Content-Encoding: identity\r\ncontent-encoding: br\r\n",
+        b"Content-Encoding:\r\nX: y\r\n",
+        b"Content-Type-Options: nosniff\r\nCache-Controls: no-transform\r\n",
+        b"",
+    ] {
+        let f = facts_of_block(200, block, Some(7));
+        assert_eq!(f.content_type, block_values(block, "content-type").next());
+        let nt = edge_compress::no_transform(block_values(block, "cache-control"));
+        assert_eq!(f.no_transform, nt);
+        let enc = edge_compress::content_encoding(block_values(block, "content-encoding"));
+        assert_eq!(f.encoded, enc);
+    }
+}
+
+#[test]
 fn transformed_heads() {
     let block = b"Content-Type: text/html\r\nContent-Length: 10\r\nETag: \"a\"\r\nVary: Origin\r\n";
     let enc = String::from_utf8(transform_block(block, Plan::Encode(Coding::Gzip))).unwrap();

@@ -8,15 +8,15 @@
 
 use super::{H2Stats, LocalStats, Metrics, WorkerStats, CACHE_STATUSES, H2_ERRORS, HTTP_VERSIONS};
 use crate::prom::Prom;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 
 /// One worker counter, as read here (with single-writer counters beside atomics, this
 /// becomes the trait both read through).
-type Counter = AtomicU64;
+type Counter = dyn super::Read;
 
 /// The value of one worker counter: the one place a counter is read.
 fn read(c: &Counter) -> u64 {
-    c.load(Relaxed)
+    c.read()
 }
 
 /// One counter of a worker's block.

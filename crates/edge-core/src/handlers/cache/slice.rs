@@ -337,7 +337,7 @@ async fn respond(
         .fetch_add(body.from_origin, Relaxed);
     stats
         .cache_bytes_hit
-        .fetch_add(body.sent.saturating_sub(body.from_origin), Relaxed);
+        .add(body.sent.saturating_sub(body.from_origin));
     Sent::Done(result)
 }
 
