@@ -586,6 +586,31 @@ fn vary_variants_are_stored_separately() {
     assert!(files(d.path()).is_empty());
 }
 
+/// A URL first stored without `Vary`, then with it: its plain object stays indexed
+/// under the primary key beside the variants, and purging the URL must remove it too
+/// (it used to stay, and be served again once the `Vary` record went with the purge).
+#[test]
+fn purging_a_url_removes_its_plain_object_stored_before_a_vary() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let k = "http://h/pv";
+    put(&c, k, b"plain");
+    let mut m = meta(600);
+    m.vary = vec!["accept-encoding".into()];
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    put_meta(&c, k, &gz, m, b"gzip body");
+    assert_eq!(c.stats().entries, 2);
+    assert_eq!(c.purge_key(k, false), 2);
+    assert_eq!(c.stats().entries, 0);
+    for r in [HeaderMap::new(), gz] {
+        assert!(
+            !matches!(c.lookup(k, &r, SystemTime::now()), Lookup::Fresh(_)),
+            "a purged object is served"
+        );
+    }
+    assert!(files(d.path()).is_empty());
+}
+
 #[test]
 fn purge_by_key_prefix_and_tag() {
     let d = tempfile::tempdir().unwrap();
