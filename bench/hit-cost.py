@@ -6,6 +6,10 @@ Usage (root not needed; valgrind, strace and nginx installed, binaries built wit
 `cargo build --release`):
 
     python3 bench/hit-cost.py [--size 1k] [--out docs/results/hit-cost.json]
+    # the embedded default's kind of location: `compress`, a text object, clients
+    # sending `Accept-Encoding: gzip` (hits answered with the stored gzip copy);
+    # instructions only, edgecache's RAM tier only
+    python3 bench/hit-cost.py --compress --servers edgecache-ram --phases callgrind
 
 What it does, per server (edgecache with `[memory_cache]`, edgecache without it, nginx
 with `proxy_cache` and `open_file_cache`; one worker each, access logs off, keep-alive):
@@ -44,11 +48,17 @@ def get(port, path, headers=None):
         return r.status, dict(r.headers), r.read()
 
 
+# `--compress`: the request headers every request carries (set by main).
+HEADERS = {}
+
+
 def load(port, path, requests, connections=1):
-    return edgeload_requests(f"http://127.0.0.1:{port}{path}", requests, connections, "120s")
+    extra = [a for k, v in HEADERS.items() for a in ("-H", f"{k}: {v}")]
+    return edgeload_requests(f"http://127.0.0.1:{port}{path}", requests, connections, "120s",
+                             extra)
 
 
-def edgecache_config(dir, port, origin, memory):
+def edgecache_config(dir, port, origin, memory, compress=False):
     # Without: `size = "off"` (the RAM tier is on by default, `size = "auto"`).
     mem = ('[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\npolicy = "s3fifo"\n' if memory
            else '[memory_cache]\nsize = "off"\n')
@@ -73,6 +83,9 @@ proxy = "origin"
 cache = ["c1"]
 cache_valid = {{ "200" = "10m" }}
 '''
+    if compress:
+        # As the embedded default config's location.
+        text += 'compress = ["zstd", "br", "gzip"]\n'
     path = os.path.join(dir, "edgecache.toml")
     with open(path, "w") as f:
         f.write(text)
@@ -114,13 +127,13 @@ http {{
 
 def warm(port, path):
     for _ in range(50):
-        _, h, _ = get(port, path)
+        _, h, _ = get(port, path, HEADERS)
         if h.get("X-Cache-Status") == "HIT":
             break
         time.sleep(0.05)
     # The RAM tier admits on the first disk hit: a few more make the steady state.
     for _ in range(5):
-        get(port, path)
+        get(port, path, HEADERS)
     load(port, path, 500)
 
 
@@ -153,8 +166,16 @@ def main():
     ap.add_argument("--strace-requests", type=int, default=20000)
     ap.add_argument("--out")
     ap.add_argument("--servers", default="edgecache-ram,edgecache-disk,nginx")
+    ap.add_argument("--phases", default="callgrind,strace",
+                    help="callgrind (instructions), strace (syscalls), or both")
+    ap.add_argument("--compress", action="store_true",
+                    help="edgecache's location compresses (as the embedded default "
+                         "config's); a text object requested with Accept-Encoding: gzip")
     a = ap.parse_args()
     path = f"/obj/{a.size}/1"
+    if a.compress:
+        path = f"/txt/{a.size}/1"
+        HEADERS["Accept-Encoding"] = "gzip"
     results = {}
     origin_port = free_port()
     origin = spawn_origin(origin_port)
@@ -165,13 +186,14 @@ def main():
                 print("nginx not installed (bench/peers/install.sh): skipped", file=sys.stderr)
                 continue
             res = {}
-            for phase in ("callgrind", "strace"):
+            for phase in a.phases.split(","):
                 work = tempfile.mkdtemp(prefix=f"hitcost-{name}-")
                 port = free_port()
                 if name == "nginx":
                     cmd = nginx_config(work, port, origin_port)
                 else:
-                    cmd = edgecache_config(work, port, origin_port, name == "edgecache-ram")
+                    cmd = edgecache_config(work, port, origin_port, name == "edgecache-ram",
+                                           a.compress)
                 if phase == "callgrind":
                     med, all_ = callgrind_ir(cmd, port, work, lambda: warm(port, path),
                                              lambda n: load(port, path, n),
@@ -190,19 +212,19 @@ def main():
             print(name, json.dumps(res), flush=True)
     finally:
         origin.kill()
-    if "nginx" in results:
+    if "ir_per_request" in results.get("nginx", {}):
         base = results["nginx"]["ir_per_request"]
         for name, r in results.items():
             r["ir_vs_nginx"] = round(r["ir_per_request"] / base, 3)
     print("\n| server | Ir/request | vs nginx | syscalls/req (1 conn) | without epoll_wait | syscalls/req (16 conns) | without epoll_wait |")
     print("|---|---|---|---|---|---|---|")
     for name, r in results.items():
-        print(f"| {name} | {r['ir_per_request']} | {r.get('ir_vs_nginx', '')} | "
-              f"{r['syscalls_c1_total']} | {r['syscalls_c1_no_epoll']} | "
-              f"{r['syscalls_c16_total']} | {r['syscalls_c16_no_epoll']} |")
+        print(f"| {name} | {r.get('ir_per_request', '')} | {r.get('ir_vs_nginx', '')} | "
+              f"{r.get('syscalls_c1_total', '')} | {r.get('syscalls_c1_no_epoll', '')} | "
+              f"{r.get('syscalls_c16_total', '')} | {r.get('syscalls_c16_no_epoll', '')} |")
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"size": a.size, "results": results}, f, indent=1)
+            json.dump({"size": a.size, "compress": a.compress, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

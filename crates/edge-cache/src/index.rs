@@ -31,7 +31,8 @@ use hashbrown::HashTable;
 
 use crate::key::{key_hash, HashMapK, KeyHash, CODING_MARK};
 use crate::meta::ObjectMeta;
-use crate::purge::{lock, PurgeIndex};
+use crate::purge::PurgeIndex;
+use crate::sync::lock;
 
 /// Number of shards (a power of two; hashes are uniformly distributed).
 pub const SHARDS: usize = 64;
@@ -421,14 +422,20 @@ impl Index {
     }
 
     /// Hashes of every stored object of a primary key except compressed copies (its
-    /// `Vary` variants, or itself).
+    /// `Vary` variants, and itself when stored: a response without `Vary` stored
+    /// before one with it stays under the primary key beside the variants).
     pub fn variants_of(&self, primary: KeyHash) -> Vec<KeyHash> {
         let rec = {
             let p = lock(&self.primaries[shard_of(primary)]);
             p.get(&primary).map(|r| r.variants.clone())
         };
         match rec {
-            Some(v) => v,
+            Some(mut v) => {
+                if !v.contains(&primary) && self.contains(primary) {
+                    v.push(primary);
+                }
+                v
+            }
             None if self.contains(primary) => vec![primary],
             None => Vec::new(),
         }
@@ -951,6 +958,8 @@ impl Index {
                 variants,
             };
             lock(&self.primaries[shard_of(p)]).insert(p, rec);
+            // A worker's front may have remembered "no Vary" for `p`.
+            self.bump(p);
         }
         n
     }

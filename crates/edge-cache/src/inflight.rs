@@ -35,7 +35,7 @@ use tokio::sync::watch;
 
 use crate::key::KeyHash;
 use crate::meta::{ObjectMeta, BODY_LEN_UNKNOWN};
-use crate::purge::lock;
+use crate::sync::lock;
 
 const SHARDS: usize = 64;
 

@@ -17,11 +17,14 @@
 //! Module map: [`policy`] (RFC 9111), [`hit`] (304, Range, multipart on hits),
 //! [`key`] (keys, Vary), [`part`] (partial objects: 206s and slices), [`local`] (a worker's RAM tier and open-file cache), [`meta`] (object metadata
 //! and its encoding), [`storage`] (file format, temp+rename), [`index`] (sharded CLOCK
-//! index, 44 bytes per object), [`purge`] (prefix/tag indexes), [`loader`] (rebuild at
-//! start), [`snapshot`] (the index saved at shutdown), [`manager`]
+//! index, 44 bytes per object), [`purge`] (prefix/tag indexes, purges remembered while
+//! loading), [`zone`] (the index, layout, counters and purge rules shared with the
+//! background threads, behind methods that keep them consistent), [`loader`] (rebuild
+//! at start), [`snapshot`] (the index saved at shutdown), [`manager`]
 //! (eviction/expiry), [`inflight`] (collapse lock), [`select`] (several caches), and
-//! [`cache`] (the [`Cache`] type tying them together). The design and the on-disk
-//! format are in `docs/cache.md`.
+//! [`cache`] (the [`Cache`] type: lookups, writes, purges and its life). Modules only
+//! use those below them (`.ci/modcycles.py`): `cache` -> `loader`/`manager` -> `zone`
+//! -> `index` -> `purge`. The design and the on-disk format are in `docs/cache.md`.
 
 pub mod cache;
 pub mod coded;
@@ -40,14 +43,16 @@ pub mod purge;
 pub mod select;
 pub mod snapshot;
 pub mod storage;
+mod sync;
 pub mod uses;
+pub mod zone;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cache::{
-    BlockingOpener, Cache, CommitIo, FileOpener, HitBody, HitEntry, Lookup, ObjectWriter,
-    OpenedFile,
+    purge_all, BlockingOpener, Cache, CommitIo, FileOpener, HitBody, HitEntry, Lookup,
+    ObjectWriter, OpenedFile,
 };
 pub use inflight::{Fill, FillHandle, FillHead, FillState, Inflight, Join, WaitHead};
 pub use key::{key_hash, variant_key, KeyHash};

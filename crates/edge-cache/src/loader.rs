@@ -1,11 +1,13 @@
 //! The loader: rebuilds the index from disk at start, in the background, in batches.
 //!
-//! How it fits: [`crate::Cache::open`] starts one loader thread and returns at once, so
-//! the server serves while the index fills. The loader walks the `levels` directories
-//! and reads only each file's header (never the body), checking magic, version,
-//! checksum, key and size ([`crate::storage::read_header`]). Valid objects go into the
+//! How it fits: [`crate::Cache::open`] starts one loader thread on the cache's
+//! [`Zone`] and returns at once, so the server serves while the index fills. The
+//! loader walks the `levels` directories and reads only each file's header (never the
+//! body), checking magic, version, checksum, key and size
+//! ([`crate::storage::read_header`]). Valid objects go into the
 //! index (never over a newer entry); corrupt, truncated, old-version and misplaced
-//! files, and temp files left by earlier processes, are deleted. Like nginx
+//! files, and temp files left by earlier processes, are deleted. The zone indexes what
+//! is found ([`Zone::admit`]) unless a purge issued while loading covers it. Like nginx
 //! (`loader_files`/`loader_sleep`) it sleeps between batches so a large cache does not
 //! steal the disk from hits. Until it is done, lookups also open files directly by
 //! hash, so restarted caches give hits at once.
@@ -14,24 +16,24 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::cache::Cache;
 use crate::index::NewEntry;
 use crate::key::parse_hash_hex;
-use crate::purge::{lock, RuleVerdict};
+use crate::purge::RuleVerdict;
 use crate::storage::{self, StorageError, TMP_MARKER};
+use crate::zone::Zone;
 
-/// Start the loader thread for `cache`.
-pub(crate) fn spawn(cache: &Arc<Cache>) -> io::Result<JoinHandle<()>> {
-    let weak = Arc::downgrade(cache);
-    let root = cache.layout.root.clone();
-    let depth = cache.layout.levels.len();
+/// Start the loader thread for `zone` (it ends when the walk does, when the zone stops,
+/// or when the zone is dropped).
+pub(crate) fn spawn(zone: &Arc<Zone>) -> io::Result<JoinHandle<()>> {
+    let weak = Arc::downgrade(zone);
+    let root = zone.layout().root.clone();
+    let depth = zone.layout().levels.len();
     std::thread::Builder::new()
-        .name(format!("cache-loader-{}", cache.cfg.name))
+        .name(format!("cache-loader-{}", zone.name()))
         .spawn(move || run(weak, root, depth))
         .map_err(|e| io::Error::new(e.kind(), format!("spawn loader thread: {e}")))
 }
@@ -43,13 +45,13 @@ enum Item {
     File(PathBuf, usize, u64),
 }
 
-fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
+fn run(weak: Weak<Zone>, root: PathBuf, depth: usize) {
     let start = Instant::now();
     let mut stack = vec![Item::Dir(root.clone(), 0)];
     let mut in_batch = 0usize;
     while let Some(item) = stack.pop() {
-        let Some(cache) = weak.upgrade() else { return };
-        if cache.stopping.load(Ordering::Acquire) {
+        let Some(zone) = weak.upgrade() else { return };
+        if zone.stopping() {
             return;
         }
         match item {
@@ -69,42 +71,35 @@ fn run(weak: Weak<Cache>, root: PathBuf, depth: usize) {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(cache = %cache.cfg.name, "loader: opendir {} failed: {e}", dir.display());
+                    tracing::warn!(cache = %zone.name(), "loader: opendir {} failed: {e}", dir.display());
                 }
             },
             Item::File(path, d, ino) => {
-                load_file(&cache, &path, d == depth, ino);
+                load_file(&zone, &path, d == depth, ino);
                 in_batch += 1;
                 // Read per batch: a reload's `loader_*` apply to the rest of the walk.
-                let l = cache.limits();
+                let l = zone.limits();
                 if in_batch >= l.loader_files.max(1) {
                     in_batch = 0;
-                    cache.sleep_unless_stopping(l.loader_sleep);
+                    zone.sleep_unless_stopping(l.loader_sleep);
                 }
             }
         }
     }
-    let Some(cache) = weak.upgrade() else { return };
-    {
-        let _gate = lock(&cache.loader_gate);
-        // What a snapshot named that the walk did not find is gone from the disk.
-        let unseen = cache.index.drop_unseen();
-        cache.loader.unseen.store(unseen as u64, Ordering::Relaxed);
-        cache.loader.done.store(true, Ordering::Release);
-        cache.pending.clear();
-    }
-    crate::manager::wake(&cache);
-    let s = cache.stats().loader;
+    let Some(zone) = weak.upgrade() else { return };
+    // What a snapshot named that the walk did not find is gone from the disk.
+    zone.finish_loading();
+    let s = zone.stats().loader;
     tracing::info!(
-        cache = %cache.cfg.name,
+        cache = %zone.name(),
         "cache loader done in {:?}: {} files scanned, {} objects loaded, {} removed; of {} restored from the index snapshot, {} were gone from the disk",
         start.elapsed(), s.scanned, s.loaded, s.removed, s.snapshot, s.unseen
     );
 }
 
 /// Examine one file: index it, skip it, or delete it.
-fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
-    cache.loader.scanned.fetch_add(1, Ordering::Relaxed);
+fn load_file(zone: &Zone, path: &Path, at_leaf: bool, ino: u64) {
+    zone.note_scanned();
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return;
     };
@@ -112,8 +107,8 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
         let token = name[pos + TMP_MARKER.len()..]
             .rsplit_once('.')
             .map(|(t, _)| t);
-        if parse_hash_hex(&name[..pos]).is_some() && token != Some(cache.token.as_str()) {
-            remove(cache, path, "leftover temp file");
+        if parse_hash_hex(&name[..pos]).is_some() && token != Some(zone.token()) {
+            remove(zone, path, "leftover temp file");
         }
         return;
     }
@@ -121,13 +116,13 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
     let Some(hash) = parse_hash_hex(name) else {
         return;
     };
-    if !at_leaf || cache.layout.path_for(hash) != path {
-        remove(cache, path, "misplaced (levels changed?)");
+    if !at_leaf || zone.path_for(hash) != path {
+        remove(zone, path, "misplaced (levels changed?)");
         return;
     }
     // Indexed already (by a fill, or by the snapshot, which this confirms): done, with
     // no read. A snapshot entry naming another inode is dropped and the file loaded.
-    if cache.index.mark_seen(hash, ino) {
+    if zone.seen_on_disk(hash, ino) {
         return;
     }
     let file = match File::open(path) {
@@ -137,76 +132,63 @@ fn load_file(cache: &Cache, path: &Path, at_leaf: bool, ino: u64) {
     let hdr = match storage::read_header(&file, hash) {
         Ok(h) => h,
         Err(StorageError::Io(e)) => {
-            tracing::warn!(cache = %cache.cfg.name, "loader: read {} failed: {e}", path.display());
+            tracing::warn!(cache = %zone.name(), "loader: read {} failed: {e}", path.display());
             return;
         }
         Err(e) => {
             // Another writer may have renamed a new object in meanwhile; only delete the
             // file we judged.
-            if cache.index.contains(hash) {
+            if zone.index().contains(hash) {
                 return;
             }
             if let Ok(md) = file.metadata() {
-                let _stripe = cache.stripe(hash);
-                let _ = storage::remove_if_ino(path, md.ino());
+                let _ = zone.unlink(hash, md.ino());
             }
-            cache.loader.removed.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(cache = %cache.cfg.name, "loader: removed {}: {e}", path.display());
+            zone.note_removed(false);
+            tracing::info!(cache = %zone.name(), "loader: removed {}: {e}", path.display());
             return;
         }
     };
     let Ok(md) = file.metadata() else { return };
-    if cache.verify() != crate::Verify::Off {
+    if zone.verify() != crate::Verify::Off {
         match storage::body_checksum_of(&file, hdr.body_offset, hdr.meta.body_len) {
             Ok(sum) if sum == hdr.meta.body_hash => {}
             Ok(_) => {
-                let _stripe = cache.stripe(hash);
-                let _ = storage::remove_if_ino(path, md.ino());
-                cache.loader.removed.fetch_add(1, Ordering::Relaxed);
-                cache.corrupt.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(cache = %cache.cfg.name, "loader: removed {}: body checksum mismatch", path.display());
+                let _ = zone.unlink(hash, md.ino());
+                zone.note_removed(true);
+                tracing::warn!(cache = %zone.name(), "loader: removed {}: body checksum mismatch", path.display());
                 return;
             }
             Err(e) => {
-                tracing::warn!(cache = %cache.cfg.name, "loader: read {} failed: {e}", path.display());
+                tracing::warn!(cache = %zone.name(), "loader: read {} failed: {e}", path.display());
                 return;
             }
         }
     }
     let disk_size = storage::disk_size_of(md.len());
-    let _gate = lock(&cache.loader_gate);
-    match cache.pending.verdict(&hdr.meta) {
-        RuleVerdict::Delete => {
-            let _stripe = cache.stripe(hash);
-            let _ = storage::remove_if_ino(path, md.ino());
-            cache.loader.removed.fetch_add(1, Ordering::Relaxed);
-        }
-        v => {
-            let inserted = cache.index.insert_if_absent(
-                NewEntry {
-                    hash,
-                    meta: &hdr.meta,
-                    disk_size,
-                    ino: storage::ino_key(md.ino()),
-                },
-                v == RuleVerdict::MarkStale,
-            );
-            if inserted {
-                cache.loader.loaded.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    let admitted = zone.admit(NewEntry {
+        hash,
+        meta: &hdr.meta,
+        disk_size,
+        ino: storage::ino_key(md.ino()),
+    });
+    if admitted.verdict == RuleVerdict::Delete {
+        let _ = zone.unlink(hash, md.ino());
+        zone.note_removed(false);
+    } else if admitted.inserted {
+        zone.note_loaded();
     }
 }
 
-fn remove(cache: &Cache, path: &Path, why: &str) {
+fn remove(zone: &Zone, path: &Path, why: &str) {
     match fs::remove_file(path) {
         Ok(()) => {
-            cache.loader.removed.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(cache = %cache.cfg.name, "loader: removed {}: {why}", path.display());
+            zone.note_removed(false);
+            tracing::info!(cache = %zone.name(), "loader: removed {}: {why}", path.display());
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => {
-            tracing::warn!(cache = %cache.cfg.name, "loader: unlink {} failed: {e}", path.display());
+            tracing::warn!(cache = %zone.name(), "loader: unlink {} failed: {e}", path.display());
         }
     }
 }

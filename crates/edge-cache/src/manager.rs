@@ -1,70 +1,54 @@
 //! The manager: removes inactive objects and evicts least recently used ones to keep
 //! the cache within `max_size`, `min_free` and `keys_zone`, in bounded batches.
 //!
-//! How it fits: one background thread per [`crate::Cache`]. Each pass does at most
+//! How it fits: one background thread per [`crate::Cache`], on its [`Zone`]. Each pass does at most
 //! `manager_files` removals or `manager_threshold` of work (nginx's budget), then sleeps
 //! `manager_sleep` if work is left, or up to [`IDLE_SLEEP`] otherwise. Writers that push
-//! the cache over budget wake it early. The index picks the victims; this module
-//! deletes their files (only if the file on disk is still the one the index knew).
+//! the zone over budget wake it early. This module decides how many objects go; the zone
+//! removes them ([`Zone::expire`], [`Zone::evict`]: the index picks the victims, their
+//! files are deleted only if still the ones the index knew, and the removals counted).
 //! Every limit is read from [`crate::Limits`] once per pass, so a reload's smaller
 //! `max_size` (which also wakes the manager) is evicted down to at once.
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::cache::Cache;
-use crate::index::Victim;
-use crate::purge::lock;
+use crate::zone::Zone;
 
 /// Sleep between passes when there is nothing to do.
 pub const IDLE_SLEEP: Duration = Duration::from_secs(1);
 /// Victims taken from the index per eviction step (then the budget is re-checked).
 const EVICT_STEP: usize = 16;
 
-pub(crate) fn spawn(cache: &Arc<Cache>) -> io::Result<JoinHandle<()>> {
-    let weak = Arc::downgrade(cache);
+/// Start the manager thread for `zone` (it ends when the zone stops or is dropped).
+pub(crate) fn spawn(zone: &Arc<Zone>) -> io::Result<JoinHandle<()>> {
+    let weak = Arc::downgrade(zone);
     std::thread::Builder::new()
-        .name(format!("cache-manager-{}", cache.cfg.name))
+        .name(format!("cache-manager-{}", zone.name()))
         .spawn(move || run(weak))
         .map_err(|e| io::Error::new(e.kind(), format!("spawn manager thread: {e}")))
 }
 
-/// Wake the manager now (over budget, loader done, shutdown).
-pub(crate) fn wake(cache: &Cache) {
-    *lock(&cache.wake.flag) = true;
-    cache.wake.cv.notify_all();
-}
-
-fn run(weak: Weak<Cache>) {
+fn run(weak: Weak<Zone>) {
     let mut trimmed_at = 0u64;
     loop {
-        let Some(cache) = weak.upgrade() else { return };
-        if cache.stopping.load(Ordering::Acquire) {
+        let Some(zone) = weak.upgrade() else { return };
+        if zone.stopping() {
             return;
         }
-        let outcome = pass(&cache);
+        let outcome = pass(&zone);
         if !outcome.more {
-            maybe_trim(&cache, &mut trimmed_at);
+            maybe_trim(&zone, &mut trimmed_at);
         }
         let sleep = if outcome.more {
-            cache.limits().manager_sleep
+            zone.limits().manager_sleep
         } else {
             IDLE_SLEEP
         };
-        let mut woken = lock(&cache.wake.flag);
-        if !*woken {
-            woken = cache
-                .wake
-                .cv
-                .wait_timeout(woken, sleep)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        *woken = false;
+        zone.wait_for_work(sleep);
     }
 }
 
@@ -90,11 +74,11 @@ pub const TRIM_AFTER_CHANGE: u64 = 65_536;
 /// At most one trim per process per this long.
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Trims the heap when this cache's index changed by [`TRIM_AFTER_CHANGE`] entries since
+/// Trims the heap when this zone's index changed by [`TRIM_AFTER_CHANGE`] entries since
 /// its last trim and no cache of the process trimmed in the last [`TRIM_INTERVAL`].
-fn maybe_trim(cache: &Cache, last_entries: &mut u64) {
+fn maybe_trim(zone: &Zone, last_entries: &mut u64) {
     static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
-    let entries = cache.index.entries();
+    let entries = zone.index().entries();
     if entries.abs_diff(*last_entries) < TRIM_AFTER_CHANGE {
         return;
     }
@@ -118,24 +102,20 @@ pub struct PassOutcome {
 }
 
 /// One bounded manager pass (also callable directly, e.g. by tests or an admin hook).
-pub fn pass(cache: &Cache) -> PassOutcome {
+pub fn pass(zone: &Zone) -> PassOutcome {
     let start = Instant::now();
     // One copy per pass: a reload's new limits apply from the next pass.
-    let cfg = cache.limits();
+    let cfg = zone.limits();
     let budget = cfg.manager_files.max(1);
     let mut out = PassOutcome::default();
 
     // 1. inactive expiry (a bounded sweep of the index, resumed by the next pass).
-    let now = cache.index.now_ticks();
+    let index = zone.index();
+    let now = index.now_ticks();
     let inactive = crate::index::Index::ticks_of(cfg.inactive);
     if now > inactive {
-        let victims = cache.index.expire_inactive(now - inactive, budget);
-        out.expired = victims.len();
-        delete(cache, &victims);
-        cache
-            .expired
-            .fetch_add(victims.len() as u64, Ordering::Relaxed);
-        if victims.len() == budget {
+        out.expired = zone.expire(now - inactive, budget);
+        if out.expired == budget {
             out.more = true;
             return out;
         }
@@ -143,13 +123,13 @@ pub fn pass(cache: &Cache) -> PassOutcome {
 
     // 2. size, free space and index memory.
     let mut free = if cfg.min_free > 0 {
-        free_space(&cache.layout.root).ok()
+        free_space(&zone.layout().root).ok()
     } else {
         None
     };
     loop {
-        let over_disk = cache.index.disk_bytes() > cfg.max_size;
-        let over_mem = cache.index.mem_bytes() > cfg.keys_zone;
+        let over_disk = index.disk_bytes() > cfg.max_size;
+        let over_mem = index.mem_bytes() > cfg.keys_zone;
         let low_free = free.is_some_and(|f| f < cfg.min_free);
         if !(over_disk || over_mem || low_free) {
             break;
@@ -159,47 +139,33 @@ pub fn pass(cache: &Cache) -> PassOutcome {
             break;
         }
         // Evict about as many as needed (by average object size), not a whole step.
-        let entries = cache.index.entries().max(1);
+        let entries = index.entries().max(1);
         let need = |over: u64, total: u64| over.div_ceil((total / entries).max(1));
         let mut wanted = 1u64;
         if over_disk {
-            let d = cache.index.disk_bytes();
+            let d = index.disk_bytes();
             wanted = wanted.max(need(d.saturating_sub(cfg.max_size), d));
         }
         if over_mem {
-            let m = cache.index.mem_bytes();
+            let m = index.mem_bytes();
             wanted = wanted.max(need(m.saturating_sub(cfg.keys_zone), m));
         }
         if let (true, Some(f)) = (low_free, free) {
-            wanted = wanted.max(need(
-                cfg.min_free.saturating_sub(f),
-                cache.index.disk_bytes(),
-            ));
+            wanted = wanted.max(need(cfg.min_free.saturating_sub(f), index.disk_bytes()));
         }
         let n = EVICT_STEP
             .min(budget - out.expired - out.evicted)
             .min(usize::try_from(wanted).unwrap_or(usize::MAX));
-        let victims = cache.index.evict_lru(n);
-        if victims.is_empty() {
+        let (evicted, freed) = zone.evict(n);
+        if evicted == 0 {
             break; // everything left is in use
         }
-        out.evicted += victims.len();
-        cache
-            .evictions
-            .fetch_add(victims.len() as u64, Ordering::Relaxed);
-        let freed: u64 = victims.iter().map(|v| v.disk_size).sum();
-        delete(cache, &victims);
+        out.evicted += evicted;
         if let Some(f) = free.as_mut() {
             *f += freed;
         }
     }
     out
-}
-
-fn delete(cache: &Cache, victims: &[Victim]) {
-    for v in victims {
-        cache.delete_file(v.hash, v.ino);
-    }
 }
 
 /// Bytes available to unprivileged users on the filesystem holding `path`.

@@ -1,13 +1,17 @@
-//! Purge indexes: primary keys in order (purge by prefix) and tag → objects (purge by
-//! tag), so that no purge ever scans the disk.
+//! The index side of purging: primary keys by directory (purge by prefix) and tag →
+//! objects (purge by tag), so that no purge ever scans the disk; and the purges issued
+//! while the loader runs ([`PurgeRule`], [`PendingRules`]).
 //!
 //! How it fits: the [`crate::index::Index`] updates a [`PurgeIndex`] whenever an entry
 //! is inserted or removed (under the entry's shard lock, see the lock order in
-//! `index.rs`). [`crate::Cache::purge_key`], `purge_prefix` and `purge_tag` ask it which
-//! objects match and then delete them (hard purge) or mark them stale (soft purge).
-//! While the loader is still walking the disk some objects are not indexed yet, so each
-//! purge is also remembered as a [`PurgeRule`] until the loader is done; the loader and
-//! the disk fallback in `lookup` apply those rules to the files they find.
+//! `index.rs`). The cache's purge operations (`cache/purge.rs`:
+//! [`crate::Cache::purge_key`], `purge_prefix`, `purge_tag`) ask it which objects
+//! match, and [`crate::zone::Zone::purge`] deletes them (hard purge) or marks them stale
+//! (soft purge). While the loader is still walking the disk some objects are not indexed
+//! yet, so each purge is also remembered as a [`PurgeRule`] until the loader is done;
+//! the zone checks the files the loader and the lookups' disk fallback find against
+//! those rules before it indexes them. Purge requests (the admin form, the `PURGE`
+//! method) are parsed by the server (`edge-core`'s `purge.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +20,7 @@ use std::time::SystemTime;
 use crate::key::KeyHash;
 use crate::key::{HashMapK, HashSetK};
 use crate::meta::ObjectMeta;
+use crate::sync::lock;
 
 /// Most purge rules kept while the loader runs; past it the oldest rule is dropped (a
 /// bound on memory; documented in docs/cache.md as a limit of purging during loading).
@@ -310,305 +315,11 @@ impl PendingRules {
     }
 }
 
-impl crate::Cache {
-    /// Purge a URL: every stored variant of the primary key and their compressed
-    /// copies. `soft` marks them stale (served as STALE/UPDATING while revalidated)
-    /// instead of deleting. Returns the number of objects affected.
-    pub fn purge_key(&self, primary_key: &str, soft: bool) -> usize {
-        let hashes = || {
-            let mut h = self.with_copies(self.index.variants_of(crate::key::key_hash(primary_key)));
-            h.extend(self.slices_of(primary_key));
-            h
-        };
-        self.purge_hashes(PurgeTarget::Key(primary_key.to_owned()), hashes, soft)
-    }
-
-    /// Purge a path on every host (see [`PurgeTarget::Path`]): the primary key
-    /// `http://<host><pq>` for every host with something stored.
-    pub fn purge_path(&self, pq: &str, soft: bool) -> usize {
-        let hashes = || {
-            let mut hashes = Vec::new();
-            for host in self.index.purge_index().hosts() {
-                let key = format!("http://{host}{pq}");
-                hashes.extend(self.index.variants_of(crate::key::key_hash(&key)));
-                hashes.extend(self.slices_of(&key));
-            }
-            self.with_copies(hashes)
-        };
-        self.purge_hashes(PurgeTarget::Path(pq.to_owned()), hashes, soft)
-    }
-
-    /// Purge every object whose primary key starts with `prefix`: the directories that
-    /// match (see [`PurgeIndex`]), then a walk of the index in memory; only when the
-    /// prefix ends inside a name are that one directory's headers read, to check keys.
-    pub fn purge_prefix(&self, prefix: &str, soft: bool) -> usize {
-        let hashes = || {
-            let pick = self.index.purge_index().pick_dirs(prefix);
-            let mut hashes = Vec::new();
-            if !pick.all.is_empty() || pick.check.is_some() {
-                for (h, dir) in self.index.in_dirs(&|d| pick.wants(d)) {
-                    // In a selected directory, or in the prefix's own (its key is
-                    // checked).
-                    let matches = pick.all.contains(&dir)
-                        || self
-                            .stored_meta(h)
-                            .is_some_and(|(m, _)| m.primary_key().starts_with(prefix));
-                    if matches {
-                        hashes.push(h);
-                    }
-                }
-            }
-            hashes
-        };
-        self.purge_hashes(PurgeTarget::Prefix(prefix.to_owned()), hashes, soft)
-    }
-
-    /// Purge every object tagged `tag` (from `Cache-Tag` / `Surrogate-Key`).
-    pub fn purge_tag(&self, tag: &str, soft: bool) -> usize {
-        let hashes = || self.index.purge_index().tagged(tag);
-        self.purge_hashes(PurgeTarget::Tag(tag.to_owned()), hashes, soft)
-    }
-
-    /// Every stored slice of the object `primary_key` (`slice = "1m"`), by the tag each
-    /// carries ([`crate::key::slice_tag`]): a purge of the URL reaches them all.
-    pub fn slices_of(&self, primary_key: &str) -> Vec<KeyHash> {
-        self.index
-            .purge_index()
-            .tagged(&crate::key::slice_tag(primary_key))
-    }
-
-    /// `hashes` and the compressed copies of their current bodies (read from the
-    /// headers of the objects that have copies).
-    fn with_copies(&self, mut hashes: Vec<KeyHash>) -> Vec<KeyHash> {
-        let n = hashes.len();
-        for i in 0..n {
-            let h = hashes[i];
-            if !self.index.has_copies(h) {
-                continue;
-            }
-            let Some((m, _)) = self.stored_meta(h) else {
-                continue;
-            };
-            for coding in crate::coded::CODINGS {
-                let ck = crate::key::coded_key(&m.key, coding, m.body_id());
-                let ch = crate::key::key_hash(&ck);
-                if self.index.contains(ch) {
-                    hashes.push(ch);
-                }
-            }
-        }
-        hashes
-    }
-
-    /// Purges what `hashes` finds, found after the loader gate is taken: while loading,
-    /// an object is either indexed before the purge looks (and found) or checked
-    /// against the purge's rule by the loader (never neither).
-    fn purge_hashes(
-        &self,
-        target: PurgeTarget,
-        hashes: impl FnOnce() -> Vec<KeyHash>,
-        soft: bool,
-    ) -> usize {
-        use std::sync::atomic::Ordering;
-        // While loading, remember the purge for files not indexed yet; the gate makes
-        // "record + purge" atomic against the loader's "check + insert".
-        let _gate = if self.loader.done.load(Ordering::Acquire) {
-            None
-        } else {
-            let g = lock(&self.loader_gate);
-            if !self.loader.done.load(Ordering::Acquire) {
-                self.pending.push(PurgeRule {
-                    target,
-                    soft,
-                    at: SystemTime::now(),
-                });
-            }
-            Some(g)
-        };
-        let mut n = 0;
-        for h in hashes() {
-            if soft {
-                if let Some(e) = self.index.set_soft_purged(h) {
-                    // Persist the flag so a restart does not resurrect the object as
-                    // fresh; best effort (the in-memory flag already applies).
-                    if let Some((mut meta, body_offset)) = self.stored_meta(h) {
-                        meta.soft_purged = true;
-                        let path = self.layout.path_for(h);
-                        let _ = crate::storage::rewrite_header_in_place(
-                            &path,
-                            h,
-                            &meta,
-                            body_offset,
-                            e.ino,
-                        );
-                    }
-                    n += 1;
-                }
-            } else if let Some(v) = self.index.remove(h, None) {
-                self.delete_file(v.hash, v.ino);
-                n += 1;
-            }
-        }
-        self.purged.fetch_add(n as u64, Ordering::Relaxed);
-        n
-    }
-}
-
-// ---- Purge requests (the data port's PURGE and the admin `POST /purge`) ----
-
-/// Longest `url=`/`prefix=`/`tag=` value accepted in a purge request.
-pub const MAX_PURGE_ARG: usize = 8 * 1024;
-
-/// `{"purged": N}` plus a newline.
-pub fn purged_json(n: usize) -> String {
-    format!("{{\"purged\": {n}}}\n")
-}
-
-/// A purge request that cannot be carried out; the message is for a 400 answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadPurge(pub String);
-
-impl std::fmt::Display for BadPurge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<String> for BadPurge {
-    fn from(s: String) -> Self {
-        BadPurge(s)
-    }
-}
-
-impl From<&str> for BadPurge {
-    fn from(s: &str) -> Self {
-        BadPurge(s.to_owned())
-    }
-}
-
-/// Parses purge parameters (`url=`, `prefix=`, `tag=`, `host=`, `soft=`) from a query
-/// string and/or an `application/x-www-form-urlencoded` body. A `url=` that is a path
-/// (`/a/b`) is completed with `host=` or, failing that, `default_host` (a configured
-/// site); with neither it matches that path on every host. Returns the target and
-/// whether the purge is soft.
-pub fn parse_request(
-    query: Option<&str>,
-    body: &[u8],
-    default_host: Option<&str>,
-) -> Result<(PurgeTarget, bool), BadPurge> {
-    let body = std::str::from_utf8(body).map_err(|_| BadPurge::from("form body is not UTF-8"))?;
-    let mut url = None;
-    let mut prefix = None;
-    let mut tag = None;
-    let mut host = None;
-    let mut soft = false;
-    for pair in query.unwrap_or("").split('&').chain(body.trim().split('&')) {
-        if pair.is_empty() {
-            continue;
-        }
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = form_decode(v).ok_or_else(|| format!("{k}: invalid percent-encoding"))?;
-        if v.len() > MAX_PURGE_ARG {
-            return Err(BadPurge(format!("{k}: longer than {MAX_PURGE_ARG} bytes")));
-        }
-        match k {
-            "url" => url = Some(v),
-            "prefix" => prefix = Some(v),
-            "tag" => tag = Some(v),
-            "host" => host = Some(v),
-            "soft" => soft = matches!(v.as_str(), "1" | "true" | "yes" | "on"),
-            _ => return Err(BadPurge(format!("unknown parameter {k:?}"))),
-        }
-    }
-    let target = match (url, prefix, tag) {
-        (Some(u), None, None) if u.starts_with('/') => match host.as_deref().or(default_host) {
-            Some(h) => PurgeTarget::Key(format!("http://{}{u}", h.to_ascii_lowercase())),
-            None => PurgeTarget::Path(u),
-        },
-        (Some(u), None, None) => PurgeTarget::Key(normalise_url(&u)),
-        (None, Some(p), None) if !p.is_empty() => PurgeTarget::Prefix(lower_host(&p)),
-        (None, None, Some(t)) if !t.is_empty() => PurgeTarget::Tag(t),
-        (None, None, None) => return Err("one of url=, prefix=, tag= is required".into()),
-        _ => return Err("exactly one non-empty url=, prefix= or tag= is allowed".into()),
-    };
-    Ok((target, soft))
-}
-
-/// Lower-cases the host of an `http://host/...` key (keys are built that way).
-fn lower_host(u: &str) -> String {
-    for scheme in ["http://", "https://"] {
-        if let Some(rest) = u.strip_prefix(scheme) {
-            let end = rest.find('/').unwrap_or(rest.len());
-            return format!(
-                "http://{}{}",
-                rest[..end].to_ascii_lowercase(),
-                &rest[end..]
-            );
-        }
-    }
-    u.to_string()
-}
-
-fn normalise_url(u: &str) -> String {
-    if u.starts_with("http://") || u.starts_with("https://") {
-        return lower_host(u);
-    }
-    u.to_string() // a custom cache_key template's key, as is
-}
-
 /// The path (and query) of an `http://host/...` key: what a path purge compares.
 fn key_path(k: &str) -> Option<&str> {
     let rest = k.strip_prefix("http://")?;
     let i = rest.find(['/', '?'])?;
     Some(&rest[i..])
-}
-
-/// `application/x-www-form-urlencoded` value decoding (`+` is a space).
-fn form_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-                    return None;
-                }
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Applies a purge to every cache in `caches`; returns the objects affected.
-pub fn purge_all<'a>(
-    caches: impl IntoIterator<Item = &'a std::sync::Arc<crate::Cache>>,
-    target: &PurgeTarget,
-    soft: bool,
-) -> usize {
-    caches.into_iter().map(|c| c.purge(target, soft)).sum()
-}
-
-impl crate::Cache {
-    /// Applies one purge target (see [`crate::Cache::purge_key`] and friends).
-    pub fn purge(&self, target: &PurgeTarget, soft: bool) -> usize {
-        match target {
-            PurgeTarget::Key(k) => self.purge_key(k, soft),
-            PurgeTarget::Path(p) => self.purge_path(p, soft),
-            PurgeTarget::Prefix(p) => self.purge_prefix(p, soft),
-            PurgeTarget::Tag(t) => self.purge_tag(t, soft),
-        }
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -696,54 +407,5 @@ mod tests {
         m.response_time = now + Duration::from_secs(1);
         assert_eq!(rules.verdict(&m), RuleVerdict::Keep);
         rules.clear();
-    }
-}
-
-#[cfg(test)]
-mod request_tests {
-    use super::*;
-
-    #[test]
-    fn admin_parameters() {
-        let p = |q: Option<&str>, b: &str| parse_request(q, b.as_bytes(), Some("Admin:9090"));
-        assert_eq!(
-            p(None, "url=http%3A%2F%2FEx.com%2Fa%3Fb%3D1").unwrap(),
-            (PurgeTarget::Key("http://ex.com/a?b=1".into()), false)
-        );
-        assert_eq!(
-            p(Some("url=/a/b&host=h"), "").unwrap(),
-            (PurgeTarget::Key("http://h/a/b".into()), false)
-        );
-        assert_eq!(
-            p(Some("url=/a"), "").unwrap().0,
-            PurgeTarget::Key("http://admin:9090/a".into()),
-            "a configured default host completes a path"
-        );
-        assert_eq!(
-            parse_request(Some("url=/a?b"), b"", None).unwrap().0,
-            PurgeTarget::Path("/a?b".into()),
-            "a path alone: every host"
-        );
-        assert_eq!(
-            p(None, "prefix=http://H/img/&soft=1\n").unwrap(),
-            (PurgeTarget::Prefix("http://h/img/".into()), true)
-        );
-        assert_eq!(
-            p(Some("tag=a+b"), "").unwrap().0,
-            PurgeTarget::Tag("a b".into())
-        );
-        assert!(p(None, "").is_err());
-        assert!(p(None, "url=x&tag=y").is_err());
-        assert!(p(None, "tag=").is_err());
-        assert!(p(None, "bogus=1").is_err());
-        assert!(p(None, "tag=%zz").is_err());
-        assert!(p(None, "tag=%4").is_err());
-        let long = format!("tag={}", "x".repeat(MAX_PURGE_ARG + 1));
-        assert!(p(None, &long).is_err());
-    }
-
-    #[test]
-    fn purge_json() {
-        assert_eq!(purged_json(3), "{\"purged\": 3}\n");
     }
 }

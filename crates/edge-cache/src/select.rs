@@ -29,7 +29,7 @@ pub fn pick_index(seeds: impl IntoIterator<Item = u64>, hash: KeyHash) -> Option
 
 /// The cache for an object, or None when `caches` is empty.
 pub fn try_pick(caches: &[Arc<Cache>], hash: KeyHash) -> Option<&Arc<Cache>> {
-    pick_index(caches.iter().map(|c| c.seed), hash).map(|i| &caches[i])
+    pick_index(caches.iter().map(|c| c.seed()), hash).map(|i| &caches[i])
 }
 
 /// The cache for an object. Panics on an empty list: config validation guarantees a

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use crate::key::HashMapK;
 use crate::key::KeyHash;
-use crate::purge::lock;
+use crate::sync::lock;
 
 const SHARDS: usize = 64;
 /// Keys tracked per shard before the shard is cleared (64 × 4096 ≈ 262k keys, ~8 MiB).

@@ -15,8 +15,10 @@
 //! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
 //! - [`limit`]: request and connection limits held for the whole node (`limit_req`,
 //!   `limit_conn`), lock-free.
-//! - [`log`], [`metrics`], [`admin`]: observability.
+//! - [`log`], [`metrics`], [`admin`]: observability; [`purge`]: purge requests (the
+//!   admin form and the `PURGE` answer).
 //! - [`access`]: address prefixes, `allow`/`deny` lists and `[[geo]]` tables.
+//! - [`prom`]: the Prometheus text writer every counter group writes `/metrics` with.
 pub mod access;
 pub mod admin;
 pub mod affinity;
@@ -29,6 +31,8 @@ pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod prom;
+pub mod purge;
 pub mod rt;
 pub mod secure_link;
 pub mod server;

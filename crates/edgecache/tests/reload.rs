@@ -214,3 +214,34 @@ fn reordered_listeners_keep_their_servers_across_a_reload() {
     assert_eq!(get(b, "/", &[]).body, b"B");
     assert!(!p.stderr().contains("read only at start"), "{}", p.stderr());
 }
+
+/// Each worker checks the config generation per request and takes the new state only
+/// when it moved: the first request after a reload, on connections kept alive across
+/// it (spread over two workers), already gets the new state, reload after reload.
+#[test]
+fn every_worker_takes_each_reload_on_its_next_request() {
+    let text = |body: &str| {
+        format!(
+            "workers = 2\n[[listen]]\naddr = \"{{listen}}\"\n[admin]\nlisten = \"{{admin}}\"\n\
+             [[location]]\nprefix = \"/\"\nreturn = {{ status = 200, body = \"{body}\" }}\n"
+        )
+    };
+    let (p, a, admin) = edgecache(&text("g1"));
+    // Enough connections that both workers hold some (the kernel spreads them).
+    let mut conns: Vec<_> = (0..8).map(|_| edge_testkit::Client::connect(a)).collect();
+    for c in &mut conns {
+        assert_eq!(c.get("/", &[]).body, b"g1");
+    }
+    for g in 2..5 {
+        let body = format!("g{g}");
+        common::reload(&p, a, admin, &text(&body));
+        for (i, c) in conns.iter_mut().enumerate() {
+            assert_eq!(
+                String::from_utf8_lossy(&c.get("/", &[]).body),
+                body,
+                "connection {i}, first request after reload {g}"
+            );
+        }
+        assert_eq!(get(a, "/", &[]).body, body.as_bytes());
+    }
+}

@@ -1,12 +1,28 @@
 //! Cache tests on real temp directories: round trips, crash safety, restart, eviction,
 //! expiry, purge, Vary, refresh and concurrency.
 
+use super::open::ready;
 use super::*;
+use crate::index::NewEntry;
+use crate::key::key_hash;
+use crate::local::Local;
 use crate::manager;
 use crate::meta::Freshness;
+use crate::meta::ObjectMeta;
 use crate::storage::read_body;
+use crate::storage::{self, Layout};
+use crate::sync::lock;
+use crate::CacheConfig;
+use crate::Limits;
+use edge_http::HeaderMap;
+use std::cell::RefCell;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
+use std::time::SystemTime;
 
 fn cfg(dir: &Path) -> CacheConfig {
     CacheConfig {
@@ -307,7 +323,7 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
     let c = Cache::open(slow_loader(d.path())).unwrap();
     let key = (0..4)
         .map(|i| format!("http://h/{i}"))
-        .find(|k| !c.index.contains(key_hash(k)))
+        .find(|k| !c.zone.index().contains(key_hash(k)))
         .expect("the loader stops after one file");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -315,7 +331,7 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
         .unwrap();
     let opener = PoolOpener::default();
     let none = HeaderMap::new();
-    let gate = lock(&c.loader_gate);
+    let gate = c.zone.hold_gate();
     let mut fut = Box::pin(c.lookup_with(&opener, &key, &none, SystemTime::now()));
     let waited =
         rt.block_on(async { tokio::time::timeout(Duration::from_millis(300), &mut fut).await });
@@ -329,7 +345,10 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
     let want = format!("body {}", &key["http://h/".len()..]);
     assert_eq!(body_of(&hit), want.as_bytes());
     assert_eq!(c.stats().disk_fallback_hits, 1);
-    assert!(c.index.contains(key_hash(&key)), "indexed by the fallback");
+    assert!(
+        c.zone.index().contains(key_hash(&key)),
+        "indexed by the fallback"
+    );
     let calls = opener.calls();
     let kinds: Vec<&str> = calls.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, ["open", "read", "offload"], "{calls:?}");
@@ -350,13 +369,10 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
     // unlink done on the pool.
     let other = (0..4)
         .map(|i| format!("http://h/{i}"))
-        .find(|k| *k != key && !c.index.contains(key_hash(k)))
+        .find(|k| *k != key && !c.zone.index().contains(key_hash(k)))
         .unwrap();
-    c.pending.push(crate::purge::PurgeRule {
-        target: crate::purge::PurgeTarget::Key(other.clone()),
-        soft: false,
-        at: SystemTime::now(),
-    });
+    // Not indexed: the purge only remembers a rule for the loader and the fallback.
+    assert_eq!(c.purge_key(&other, false), 0);
     let before = opener.calls().len();
     let r = rt.block_on(c.lookup_with(&opener, &other, &HeaderMap::new(), SystemTime::now()));
     assert!(matches!(r, Lookup::Miss), "{r:?}");
@@ -425,7 +441,7 @@ fn eviction_keeps_disk_use_under_max_size() {
             );
         }
     }
-    while manager::pass(&c).more {}
+    while manager::pass(&c.zone).more {}
     // Stop the background manager first: an eviction it is making (index first, then
     // the unlink) would otherwise be half seen by the counts below.
     c.shutdown();
@@ -513,7 +529,7 @@ fn keys_zone_budget_is_enforced() {
     for i in 0..200 {
         put(&c, &format!("http://h/{i}"), b"x");
     }
-    while manager::pass(&c).more {}
+    while manager::pass(&c.zone).more {}
     // Stop the background manager first: it may still be deleting while we count.
     c.shutdown();
     let s = c.stats();
@@ -535,7 +551,7 @@ fn inactive_objects_expire() {
     std::thread::sleep(Duration::from_millis(300));
     put(&c, "http://h/new", b"n");
     // The manager thread may get there first; either way the end state is the same.
-    manager::pass(&c);
+    manager::pass(&c.zone);
     assert!(get(&c, "http://h/old").is_none());
     assert!(get(&c, "http://h/new").is_some());
     assert_eq!(c.stats().expired, 1);
@@ -567,6 +583,31 @@ fn vary_variants_are_stored_separately() {
     // Purging the URL removes every variant.
     assert_eq!(c.purge_key("http://h/v", false), 2);
     assert!(body(&gz).is_none() && body(&br).is_none());
+    assert!(files(d.path()).is_empty());
+}
+
+/// A URL first stored without `Vary`, then with it: its plain object stays indexed
+/// under the primary key beside the variants, and purging the URL must remove it too
+/// (it used to stay, and be served again once the `Vary` record went with the purge).
+#[test]
+fn purging_a_url_removes_its_plain_object_stored_before_a_vary() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let k = "http://h/pv";
+    put(&c, k, b"plain");
+    let mut m = meta(600);
+    m.vary = vec!["accept-encoding".into()];
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    put_meta(&c, k, &gz, m, b"gzip body");
+    assert_eq!(c.stats().entries, 2);
+    assert_eq!(c.purge_key(k, false), 2);
+    assert_eq!(c.stats().entries, 0);
+    for r in [HeaderMap::new(), gz] {
+        assert!(
+            !matches!(c.lookup(k, &r, SystemTime::now()), Lookup::Fresh(_)),
+            "a purged object is served"
+        );
+    }
     assert!(files(d.path()).is_empty());
 }
 
@@ -720,7 +761,7 @@ fn write_errors_are_counted_and_reported() {
     let d = tempfile::tempdir().unwrap();
     let c = open(d.path());
     // Block the level directory of "k" with a regular file: create fails (ENOTDIR).
-    let dir = c.layout.dir_for(key_hash("k"));
+    let dir = c.zone.layout().dir_for(key_hash("k"));
     let top = dir.parent().unwrap();
     fs::create_dir_all(top).unwrap();
     fs::write(&dir, b"not a dir").unwrap();
@@ -781,7 +822,7 @@ fn concurrent_lookups_writes_and_purges() {
     for t in threads {
         t.join().unwrap();
     }
-    while manager::pass(&c).more {}
+    while manager::pass(&c.zone).more {}
     // Stop the background manager first: an eviction it is making (index first, then
     // the unlink) would otherwise be half seen by the counts below.
     c.shutdown();
@@ -909,10 +950,10 @@ fn a_file_holding_another_key_is_never_served() {
     fs::create_dir_all(pb.parent().unwrap()).unwrap();
     fs::copy(c.path_for(ha), &pb).unwrap();
     let ino = fs::metadata(&pb).unwrap().ino();
-    let (ma, _) = c.stored_meta(ha).unwrap();
+    let (ma, _) = c.zone.stored_meta(ha).unwrap();
     let mut mb = ma.clone();
     mb.key = "http://h/b".into();
-    c.index.insert(NewEntry {
+    c.zone.index().insert(NewEntry {
         hash: hb,
         meta: &mb,
         disk_size: 4096,
@@ -922,7 +963,7 @@ fn a_file_holding_another_key_is_never_served() {
         get(&c, "http://h/b").is_none(),
         "another key's bytes are never served"
     );
-    assert!(!c.index.contains(hb), "the bad entry is dropped");
+    assert!(!c.zone.index().contains(hb), "the bad entry is dropped");
     assert_eq!(c.stats().corrupt, 1);
     assert_eq!(get(&c, "http://h/a").as_deref(), Some(&b"object a"[..]));
 }
@@ -950,6 +991,45 @@ fn hits_read_the_header_once_then_the_front_answers() {
         c.lookup_in(&local, "http://h/f", &HeaderMap::new(), now),
         Lookup::Miss
     ));
+}
+
+#[test]
+fn a_front_follows_the_primarys_vary_list() {
+    // The worker's front remembers each primary's `Vary` names (none included) by its
+    // stripe's version: a new `Vary`, another `Vary` and a purge must each be seen by
+    // the next lookup through the same front, not the names it remembered.
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    let local = RefCell::new(Local::disabled());
+    let k = "http://h/w";
+    let lookup = |r: &HeaderMap| match c.lookup_in(&local, k, r, SystemTime::now()) {
+        Lookup::Fresh(h) => Some(body_of(&h)),
+        _ => None,
+    };
+    let gz = req(&[("Accept-Encoding", "gzip")]);
+    let fr_gz = req(&[("Accept-Language", "fr"), ("Accept-Encoding", "gzip")]);
+    // Nothing stored: remembered as "no Vary".
+    assert!(lookup(&gz).is_none());
+    // Now a response that varies on Accept-Encoding.
+    let mut ae = meta(600);
+    ae.vary = vec!["accept-encoding".into()];
+    put_meta(&c, k, &gz, ae, b"gzip body");
+    for _ in 0..2 {
+        assert_eq!(lookup(&gz).as_deref(), Some(&b"gzip body"[..]));
+    }
+    // Then on Accept-Language: the gzip variant is still stored, but the key now
+    // takes the language, not the coding.
+    let mut al = meta(600);
+    al.vary = vec!["accept-language".into()];
+    put_meta(&c, k, &fr_gz, al, b"fr body");
+    for _ in 0..2 {
+        assert_eq!(lookup(&fr_gz).as_deref(), Some(&b"fr body"[..]));
+    }
+    // Purged, then stored again without Vary: the plain key again.
+    assert_eq!(c.purge_key(k, false), 2);
+    assert!(lookup(&fr_gz).is_none());
+    put(&c, k, b"plain again");
+    assert_eq!(lookup(&fr_gz).as_deref(), Some(&b"plain again"[..]));
 }
 
 #[test]
@@ -993,10 +1073,13 @@ fn a_snapshot_restores_the_index_and_the_walk_corrects_a_stale_one() {
     assert_eq!(c.stats().loader.snapshot, 32);
     assert!(c.stats().disk_bytes >= disk);
     assert_eq!(
-        c.index.vary_of(key_hash("http://h/v")).map(|v| v.len()),
+        c.zone
+            .index()
+            .vary_of(key_hash("http://h/v"))
+            .map(|v| v.len()),
         Some(1)
     );
-    assert_eq!(c.index.purge_index().tagged("red").len(), 1);
+    assert_eq!(c.zone.index().purge_index().tagged("red").len(), 1);
     assert!(c.wait_loaded(Duration::from_secs(10)));
     let s = c.stats();
     assert_eq!(

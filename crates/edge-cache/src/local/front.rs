@@ -11,6 +11,13 @@
 //! count is never shared. The accesses it answers are reported to the index once per
 //! second ([`crate::Cache::flush_touches`]), which keeps LRU and `inactive` working
 //! without a write per hit.
+//!
+//! It also remembers, per primary key, the index's answer to "which `Vary` names were
+//! stored" ([`crate::index::Index::vary_of`], none included) at the version of the
+//! primary's stripe: every lookup of a `Vary` object and every compressed-copy lookup
+//! asks that first, and the index answers it under a mutex all workers share. A change
+//! to the primary's record (a new `Vary`, a variant stored or removed, a purge) bumps
+//! that stripe, so a remembered answer is used only while it still holds.
 
 use crate::key::HashMapK;
 use crate::key::KeyHash;
@@ -47,6 +54,8 @@ pub struct FrontStats {
 #[derive(Debug)]
 pub struct Front {
     map: HashMapK<FrontEntry>,
+    /// Per primary key (local key): the stripe version and the `Vary` names then.
+    varies: HashMapK<(u64, Option<Box<[String]>>)>,
     max: usize,
     stats: FrontStats,
 }
@@ -55,6 +64,7 @@ impl Front {
     pub fn new(max: usize) -> Front {
         Front {
             map: HashMapK::default(),
+            varies: HashMapK::default(),
             max,
             stats: FrontStats::default(),
         }
@@ -100,6 +110,37 @@ impl Front {
             }
         }
         self.map.insert(lk, e);
+    }
+
+    /// The `Vary` names of primary `lk` remembered at stripe `version` (`Some(None)`:
+    /// none stored); None when not remembered or remembered at another version.
+    pub(crate) fn vary(&self, lk: KeyHash, version: u64) -> Option<Option<&[String]>> {
+        match self.varies.get(&lk) {
+            Some((v, names)) if *v == version => Some(names.as_deref()),
+            _ => None,
+        }
+    }
+
+    /// Remembers the `Vary` names the index gave for primary `lk` (the worker's own
+    /// copy, so not even a reference count is shared), read after its stripe's
+    /// `version` was (a change in between leaves a newer answer under the older
+    /// version: looked up again next time, never trusted too long).
+    pub(crate) fn remember_vary(
+        &mut self,
+        lk: KeyHash,
+        version: u64,
+        names: Option<Box<[String]>>,
+    ) {
+        if self.max == 0 {
+            return;
+        }
+        if self.varies.len() >= self.max && !self.varies.contains_key(&lk) {
+            // Full: forget an arbitrary one, as `insert` does.
+            if let Some(&k) = self.varies.keys().next() {
+                self.varies.remove(&k);
+            }
+        }
+        self.varies.insert(lk, (version, names));
     }
 
     pub(crate) fn remove(&mut self, lk: KeyHash) {

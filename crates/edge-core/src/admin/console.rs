@@ -4,7 +4,7 @@
 //! posts its purge form to `POST /purge`; both, like the page itself, are behind
 //! `admin.allow` in `mod.rs`.
 //!
-//! How it fits: `mod.rs` routes `/` here and adds the two `/status` fields the page
+//! How it fits: `mod.rs` routes `/` here, and `status.rs` adds the two `/status` fields the page
 //! needs beyond the per-worker counters: `cache_totals` (responses by cache status and
 //! body bytes by source, for the hit ratios) and `top_objects` (from
 //! [`crate::metrics::top`]).

@@ -23,10 +23,11 @@
 //! `io_uring`, whose point is to keep the disk off the loop).
 
 use crate::config::{Aio, AioMode, QueueKind};
-use edge_aio::{Engine, EngineConfig, Mode, SharedPool};
+use crate::prom::{Kind, Prom};
+use edge_aio::{AioStats, Engine, EngineConfig, Mode, SharedPool, StatsSnapshot};
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What every worker's backend is built from: the `[aio]` settings and the shared pool.
 #[derive(Clone)]
@@ -59,6 +60,107 @@ impl AioSetup {
     /// The thread pool's queue depth now (0 when no pool was started).
     pub fn queue_depth(&self) -> usize {
         self.pool.started().map_or(0, |p| p.queue_depth())
+    }
+
+    /// The file I/O families of `/metrics`: per worker, its backend's counters
+    /// (`workers`: each worker's mode and counters, once it has built its backend) and
+    /// a read-latency histogram over all of them; the pool's queue depth.
+    pub fn write_prom(&self, workers: &[OnceLock<(&'static str, Arc<AioStats>)>], p: &mut Prom) {
+        use crate::prom::Kind::{Counter as C, Gauge as G};
+        let per_worker: Vec<(usize, &'static str, StatsSnapshot)> = workers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.get().map(|(mode, s)| (i, *mode, s.snapshot())))
+            .collect();
+        type Family = (&'static str, Kind, &'static str, fn(&StatsSnapshot) -> u64);
+        let families: [Family; 9] = [
+            (
+                "edgecache_aio_reads_total",
+                C,
+                "File reads completed, by worker and backend.",
+                |s| s.reads,
+            ),
+            (
+                "edgecache_aio_read_bytes_total",
+                C,
+                "Bytes read from files.",
+                |s| s.read_bytes,
+            ),
+            (
+                "edgecache_aio_writes_total",
+                C,
+                "File writes completed.",
+                |s| s.writes,
+            ),
+            (
+                "edgecache_aio_errors_total",
+                C,
+                "File operations that failed.",
+                |s| s.errors,
+            ),
+            (
+                "edgecache_aio_in_flight",
+                G,
+                "Operations handed to the pool or the ring and not completed yet.",
+                |s| s.in_flight,
+            ),
+            (
+                "edgecache_aio_inline_total",
+                C,
+                "auto: operations served on the loop without blocking (RWF_NOWAIT).",
+                |s| s.inline_hits,
+            ),
+            (
+                "edgecache_aio_handoffs_total",
+                C,
+                "Operations sent to the thread pool because they would block.",
+                |s| s.handoffs,
+            ),
+            (
+                "edgecache_aio_overflows_total",
+                C,
+                "Operations run on the loop because the pool queue or the ring was full.",
+                |s| s.overflows,
+            ),
+            (
+                "edgecache_aio_fallbacks_total",
+                C,
+                "io_uring asked for but unavailable: the worker uses the thread pool.",
+                |s| s.uring_fallbacks,
+            ),
+        ];
+        for (name, kind, help, get) in families {
+            let mut f = p.family(name, kind, help);
+            for (i, mode, s) in &per_worker {
+                f.labelled(&[("worker", i), ("backend", mode)], get(s));
+            }
+        }
+        p.gauge(
+            "edgecache_aio_queue_depth",
+            "Jobs waiting in the I/O thread pool's queue (all workers).",
+        )
+        .value(self.queue_depth() as u64);
+        let mut f = p.family(
+            "edgecache_aio_read_seconds",
+            Kind::Histogram,
+            "File read latency (inline reads included).",
+        );
+        let mut total = StatsSnapshot::default();
+        for (_, _, s) in &per_worker {
+            total.add(s);
+        }
+        let mut cumulative = 0u64;
+        for (i, n) in total.read_latency_us.iter().enumerate() {
+            cumulative += n;
+            if i + 1 == total.read_latency_us.len() {
+                break;
+            }
+            // Bucket i holds reads under 2^i µs.
+            let le = (1u64 << i) as f64 / 1e6;
+            f.sample("_bucket", &[("le", &le)], cumulative);
+        }
+        f.sample("_bucket", &[("le", &"+Inf")], cumulative);
+        f.sample("_count", &[], cumulative);
     }
 }
 

@@ -146,30 +146,71 @@ pub fn facts_of_head(h: &edge_http::ResponseHead) -> Facts<'_> {
 
 /// [`Facts`] of a stored object (its header block, as sent on hits).
 pub fn facts_of_block(status: u16, block: &[u8], body_len: Option<u64>) -> Facts<'_> {
+    // One pass over the lines for the three fields (every hit on a compressing
+    // location asks); `Content-Encoding`, rarely stored, read again only when present.
+    let mut content_type = None;
+    let mut no_transform = false;
+    let mut encoded = false;
+    for line in block_lines(block) {
+        if let Some(v) = value_of(line, "content-type") {
+            content_type = content_type.or(Some(v));
+        } else if let Some(v) = value_of(line, "cache-control") {
+            no_transform = no_transform || edge_compress::no_transform([v]);
+        } else if value_of(line, "content-encoding").is_some() {
+            encoded = true;
+        }
+    }
     Facts {
         status,
-        content_type: block_values(block, "content-type").next(),
-        no_transform: edge_compress::no_transform(block_values(block, "cache-control")),
-        encoded: edge_compress::content_encoding(block_values(block, "content-encoding")),
+        content_type,
+        no_transform,
+        encoded: if encoded {
+            edge_compress::content_encoding(block_values(block, "content-encoding"))
+        } else {
+            edge_compress::Encoded::Identity
+        },
         body_len,
     }
 }
 
 /// The values of the `name` lines of a stored header block (`Name: value\r\n` lines).
 pub fn block_values<'a>(block: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-    block.split(|&b| b == b'\n').filter_map(move |line| {
-        let colon = line.iter().position(|&b| b == b':')?;
-        if !line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+    block_lines(block).filter_map(move |line| value_of(line, name))
+}
+
+/// The lines of a header block (without their `\n`), found with `memchr`.
+fn block_lines(block: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = block;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
             return None;
         }
-        let v = &line[colon + 1..];
-        let v = v.strip_suffix(b"\r").unwrap_or(v);
-        let start = v
-            .iter()
-            .position(|&b| b != b' ' && b != b'\t')
-            .unwrap_or(v.len());
-        Some(&v[start..])
+        Some(match memchr::memchr(b'\n', rest) {
+            Some(i) => {
+                let line = &rest[..i];
+                rest = &rest[i + 1..];
+                line
+            }
+            None => std::mem::take(&mut rest),
+        })
     })
+}
+
+/// The value of `line` when it is a `name` line: a line of another name is rejected by
+/// its length and first bytes, not scanned for its colon (`name` has none, so `line`
+/// starts with `name:` exactly when its first colon ends a name equal to `name`).
+fn value_of<'a>(line: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let name = name.as_bytes();
+    if line.get(name.len()) != Some(&b':') || !line[..name.len()].eq_ignore_ascii_case(name) {
+        return None;
+    }
+    let v = &line[name.len() + 1..];
+    let v = v.strip_suffix(b"\r").unwrap_or(v);
+    let start = v
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(v.len());
+    Some(&v[start..])
 }
 
 /// The process-wide compression pool: its settings, and the pool once started (on the
@@ -243,6 +284,16 @@ impl PoolSetup {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .map_or(0, |p| p.queue_depth())
+    }
+
+    /// The pool's family of `/metrics` (the workers' compression counters are
+    /// `metrics/families.rs`'s).
+    pub fn write_prom(&self, p: &mut crate::prom::Prom) {
+        p.gauge(
+            "edgecache_compress_queue_depth",
+            "Compression jobs waiting for a pool thread (all workers).",
+        )
+        .value(self.queue_depth() as u64);
     }
 
     /// Threads of the pool (started or not).
@@ -548,184 +599,4 @@ fn without(lines: &[u8], skip: &[&str]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy() -> Policy {
-        Policy {
-            codings: vec![Coding::Br, Coding::Gzip],
-            types: edge_compress::DEFAULT_TYPES
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            min_length: 1024,
-            levels: Levels::default(),
-            offload: false,
-        }
-    }
-
-    fn facts(ct: &'static str, enc: Encoded) -> Facts<'static> {
-        Facts {
-            status: 200,
-            content_type: Some(ct.as_bytes()),
-            no_transform: false,
-            encoded: enc,
-            body_len: Some(10_000),
-        }
-    }
-
-    fn ae(v: &str) -> Accepted {
-        Accepted::parse([v.as_bytes()])
-    }
-
-    #[test]
-    fn plans() {
-        let p = policy();
-        let id = Encoded::Identity;
-        assert_eq!(
-            plan(&p, &ae("gzip, br"), &facts("text/html", id)),
-            Plan::Encode(Coding::Br)
-        );
-        assert_eq!(
-            plan(&p, &ae("gzip"), &facts("text/html", id)),
-            Plan::Encode(Coding::Gzip)
-        );
-        assert_eq!(
-            plan(&p, &ae("zstd"), &facts("text/html", id)),
-            Plan::AsIs { vary: true }
-        );
-        assert_eq!(
-            plan(&p, &ae("gzip"), &facts("image/png", id)),
-            Plan::AsIs { vary: false }
-        );
-        let gz = Encoded::One(Coding::Gzip);
-        assert_eq!(
-            plan(&p, &ae("gzip"), &facts("text/html", gz)),
-            Plan::AsIs { vary: true }
-        );
-        assert_eq!(
-            plan(&p, &ae("br"), &facts("text/html", gz)),
-            Plan::Decode(Coding::Gzip)
-        );
-        assert_eq!(
-            plan(&p, &ae("br, identity;q=0"), &facts("text/html", gz)),
-            Plan::AsIs { vary: true },
-            "nothing better to send"
-        );
-        let mut nt = facts("text/html", id);
-        nt.no_transform = true;
-        assert_eq!(plan(&p, &ae("gzip"), &nt), Plan::AsIs { vary: false });
-    }
-
-    #[test]
-    fn transformed_heads() {
-        let block =
-            b"Content-Type: text/html\r\nContent-Length: 10\r\nETag: \"a\"\r\nVary: Origin\r\n";
-        let enc = String::from_utf8(transform_block(block, Plan::Encode(Coding::Gzip))).unwrap();
-        assert_eq!(
-            enc,
-            "Content-Type: text/html\r\nContent-Encoding: gzip\r\nETag: \"a-gzip\"\r\nVary: Origin, Accept-Encoding\r\n"
-        );
-        let gz = b"Content-Type: text/html\r\nContent-Encoding: gzip\r\nETag: \"a\"\r\n";
-        let dec = String::from_utf8(transform_block(gz, Plan::Decode(Coding::Gzip))).unwrap();
-        assert_eq!(
-            dec,
-            "Content-Type: text/html\r\nETag: W/\"a\"\r\nVary: Accept-Encoding\r\n"
-        );
-        assert_eq!(
-            transform_block(b"A: b\r\n", Plan::AsIs { vary: true }),
-            b"A: b\r\nVary: Accept-Encoding\r\n"
-        );
-        let vals: Vec<&[u8]> = block_values(block, "etag").collect();
-        assert_eq!(vals, vec![&b"\"a\""[..]]);
-    }
-
-    /// A full queue: a response that has not started compressing goes out as it is
-    /// (counted); one whose filter exists keeps compressing (its chunk runs inline).
-    #[test]
-    fn a_full_pool_refuses_new_compressions_and_counts_them() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
-        let setup = PoolSetup::from_config(&CompressPool {
-            threads: Some(1),
-            max_queue: 1,
-            cpus: None,
-            priority: crate::config::PoolPriority::Idle,
-        });
-        let c = Compressor::new(setup.clone());
-        let stats = WorkerStats::default();
-        let mut p = policy();
-        p.offload = true;
-        local.block_on(&rt, async {
-            let mut early = c.encoder(&p, Coding::Gzip, &stats).expect("room at first");
-            let o = c.offload(&stats).unwrap();
-            let busy = |ms: u64| {
-                let o = o.clone();
-                async move {
-                    o.run(move || std::thread::sleep(std::time::Duration::from_millis(ms)))
-                        .await
-                }
-            };
-            let a = tokio::task::spawn_local(busy(400));
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            let b = tokio::task::spawn_local(busy(10)); // waits in the queue
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            assert_eq!(setup.queue_depth(), 1);
-            assert!(c.saturated(&p));
-            assert!(
-                c.encoder(&p, Coding::Br, &stats).is_none(),
-                "no room: as it is"
-            );
-            assert_eq!(stats.compress_overloads.load(Relaxed), 1);
-            // Inline compression is never refused.
-            let mut inline = p.clone();
-            inline.offload = false;
-            assert!(c.encoder(&inline, Coding::Br, &stats).is_some());
-            // The filter made before the overload still works (its chunk runs inline).
-            let mut z = Vec::new();
-            early.push(b"still compressing", &mut z).await.unwrap();
-            early.finish(&mut z).await.unwrap();
-            let back = edge_compress::codec::decode_all(Coding::Gzip, &z).unwrap();
-            assert_eq!(back, b"still compressing");
-            a.await.unwrap().unwrap();
-            b.await.unwrap().unwrap();
-            assert!(!c.saturated(&p));
-        });
-    }
-
-    #[test]
-    fn inline_filters_round_trip_and_count() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let setup = PoolSetup::from_config(&CompressPool::default());
-        let c = Compressor::new(setup);
-        let stats = WorkerStats::default();
-        let data: Vec<u8> = b"<p>edge cache text</p>\n".repeat(2000);
-        rt.block_on(async {
-            let mut f = c.encoder(&policy(), Coding::Gzip, &stats).unwrap();
-            let mut z = Vec::new();
-            for part in data.chunks(5000) {
-                f.push(part, &mut z).await.unwrap();
-            }
-            f.finish(&mut z).await.unwrap();
-            f.account(&stats);
-            let back = edge_compress::codec::decode_all(Coding::Gzip, &z).unwrap();
-            assert_eq!(back, data);
-            let mut d = c.decoder(&policy(), Coding::Gzip, &stats).unwrap();
-            let mut plain = Vec::new();
-            d.push(&z, &mut plain).await.unwrap();
-            d.finish(&mut plain).await.unwrap();
-            assert_eq!(plain, data);
-        });
-        assert_eq!(
-            stats.compress_responses[Coding::Gzip.index()].load(Relaxed),
-            1
-        );
-        assert_eq!(stats.compress_bytes_in.load(Relaxed), data.len() as u64);
-        assert!(stats.compress_bytes_out.load(Relaxed) < data.len() as u64 / 5);
-    }
-}
+mod tests;

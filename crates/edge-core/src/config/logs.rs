@@ -1,11 +1,13 @@
-//! Access-log settings: `[log_format.NAME]` (nginx `log_format`), the built-in formats,
-//! and the checks of every `access_log` (top level, `[[server]]`, location): its format
-//! exists, its template compiles (an unknown variable is a `file:line` error).
+//! Log settings: `access_log` (off, a path, or a table) and `error_log`,
+//! `[log_format.NAME]` (nginx `log_format`), the built-in formats, and the checks of
+//! every `access_log` (top level, `[[server]]`, location): its format exists, its
+//! template compiles (an unknown variable is a `file:line` error).
 
 use super::verr::{err, VErr};
-use super::{AccessLog, Config};
+use super::{Config, Dur, Size};
 use crate::vars::Known;
 use serde::Deserialize;
+use std::path::PathBuf;
 use toml::Spanned;
 
 /// `[log_format.NAME]`.
@@ -142,4 +144,98 @@ fn check(
         );
     }
     Ok(())
+}
+
+/// `access_log = "off"`, `access_log = "path"` or
+/// `access_log = { path, format, buffer, flush }` (top level, in a `[[server]]` or in a
+/// location; the nearest one applies, as nginx's `access_log`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AccessLog {
+    Off,
+    File {
+        path: PathBuf,
+        /// A `[log_format.NAME]`, `combined` or `edgecache`; None: `edgecache`.
+        format: Option<String>,
+        buffer: u64,
+        flush: std::time::Duration,
+    },
+}
+
+impl<'de> Deserialize<'de> for AccessLog {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            path: PathBuf,
+            #[serde(default)]
+            format: Option<String>,
+            #[serde(default = "default_log_buffer")]
+            buffer: Size,
+            #[serde(default = "default_log_flush")]
+            flush: Dur,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            T(Table),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected \"off\", a path, or { path = \"...\", format = \"combined\", buffer = \"64k\", flush = \"1s\" }",
+            )
+        })? {
+            Raw::S(s) if s == "off" => Ok(AccessLog::Off),
+            Raw::S(s) => Ok(AccessLog::File {
+                path: PathBuf::from(s),
+                format: None,
+                buffer: default_log_buffer().0,
+                flush: default_log_flush().0,
+            }),
+            Raw::T(t) => Ok(AccessLog::File {
+                path: t.path,
+                format: t.format,
+                buffer: t.buffer.0,
+                flush: t.flush.0,
+            }),
+        }
+    }
+}
+
+fn default_log_buffer() -> Size {
+    Size(64 * 1024)
+}
+fn default_log_flush() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    #[default]
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorLog {
+    /// `"stderr"` or a file path.
+    #[serde(default = "default_error_log_path")]
+    pub path: PathBuf,
+    #[serde(default)]
+    pub level: LogLevel,
+}
+fn default_error_log_path() -> PathBuf {
+    PathBuf::from("stderr")
+}
+impl Default for ErrorLog {
+    fn default() -> Self {
+        ErrorLog {
+            path: default_error_log_path(),
+            level: LogLevel::Warn,
+        }
+    }
 }

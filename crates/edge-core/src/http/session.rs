@@ -129,7 +129,7 @@ async fn read_rest_of_head<S: Service>(
         match conn.fill(left).await {
             Ok(0) => return HeadOutcome::Close, // EOF mid-head: nobody to answer
             Ok(n) => {
-                w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                w.stats().bytes_in.add(n as u64);
                 // Past the request-line limit the codec must see it to answer 414/431.
                 reparse = memchr::memchr(b'\n', &conn.rbuf[before..]).is_some()
                     || conn.rbuf.len() > params.limits.max_request_line;
@@ -273,7 +273,7 @@ async fn serve<S: Service>(
             HeadOutcome::Error(status) => {
                 w.stats().bad_requests.fetch_add(1, Relaxed);
                 w.stats().count_status(status);
-                w.stats().requests.fetch_add(1, Relaxed);
+                w.stats().requests.add(1);
                 if let ClientIo::H2(s) = &mut conn.io {
                     // The stream answers with the status alone (and ends).
                     let _ = s.refuse(status);
@@ -335,12 +335,12 @@ async fn serve<S: Service>(
                     }
                 }
                 let stats = w.stats();
-                let n = stats.requests.fetch_add(1, Relaxed);
+                let n = stats.requests.bump();
                 crate::metrics::top::record(n, &ex.req);
                 if ex.status != 0 {
                     stats.count_status(ex.status);
                 }
-                stats.bytes_out.fetch_add(ex.body_bytes_sent, Relaxed);
+                stats.bytes_out.add(ex.body_bytes_sent);
                 w.log(&cfg, &conn, &ex);
                 let ex_keep = ex.keep_alive && ex.body.is_none();
                 w.recycle_head(ex.into_request());
@@ -411,7 +411,7 @@ async fn read_head<S: Service>(
             // on its way still gets its answer, with `Connection: close`.
             return match drain_linger(w, conn).await {
                 Some(Ok(n)) if n > 0 => {
-                    w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                    w.stats().bytes_in.add(n as u64);
                     read_rest_of_head(w, conn, params).await
                 }
                 _ => HeadOutcome::Close,
@@ -465,7 +465,7 @@ async fn read_head<S: Service>(
                         _ = w.idle().wait(rest, served > 0) => return HeadOutcome::Close,
                     } {
                         Ok(n) if n > 0 => {
-                            w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                            w.stats().bytes_in.add(n as u64);
                             read_rest_of_head(w, conn, params).await
                         }
                         _ => HeadOutcome::Close,
@@ -497,7 +497,7 @@ async fn read_head<S: Service>(
         match r {
             Ok(0) => return HeadOutcome::Close,
             Ok(n) => {
-                w.stats().bytes_in.fetch_add(n as u64, Relaxed);
+                w.stats().bytes_in.add(n as u64);
             }
             // Nothing was received: nginx closes silently here too.
             Err(_) => return HeadOutcome::Close,

@@ -25,9 +25,10 @@
 //!   owner's TAT (one request counted against the wrong key, once, only when the table
 //!   is full and the victim was in use, which the oldest-TAT rule makes rare).
 //! - Two workers seeing a new key at the same instant both claim the first free
-//!   candidate slot: one CAS wins and the other finds the key there. Only when they
-//!   see different free slots (a slot changing under the scan) does a key get two
-//!   slots; lookups then use the first, and the other ages out.
+//!   candidate slot: one CAS wins and the other finds the key there (a claim's scan
+//!   that meets the key stops there too). Only when a third key's claim changes a
+//!   bucket's free count between their scans can they choose different buckets and
+//!   the key get two slots; lookups then use the first, and the other ages out.
 //! - Two different keys with the same hash (rate tables: 64 bits; connection tables:
 //!   the bucket and a 44-bit tag) share one state. With a per-process random hash seed
 //!   an attacker cannot aim for a collision.
@@ -207,8 +208,20 @@ impl ReqTable {
         let mut roomiest: Option<(usize, usize, usize)> = None;
         for &b in both {
             let keys = &self.buckets[b].keys;
-            let free = keys.iter().filter(|k| k.load(Relaxed) == 0).count();
-            let first = keys.iter().position(|k| k.load(Relaxed) == 0);
+            let (mut free, mut first) = (0, None);
+            for (i, k) in keys.iter().enumerate() {
+                match k.load(Relaxed) {
+                    0 => {
+                        free += 1;
+                        first.get_or_insert(i);
+                    }
+                    // Another worker took a slot for this key since `find` looked: use
+                    // it (without this check a racer that saw the other bucket roomier
+                    // took a second slot, and a burst of 0 admitted two).
+                    k if k == key => return Claim::Found,
+                    _ => {}
+                }
+            }
             if let Some(i) = first {
                 if roomiest.is_none_or(|(_, _, f)| free > f) {
                     roomiest = Some((b, i, free));

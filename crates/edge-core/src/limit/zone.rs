@@ -8,6 +8,7 @@ use super::key::Key;
 use super::table::{ConnRefusal, ConnTable, ReqTable};
 use crate::config::limits::{parse_rate, Rate};
 use crate::config::Config;
+use crate::prom::Prom;
 use crate::vars::Known;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -374,5 +375,57 @@ impl Zones {
 
     pub fn conn_zone(&self, name: &str) -> Option<&(Arc<ConnZone>, Key)> {
         self.conn.iter().find(|(z, _)| z.name == name)
+    }
+
+    /// The `limit_req` and `limit_conn` families of `/metrics`, per zone (summed over
+    /// workers); a kind of zone the config has none of has no families.
+    pub fn write_prom(&self, p: &mut Prom) {
+        if !self.req.is_empty() {
+            let mut f = p.counter(
+                "edgecache_limit_req_total",
+                "Requests to locations with limit_req, by zone and result ($limit_req_status).",
+            );
+            for (z, _) in &self.req {
+                for r in ReqResult::ALL {
+                    f.labelled(&[("zone", &z.name), ("result", &r.label())], z.total(r));
+                }
+            }
+            let mut f = p.gauge(
+                "edgecache_limit_req_keys",
+                "Keys a limit_req zone holds (at most its slots).",
+            );
+            for (z, _) in &self.req {
+                f.labelled(&[("zone", &z.name)], z.keys().min(z.slots() as u64));
+            }
+            let mut f = p.counter(
+                "edgecache_limit_req_evictions_total",
+                "Keys a limit_req zone dropped for new ones (the least recently seen), being full.",
+            );
+            for (z, _) in &self.req {
+                f.labelled(&[("zone", &z.name)], z.evictions());
+            }
+        }
+        if !self.conn.is_empty() {
+            let mut f = p.counter(
+                "edgecache_limit_conn_total",
+                "Connections counted by limit_conn, by zone and result (rejected: over max; full: the zone's table held no room for a new key).",
+            );
+            for (z, _) in &self.conn {
+                for (label, which) in [
+                    ("passed", conn_counter::PASSED),
+                    ("rejected", conn_counter::REJECTED),
+                    ("full", conn_counter::FULL),
+                ] {
+                    f.labelled(&[("zone", &z.name), ("result", &label)], z.total(which));
+                }
+            }
+            let mut f = p.gauge(
+                "edgecache_limit_conn_active",
+                "Connections a limit_conn zone counts now.",
+            );
+            for (z, _) in &self.conn {
+                f.labelled(&[("zone", &z.name)], z.total(conn_counter::ACTIVE));
+            }
+        }
     }
 }

@@ -23,8 +23,7 @@ use crate::config::validate::BadValue;
 use crate::config::{self, Config, Workers};
 use crate::metrics::Metrics;
 use crate::net::{strategy_for, ListenSpec};
-use crate::state::{caches, Shared, StateError};
-use arc_swap::ArcSwap;
+use crate::state::{caches, Current, Shared, StateError};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -205,7 +204,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         None => None,
     };
     let caches = caches::open_caches(&cfg, None)?;
-    let shared = Arc::new(ArcSwap::from_pointee(Shared::build(&cfg, 1, None, caches)?));
+    let shared = Arc::new(Current::new(Shared::build(&cfg, 1, None, caches)?));
     let metrics = Arc::new(Metrics::new(workers));
     let aio = crate::aio::AioSetup::from_config(&cfg.aio);
     let compress = crate::compress::PoolSetup::from_config(&cfg.compress_pool);
@@ -415,7 +414,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
 
 /// The thread that runs the active health checks of the current config's upstreams.
 fn spawn_health_checks(
-    shared: Arc<ArcSwap<Shared>>,
+    shared: Arc<Current>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -468,7 +467,7 @@ fn adopt_leftovers(acceptors: &mut [crate::net::WorkerAcceptor]) {
 fn reload(
     path: &Option<PathBuf>,
     running: &mut Config,
-    shared: &Arc<ArcSwap<Shared>>,
+    shared: &Arc<Current>,
     generation: &mut u64,
 ) {
     let Some(path) = path else {

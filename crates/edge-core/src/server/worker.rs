@@ -15,9 +15,8 @@ use crate::limit::Held;
 use crate::log::access::LogBuffers;
 use crate::metrics::{Metrics, WorkerStats};
 use crate::net::{Sock, WorkerAcceptor};
-use crate::state::Shared;
+use crate::state::{Current, Shared};
 use crate::upstream::UpstreamPool;
-use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -28,7 +27,7 @@ use tokio::sync::{watch, Notify};
 /// Everything a worker's tasks share.
 pub struct Worker {
     pub id: usize,
-    pub shared: Arc<ArcSwap<Shared>>,
+    pub shared: Arc<Current>,
     /// What the handlers may use (counters, upstream pool, file I/O backend).
     pub svc: Rc<Services>,
     /// Access-log lines not yet written, per file.
@@ -36,9 +35,10 @@ pub struct Worker {
     pub shutdown: watch::Receiver<bool>,
     /// The worker-local view of `shutdown`, and the idle connections' timers.
     pub idle: Rc<IdleTimers>,
-    /// The config snapshot sessions get: refreshed when `shared` changes, so taking it
-    /// per request touches no reference count other workers share (the `Rc` is this
-    /// worker's, the `Arc` inside it is cloned once per reload).
+    /// The config snapshot sessions get: refreshed when `shared`'s generation moves,
+    /// so taking it per request is one load of a line only SIGHUP writes and touches
+    /// no reference count other workers share (the `Rc` is this worker's, the `Arc`
+    /// inside it is cloned once per reload).
     #[allow(clippy::redundant_allocation)]
     snapshot: RefCell<Rc<Arc<Shared>>>,
     pub max_connections: usize,
@@ -64,10 +64,11 @@ impl Service for Worker {
     type Config = Rc<Arc<Shared>>;
 
     fn config(&self) -> Rc<Arc<Shared>> {
-        let current = self.shared.load();
+        // One Acquire load per request; the `ArcSwap` only after a reload
+        // (`Current::generation` explains the ordering).
         let mut snap = self.snapshot.borrow_mut();
-        if !Arc::ptr_eq(&snap, &current) {
-            *snap = Rc::new(arc_swap::Guard::into_inner(current));
+        if snap.generation != self.shared.generation() {
+            *snap = Rc::new(self.shared.load_full());
         }
         snap.clone()
     }
@@ -163,7 +164,7 @@ pub struct WorkerSpec {
     pub id: usize,
     pub cpu: Option<usize>,
     pub acceptor: WorkerAcceptor,
-    pub shared: Arc<ArcSwap<Shared>>,
+    pub shared: Arc<Current>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
     /// Set when the stop's time is up: the worker stops waiting for its connections and

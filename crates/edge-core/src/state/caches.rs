@@ -3,11 +3,13 @@
 //! by name on reload, because each one owns a loader, a manager and an index that must
 //! not be rebuilt on every SIGHUP. A reload changes a kept zone's limits and pacing in
 //! place ([`apply_live`]); its `path` and `levels` stay as opened (the server's reload
-//! logs that they need a restart: `server/reload.rs`).
+//! logs that they need a restart: `server/reload.rs`). The zones' `/metrics` families
+//! are written here too ([`write_prom`]).
 
 use super::error::StateError;
 use crate::config::{validate::parse_levels, CacheZone, Config};
-use edge_cache::{Cache, CacheConfig, Limits};
+use crate::prom::{Kind, Prom};
+use edge_cache::{Cache, CacheConfig, CacheStats, Limits};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -80,4 +82,77 @@ pub fn apply_live(cfg: &Config, caches: &Caches) -> Vec<String> {
         c.set_verify(z.cache_verify.to_cache());
     }
     changed
+}
+
+/// The cache zones' families of `/metrics`, a series per zone by name (the responses
+/// of cached locations are the workers' counters, `metrics/families.rs`).
+pub fn write_prom(caches: &Caches, p: &mut Prom) {
+    use crate::prom::Kind::{Counter as C, Gauge as G};
+    let mut caches: Vec<_> = caches.values().collect();
+    caches.sort_by(|a, b| a.name().cmp(b.name()));
+    let stats: Vec<_> = caches.iter().map(|c| c.stats()).collect();
+    type Family = (&'static str, Kind, &'static str, fn(&CacheStats) -> u64);
+    let families: [Family; 9] = [
+        ("edgecache_cache_entries", G, "Objects in the index.", |s| s.entries),
+        (
+            "edgecache_cache_disk_bytes",
+            G,
+            "Disk bytes used by indexed objects.",
+            |s| s.disk_bytes,
+        ),
+        (
+            "edgecache_cache_evictions_total",
+            C,
+            "Objects evicted for max_size, min_free or keys_zone.",
+            |s| s.evictions,
+        ),
+        (
+            "edgecache_cache_loader_done",
+            G,
+            "1 once the start-up loader has finished.",
+            |s| u64::from(s.loader.done),
+        ),
+        (
+            "edgecache_cache_loader_loaded",
+            G,
+            "Objects indexed by the start-up loader.",
+            |s| s.loader.loaded,
+        ),
+        (
+            "edgecache_cache_loader_snapshot",
+            G,
+            "Objects restored from the index snapshot of the last clean shutdown.",
+            |s| s.loader.snapshot,
+        ),
+        (
+            "edgecache_cache_disk_fallback_hits_total",
+            C,
+            "Hits found on disk by hash before the start-up loader had indexed them.",
+            |s| s.disk_fallback_hits,
+        ),
+        (
+            "edgecache_cache_write_errors_total",
+            C,
+            "Failed object writes (ENOSPC, EIO...); those responses were served uncached.",
+            |s| s.write_errors,
+        ),
+        (
+            "edgecache_cache_corrupt_total",
+            C,
+            "Objects dropped as corrupt (body checksum mismatch with cache_verify, or a file shorter than its header).",
+            |s| s.corrupt,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        let mut f = p.family(name, kind, help);
+        for s in &stats {
+            f.labelled(&[("cache", &s.name)], get(s));
+        }
+    }
+    let collapsed: u64 = caches.iter().map(|c| c.inflight().collapsed()).sum();
+    p.counter(
+        "edgecache_cache_collapsed_total",
+        "Requests that followed another request's origin fetch instead of making their own.",
+    )
+    .value(collapsed);
 }

@@ -1,11 +1,13 @@
 //! The compiled configuration that workers read on every request: routes with their
 //! handlers resolved ([`route`]), the open cache zones ([`caches`]), upstream groups,
 //! limits and timeouts. Built once from a validated [`Config`] and swapped whole on
-//! SIGHUP (an `ArcSwap`), so a reload never leaves a request half-old, half-new.
+//! SIGHUP ([`Current`]: an `ArcSwap` and its generation), so a reload never leaves a
+//! request half-old, half-new.
 //!
 //! This is data: it names no handler code. The handlers read it; the server builds it.
 
 pub mod caches;
+mod current;
 mod error;
 pub mod fields;
 pub mod logs;
@@ -13,6 +15,7 @@ pub mod route;
 pub mod rules;
 pub mod sites;
 
+pub use current::Current;
 pub use error::StateError;
 
 use crate::config::validate::Cidr;

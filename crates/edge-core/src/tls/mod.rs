@@ -10,6 +10,7 @@
 
 pub mod client;
 
+use crate::prom::Prom;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
@@ -350,6 +351,34 @@ impl TlsStats {
             self.handshakes_resumed.fetch_add(1, Relaxed);
         } else {
             self.handshakes_full.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The TLS families of `/metrics`, summed over `all` (one block per worker).
+    pub fn write_prom<'a>(all: impl Iterator<Item = &'a TlsStats> + Clone, p: &mut Prom) {
+        // The one place a TLS counter is read.
+        let sum = |f: &dyn Fn(&TlsStats) -> &AtomicU64| -> u64 {
+            all.clone().map(|t| f(t).load(Relaxed)).sum()
+        };
+        p.counter(
+            "edgecache_tls_handshakes_total",
+            "TLS handshakes completed: full, or resumed (session ticket or cache).",
+        )
+        .labelled(&[("kind", &"full")], sum(&|t| &t.handshakes_full))
+        .labelled(&[("kind", &"resumed")], sum(&|t| &t.handshakes_resumed));
+        let mut f = p.counter(
+            "edgecache_tls_handshake_errors_total",
+            "TLS handshakes that failed, by kind.",
+        );
+        for (i, k) in HANDSHAKE_ERRORS.iter().enumerate() {
+            f.labelled(&[("kind", k)], sum(&|t| &t.handshake_errors[i]));
+        }
+        let mut f = p.counter(
+            "edgecache_tls_ktls_total",
+            "Connections of tls.ktls listeners after the handshake: the kernel took the session (kernel), it stayed in user space (user: no kTLS in this kernel, or a cipher it lacks), or the kernel refused the keys and the connection was closed (failed).",
+        );
+        for (i, k) in KTLS_RESULTS.iter().enumerate() {
+            f.labelled(&[("result", k)], sum(&|t| &t.ktls[i]));
         }
     }
 }

@@ -8,7 +8,9 @@
 use super::maglev;
 use crate::config::validate::BadValue;
 use crate::config::{Balance, Upstream};
+use crate::prom::Prom;
 use arc_swap::ArcSwapOption;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -180,6 +182,26 @@ impl UpstreamGroup {
     pub fn usable(&self, idx: usize) -> bool {
         let s = &self.servers[idx];
         s.healthy.load(Relaxed) && s.down_until_ms.load(Relaxed) <= self.now_ms()
+    }
+
+    /// The `edgecache_upstream_server_up` family of `/metrics`: every server of
+    /// `groups`, by group name.
+    pub fn write_prom(groups: &HashMap<String, Arc<UpstreamGroup>>, p: &mut Prom) {
+        let mut f = p.gauge(
+            "edgecache_upstream_server_up",
+            "1 when the server gets requests (healthy and not taken out by failures).",
+        );
+        let mut names: Vec<&String> = groups.keys().collect();
+        names.sort();
+        for n in names {
+            let g = &groups[n];
+            for (i, s) in g.servers.iter().enumerate() {
+                f.labelled(
+                    &[("upstream", n), ("server", &s.name)],
+                    u64::from(g.usable(i)),
+                );
+            }
+        }
     }
 
     /// The active check's verdict of server `idx`.

@@ -10,7 +10,6 @@ use crate::upstream::HeadOptions;
 use edge_cache::Cache;
 use edge_http::RequestHead;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// Request headers never forwarded on a cache fill: the client's validators and
@@ -74,7 +73,7 @@ impl CacheStatus {
 /// Records the status of this response: the header, the access log and the counter.
 pub fn mark(w: &Services, ex: &mut Exchange, st: CacheStatus) {
     ex.cache_status = Some(st.as_str());
-    w.stats().cache_status[st.index()].fetch_add(1, Relaxed);
+    w.stats().cache_status[st.index()].add(1);
 }
 
 /// What every step of a cached request needs.

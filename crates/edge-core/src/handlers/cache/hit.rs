@@ -28,7 +28,6 @@ use edge_cache::hit::{content_type, not_modified, validators};
 use edge_cache::{policy, HitBody, HitEntry, ObjectMeta};
 use edge_http::{Boundary, MultipartLayout, RangeIgnored, RangeOutcome};
 use std::io;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
 
 /// Bodies (or ranges) up to this size are read into the head's buffer and sent with it
@@ -141,7 +140,7 @@ pub async fn send(
         }
     };
     ex.body_bytes_sent = sent;
-    ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
+    ctx.w.stats().cache_bytes_hit.add(sent);
     Ok(())
 }
 

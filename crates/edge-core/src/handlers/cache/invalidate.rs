@@ -56,7 +56,7 @@ pub async fn pass_unsafe(
             .file_io
             .blocking(move || {
                 keys.into_iter()
-                    .map(|k| edge_cache::purge::purge_all(&caches, &PurgeTarget::Key(k), false))
+                    .map(|k| edge_cache::purge_all(&caches, &PurgeTarget::Key(k), false))
                     .sum::<usize>()
             })
             .await

@@ -146,7 +146,7 @@ pub async fn handle(
         if let Some(hit) = found {
             if let Some(hit) = verified(&ctx, hit).await {
                 let hits = &w.stats().compress_variant_hits;
-                hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                hits.add(1);
                 return hit::serve(&ctx, conn, ex, hit, CacheStatus::Hit).await;
             }
         }

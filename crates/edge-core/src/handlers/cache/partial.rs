@@ -313,7 +313,7 @@ async fn reply_from_part(
     ))
     .await?;
     ex.body_bytes_sent = sent;
-    ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
+    ctx.w.stats().cache_bytes_hit.add(sent);
     Ok(())
 }
 

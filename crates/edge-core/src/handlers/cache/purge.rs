@@ -39,11 +39,11 @@ pub async fn handle_method(
     let caches = p.caches.clone();
     let n = w
         .file_io
-        .blocking(move || edge_cache::purge::purge_all(&caches, &target, false))
+        .blocking(move || edge_cache::purge_all(&caches, &target, false))
         .await
         .unwrap_or(0);
     tracing::info!("PURGE {key} from {}: {n} objects", ex.client_addr().ip());
-    let body = edge_cache::purge::purged_json(n);
+    let body = crate::purge::purged_json(n);
     let status = if n > 0 { 200 } else { 404 };
     respond(
         conn,

@@ -337,7 +337,7 @@ async fn respond(
         .fetch_add(body.from_origin, Relaxed);
     stats
         .cache_bytes_hit
-        .fetch_add(body.sent.saturating_sub(body.from_origin), Relaxed);
+        .add(body.sent.saturating_sub(body.from_origin));
     Sent::Done(result)
 }
 
@@ -613,7 +613,7 @@ fn check(ctx: &Ctx<'_>, reference: &Reference, got: &Got) -> Option<Sent> {
 /// Purges every slice of this request's object from every cache of the location.
 fn purge_slices(ctx: &Ctx<'_>) -> usize {
     let target = edge_cache::purge::PurgeTarget::Key(ctx.key.clone());
-    edge_cache::purge::purge_all(&ctx.p.caches, &target, false)
+    edge_cache::purge_all(&ctx.p.caches, &target, false)
 }
 
 /// The slice after `n0` that the first range needs, if any.

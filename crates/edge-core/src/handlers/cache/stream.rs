@@ -333,7 +333,7 @@ fn count_sent(ctx: &Ctx<'_>, ex: &mut Exchange, sent: u64, from_origin: bool) {
     if from_origin {
         stats.cache_bytes_origin.fetch_add(sent, Relaxed);
     } else {
-        stats.cache_bytes_hit.fetch_add(sent, Relaxed);
+        stats.cache_bytes_hit.add(sent);
     }
 }
 

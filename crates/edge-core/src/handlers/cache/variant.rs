@@ -194,7 +194,7 @@ pub async fn serve(
             )
             .await;
         if let Some(hit) = copy {
-            ctx.w.stats().compress_variant_hits.fetch_add(1, Relaxed);
+            ctx.w.stats().compress_variant_hits.add(1);
             // The status marked stays: a copy that another request stored since our
             // lookup answers a hit as a hit (the RAM tier may take it), a revalidated
             // identity's copy as revalidated.
@@ -427,7 +427,7 @@ async fn on_the_fly(
         conn.write_all(&out, send).await?;
     }
     ex.body_bytes_sent = sent;
-    ctx.w.stats().cache_bytes_hit.fetch_add(sent, Relaxed);
+    ctx.w.stats().cache_bytes_hit.add(sent);
     Ok(())
 }
 

@@ -1,0 +1,133 @@
+//! The thread pools' tables: `[aio]` (the file I/O backend and its `thread_pool`) and
+//! `[compress_pool]`.
+
+use super::SizeOrOff;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AioMode {
+    Off,
+    Threads,
+    #[serde(rename = "io_uring")]
+    IoUring,
+    /// RWF_NOWAIT reads on the loop, the pool only when the data is not cached.
+    #[default]
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    #[default]
+    Mutex,
+    Lockfree,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadPool {
+    #[serde(default = "default_pool_threads")]
+    pub threads: usize,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+    #[serde(default)]
+    pub queue: QueueKind,
+}
+fn default_pool_threads() -> usize {
+    32
+}
+fn default_max_queue() -> usize {
+    65536
+}
+impl Default for ThreadPool {
+    fn default() -> Self {
+        ThreadPool {
+            threads: default_pool_threads(),
+            max_queue: default_max_queue(),
+            queue: QueueKind::Mutex,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aio {
+    #[serde(default)]
+    pub mode: AioMode,
+    #[serde(default = "default_directio")]
+    pub directio: SizeOrOff,
+    #[serde(default = "super::default_true")]
+    pub sendfile: bool,
+    /// The largest cache-hit body (or range) sent by sendfile; larger ones are written
+    /// from a mapping of the file in one write (`http/mapped.rs`). `"off"`: always
+    /// sendfile.
+    #[serde(default = "default_sendfile_max")]
+    pub sendfile_max: SizeOrOff,
+    #[serde(default)]
+    pub thread_pool: ThreadPool,
+}
+fn default_directio() -> SizeOrOff {
+    SizeOrOff(Some(4 << 20))
+}
+fn default_sendfile_max() -> SizeOrOff {
+    SizeOrOff(Some(448 << 10))
+}
+impl Default for Aio {
+    fn default() -> Self {
+        Aio {
+            mode: AioMode::Auto,
+            directio: default_directio(),
+            sendfile: true,
+            sendfile_max: default_sendfile_max(),
+            thread_pool: ThreadPool::default(),
+        }
+    }
+}
+
+/// `[compress_pool]`: the threads that compress for every worker when a location has
+/// `compress_offload` (the default), and the bound on waiting work.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressPool {
+    /// None: one per CPU.
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Jobs waiting for a thread, over all workers; past it a response that has not
+    /// started compressing goes out uncompressed (and a started one compresses its next
+    /// chunk inline): work never queues without bound.
+    #[serde(default = "default_compress_queue")]
+    pub max_queue: usize,
+    /// CPUs the threads are pinned to, round robin (None: not pinned): cores kept for
+    /// compression, away from the workers' event loops (the accelerator model).
+    #[serde(default)]
+    pub cpus: Option<Vec<usize>>,
+    /// `"idle"` (default): the threads run in the `SCHED_IDLE` class, so a worker that
+    /// wakes on a CPU where one compresses takes the CPU at once; `"normal"`: they
+    /// compete with the workers as equals.
+    #[serde(default)]
+    pub priority: PoolPriority,
+}
+
+/// `[compress_pool] priority`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolPriority {
+    #[default]
+    Idle,
+    Normal,
+}
+fn default_compress_queue() -> usize {
+    1024
+}
+
+impl Default for CompressPool {
+    fn default() -> Self {
+        CompressPool {
+            threads: None,
+            max_queue: default_compress_queue(),
+            cpus: None,
+            priority: PoolPriority::Idle,
+        }
+    }
+}
