@@ -163,10 +163,13 @@ def self_costs(path):
     return out
 
 
-def busiest_file(work, tag):
+def busiest_file(work, tag, thread=None):
+    """The dump carrying `tag` of the busiest thread (or of `thread`, its `-NN` suffix)."""
     best, best_ir = None, -1
     for name in os.listdir(work):
         if not name.startswith("cg.out."):
+            continue
+        if thread is not None and not name.endswith(thread):
             continue
         p = os.path.join(work, name)
         with open(p, errors="replace") as f:
@@ -181,7 +184,9 @@ def busiest_file(work, tag):
 
 def breakdown(work, n1, n2):
     """Per-request self cost by category, from the first repetition's two dumps."""
-    a, b = busiest_file(work, f"r0n{n1}"), busiest_file(work, f"r0n{n2}")
+    # The n1 dump of the thread busiest in the n2 one (as callgrind_ir does).
+    b = busiest_file(work, f"r0n{n2}")
+    a = b and busiest_file(work, f"r0n{n1}", "-" + b.rsplit("-", 1)[-1])
     if not a or not b:
         return {}
     ca, cb = self_costs(a), self_costs(b)
