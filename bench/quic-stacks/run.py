@@ -164,6 +164,11 @@ def cpu_round(name, cert, key, n_req, n_conn):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def ratio(a, b):
+    """a / b, or nan when b is nothing (too few clock ticks measured)."""
+    return a / b if b else float("nan")
+
+
 def spread(xs):
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3),
             "max": round(max(xs), 3)}
@@ -227,9 +232,9 @@ def main():
             d[f"cpu_user_us_per_{what}"] = spread([row[s][i][0] * 1e6 for row in rounds])
             d[f"cpu_sys_us_per_{what}"] = spread([row[s][i][1] * 1e6 for row in rounds])
             d[f"cpu_per_{what}_vs_{base}"] = spread(
-                [total(row[s][i]) / total(row[base][i]) for row in rounds])
+                [ratio(total(row[s][i]), total(row[base][i])) for row in rounds])
             d[f"cpu_user_per_{what}_vs_{base}"] = spread(
-                [row[s][i][0] / row[base][i][0] for row in rounds])
+                [ratio(row[s][i][0], row[base][i][0]) for row in rounds])
     if not a.skip_callgrind and len(stacks) > 1:
         for s in stacks:
             d = res["stacks"][s]

@@ -64,7 +64,12 @@ fn main() {
 
     loop {
         let timeout = conns.values().filter_map(|c| c.quic.timeout()).min();
-        poll.poll(&mut events, timeout).expect("poll");
+        match poll.poll(&mut events, timeout) {
+            Ok(()) => {}
+            // valgrind's vgdb (callgrind_control) interrupts the wait.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => panic!("poll: {e}"),
+        }
         if events.is_empty() {
             conns.values_mut().for_each(|c| c.quic.on_timeout());
         }
@@ -72,6 +77,7 @@ fn main() {
             let (len, from) = match sock.recv_from(&mut buf) {
                 Ok(v) => v,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => panic!("recv: {e}"),
             };
             let pkt = &mut buf[..len];
