@@ -2,7 +2,7 @@
 """Which QUIC stack for HTTP/3 (issue 31, scope item 2): cost per request and per
 handshake of quinn + h3 and quiche's h3, with Caddy (Go, quic-go) as a reference point.
 
-Usage (valgrind and Debian's ngtcp2-client installed; caddy optional):
+Usage (valgrind, strace and Debian's ngtcp2-client installed; caddy optional):
 
     (cd bench/quic-stacks && cargo build --release --features quinn,quiche)
     python3 bench/quic-stacks/run.py [--out docs/results/quic-stacks.json]
@@ -20,7 +20,9 @@ as many concurrent streams as the server allows, 100 for each of ours).
    one request each (a full handshake each: no session file), so one handshake plus one
    request. Caddy is left out here (a Go runtime's threads: the busiest thread is not the
    cost).
-2. CPU time: the servers without valgrind, user + system CPU seconds of the process
+2. System calls: `strace -c -f` on each server around `--strace-requests` requests on
+   one connection, calls per request (the batching each stack's I/O does).
+3. CPU time: the servers without valgrind, user + system CPU seconds of the process
    (/proc/PID/stat) around R requests on one connection and around H connections, each
    stack in turn, `--reps` rounds: ratios within a round, median and range over rounds.
    Timings on a 2-core machine shared with other jobs: only the ratios mean anything.
@@ -41,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchlib import callgrind_ir, free_port  # noqa: E402
+from benchlib import callgrind_ir, free_port, strace_counts  # noqa: E402
 
 BIN = os.path.join(HERE, "target", "release")
 STACKS = {"quinn": "quinn-h3", "quiche": "quiche-h3"}
@@ -164,6 +166,32 @@ def cpu_round(name, cert, key, n_req, n_conn):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def syscalls(name, cert, key, n_req):
+    """System calls per request of one server (strace -c -f) around n_req requests on one
+    connection; calls made fewer than n_req/200 times (timers, housekeeping) left out."""
+    work = tempfile.mkdtemp(prefix=f"quicstk-st-{name}-")
+    port = free_port()
+    cmd, env = server_cmd(name, port, cert, key, work)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, cwd=work, start_new_session=True)
+    try:
+        ready(port)(60)
+        requests(port, 500)
+        log = os.path.join(work, "strace.txt")
+        st = subprocess.Popen(["strace", "-c", "-f", "-p", str(p.pid), "-o", log],
+                              stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        requests(port, n_req)
+        st.send_signal(signal.SIGINT)
+        st.wait()
+        calls = strace_counts(log)
+        return {k: round(v / n_req, 3) for k, v in sorted(calls.items()) if v >= n_req / 200}
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def ratio(a, b):
     """a / b, or nan when b is nothing (too few clock ticks measured)."""
     return a / b if b else float("nan")
@@ -187,6 +215,8 @@ def main():
     ap.add_argument("--cpu-connections", type=int, default=300)
     ap.add_argument("--cpu-reps", type=int, default=5)
     ap.add_argument("--skip-callgrind", action="store_true")
+    ap.add_argument("--strace-requests", type=int, default=20000,
+                    help="requests traced for the syscall counts; 0: no strace phase")
     ap.add_argument("--out")
     a = ap.parse_args()
     stacks = a.stacks.split(",")
@@ -213,6 +243,13 @@ def main():
                 print(s, what, round(med), [round(x) for x in all_], flush=True)
 
     names = stacks + (["caddy"] if a.caddy and shutil.which("caddy") else [])
+    if a.strace_requests:
+        for s in names:
+            per = syscalls(s, cert, key, a.strace_requests)
+            res["stacks"][s] = res["stacks"].get(s, {})
+            res["stacks"][s]["syscalls_per_request"] = per
+            res["stacks"][s]["syscalls_per_request_total"] = round(sum(per.values()), 2)
+            print(s, "syscalls per request", round(sum(per.values()), 2), per, flush=True)
     rounds = []
     for r in range(a.cpu_reps):
         row = {}
@@ -223,6 +260,8 @@ def main():
                   f"sys; CPU/connection {cu * 1e6:.0f} us user + {cs * 1e6:.0f} us sys",
                   flush=True)
         rounds.append(row)
+    if not rounds:
+        names = []
     base = stacks[0]
     total = lambda t: t[0] + t[1]  # noqa: E731
     for s in names:
