@@ -116,7 +116,10 @@ fn main() {
             let Some(c) = conns.get_mut(&key) else {
                 continue;
             };
-            if c.quic.recv(pkt, quiche::RecvInfo { from, to: addr }).is_err() {
+            if c.quic
+                .recv(pkt, quiche::RecvInfo { from, to: addr })
+                .is_err()
+            {
                 continue;
             }
             serve(c, &h3cfg);
@@ -234,7 +237,11 @@ fn respond_head(
     sid: u64,
     found: bool,
 ) -> Result<(), quiche::h3::Error> {
-    let (status, len): (&[u8], &[u8]) = if found { (b"200", b"1024") } else { (b"404", b"0") };
+    let (status, len): (&[u8], &[u8]) = if found {
+        (b"200", b"1024")
+    } else {
+        (b"404", b"0")
+    };
     let head = [
         quiche::h3::Header::new(b":status", status),
         quiche::h3::Header::new(b"content-length", len),
