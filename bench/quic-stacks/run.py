@@ -46,7 +46,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 from benchlib import callgrind_ir, free_port, strace_counts  # noqa: E402
 
 BIN = os.path.join(HERE, "target", "release")
-STACKS = {"quinn": "quinn-h3", "quiche": "quiche-h3"}
+# name: (binary, extra arguments). quiche-gso: the same quiche server sending runs of
+# datagrams with one GSO sendmsg each, the batching quinn-udp does for quinn.
+STACKS = {"quinn": ("quinn-h3", []), "quiche": ("quiche-h3", []),
+          "quiche-gso": ("quiche-h3", ["gso"])}
 STATUS = re.compile(rb":status: (\d+)")
 
 
@@ -106,7 +109,8 @@ def ready(port):
 def server_cmd(name, port, cert, key, work):
     """(argv, env) of a server; Caddy gets a Caddyfile and a 1 KiB file in `work`."""
     if name in STACKS:
-        return [os.path.join(BIN, STACKS[name]), str(port), cert, key], None
+        binary, extra = STACKS[name]
+        return [os.path.join(BIN, binary), str(port), cert, key, *extra], None
     root = os.path.join(work, "root")
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, "1k"), "wb") as f:
@@ -204,7 +208,7 @@ def spread(xs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stacks", default="quinn,quiche")
+    ap.add_argument("--stacks", default="quinn,quiche,quiche-gso")
     ap.add_argument("--caddy", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--n1", type=int, default=500)
     ap.add_argument("--n2", type=int, default=3000)
@@ -221,8 +225,8 @@ def main():
     a = ap.parse_args()
     stacks = a.stacks.split(",")
     for s in stacks:
-        if not os.path.exists(os.path.join(BIN, STACKS[s])):
-            raise SystemExit(f"{STACKS[s]} not built: see the usage in this file")
+        if not os.path.exists(os.path.join(BIN, STACKS[s][0])):
+            raise SystemExit(f"{STACKS[s][0]} not built: see the usage in this file")
     top = tempfile.mkdtemp(prefix="quicstk-")
     cert, key = make_cert(top)
     res = {"stacks": {s: {} for s in stacks}}

@@ -1,6 +1,7 @@
 //! quiche (BoringSSL) and its `h3` module: `GET /1k` answered with 1,024 bytes, one
-//! thread, our own UDP loop (mio; one `recv_from`/`send_to` per datagram, no GSO: the
-//! sans-I/O API leaves batching to the caller). Connections are keyed by the connection
+//! thread, our own UDP loop (mio; one `recv_from` per datagram, and one `send_to` per
+//! datagram, or with the `gso` option one `sendmsg` with UDP_SEGMENT per run of
+//! same-size datagrams: the sans-I/O API leaves batching to the caller). Connections are keyed by the connection
 //! ID we issue (16 random bytes here; a real server would encode the worker in it).
 
 use std::collections::HashMap;
@@ -12,6 +13,10 @@ use quiche::h3::NameValue;
 
 const MAX_UDP: usize = 1350;
 const HEAD_PENDING: usize = usize::MAX;
+/// Datagrams in one GSO send at most (the kernel allows 64, and 64 KiB in all).
+const MAX_SEGMENTS: usize = 40;
+/// `UDP_SEGMENT` (linux/udp.h): the cmsg carrying the GSO segment size.
+const UDP_SEGMENT: libc::c_int = 103;
 /// The length of the connection IDs we issue (short headers carry no length).
 const CID_LEN: usize = 16;
 
@@ -24,7 +29,8 @@ struct Conn {
 }
 
 fn main() {
-    let (port, cert, key) = args();
+    let (port, cert, key, opt) = args();
+    let gso = opt.as_deref() == Some("gso");
     let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).expect("config");
     cfg.load_cert_chain_from_pem_file(&cert).expect("cert");
     cfg.load_priv_key_from_pem_file(&key).expect("key");
@@ -61,6 +67,7 @@ fn main() {
     let mut aliases: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
     let mut buf = vec![0u8; 65535];
     let mut out = vec![0u8; MAX_UDP];
+    let mut batch: Vec<u8> = Vec::with_capacity(MAX_SEGMENTS * MAX_UDP);
 
     loop {
         let timeout = conns.values().filter_map(|c| c.quic.timeout()).min();
@@ -125,6 +132,10 @@ fn main() {
             serve(c, &h3cfg);
         }
         for c in conns.values_mut() {
+            if gso {
+                send_batched(&sock, c, &mut batch);
+                continue;
+            }
             loop {
                 match c.quic.send(&mut out) {
                     Ok((n, info)) => {
@@ -247,4 +258,91 @@ fn respond_head(
         quiche::h3::Header::new(b"content-length", len),
     ];
     h3.send_response(quic, sid, &head, !found)
+}
+
+/// Everything the connection has to send, as runs of datagrams of one size to one
+/// address (the last of a run may be shorter), each run in one `sendmsg` with GSO.
+fn send_batched(sock: &mio::net::UdpSocket, c: &mut Conn, batch: &mut Vec<u8>) {
+    batch.clear();
+    let (mut seg, mut to) = (0usize, None);
+    loop {
+        let start = batch.len();
+        batch.resize(start + MAX_UDP, 0);
+        let (n, info) = match c.quic.send(&mut batch[start..]) {
+            Ok(v) => v,
+            Err(e) => {
+                batch.truncate(start);
+                if e != quiche::Error::Done {
+                    let _ = c.quic.close(false, 0x1, b"fail");
+                }
+                break;
+            }
+        };
+        batch.truncate(start + n);
+        if start > 0 && (Some(info.to) != to || n > seg) {
+            // It cannot join the run: send the run, start a new one with it.
+            send_gso(sock, &batch[..start], seg, to.expect("run has an address"));
+            batch.drain(..start);
+        }
+        if batch.len() == n {
+            (seg, to) = (n, Some(info.to));
+        }
+        if n < seg || batch.len() / seg >= MAX_SEGMENTS {
+            send_gso(sock, batch, seg, info.to);
+            batch.clear();
+        }
+    }
+    if let Some(to) = to.filter(|_| !batch.is_empty()) {
+        send_gso(sock, batch, seg, to);
+    }
+}
+
+/// One `sendmsg` of `buf` to `to` (IPv4), cut by the kernel into `seg`-byte datagrams.
+fn send_gso(sock: &mio::net::UdpSocket, buf: &[u8], seg: usize, to: SocketAddr) {
+    use std::os::fd::AsRawFd;
+    let SocketAddr::V4(v4) = to else {
+        panic!("IPv4 only");
+    };
+    let mut sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(v4.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut sa as *mut libc::sockaddr_in as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if buf.len() > seg {
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+        // SAFETY: msg_control points at cbuf (32 bytes, 8-aligned), larger than one
+        // cmsghdr with 2 bytes of data, so the first header and its data lie inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg as u16);
+        }
+    }
+    // SAFETY: msg points at sa, iov (which points at buf) and cbuf, all alive here.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        // A full socket buffer drops the run: QUIC's loss recovery sends it again.
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            panic!("sendmsg: {e}");
+        }
+    }
 }

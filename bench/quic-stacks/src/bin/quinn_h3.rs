@@ -11,7 +11,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 fn main() {
-    let (port, cert, key) = args();
+    let (port, cert, key, _) = args();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
         .expect("cert")
         .collect::<Result<_, _>>()
