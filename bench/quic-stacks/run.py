@@ -29,6 +29,7 @@ as many concurrent streams as the server allows, 100 for each of ours).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -146,10 +147,11 @@ def cpu_split(pid):
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def cpu_round(name, cert, key, n_req, n_conn):
-    """One server start: (user, system) CPU seconds per request on one connection, and
-    per connection of one request."""
-    work = tempfile.mkdtemp(prefix=f"quicstk-{name}-")
+@contextlib.contextmanager
+def warm_server(name, cert, key, what):
+    """A server started (own process group, own directory), answering, and warmed with
+    500 requests: yields (process, port, directory); killed and cleaned up after."""
+    work = tempfile.mkdtemp(prefix=f"quicstk-{what}-{name}-")
     port = free_port()
     cmd, env = server_cmd(name, port, cert, key, work)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
@@ -157,30 +159,30 @@ def cpu_round(name, cert, key, n_req, n_conn):
     try:
         ready(port)(60)
         requests(port, 500)
-        c0 = cpu_split(p.pid)
-        requests(port, n_req)
-        c1 = cpu_split(p.pid)
-        connections(port, n_conn)
-        c2 = cpu_split(p.pid)
-        per = lambda a, b, n: ((b[0] - a[0]) / n, (b[1] - a[1]) / n)  # noqa: E731
-        return per(c0, c1, n_req), per(c1, c2, n_conn)
+        yield p, port, work
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
+def cpu_round(name, cert, key, n_req, n_conn):
+    """One server start: (user, system) CPU seconds per request on one connection, and
+    per connection of one request."""
+    with warm_server(name, cert, key, "cpu") as (p, port, _):
+        c0 = cpu_split(p.pid)
+        requests(port, n_req)
+        c1 = cpu_split(p.pid)
+        connections(port, n_conn)
+        c2 = cpu_split(p.pid)
+    per = lambda a, b, n: ((b[0] - a[0]) / n, (b[1] - a[1]) / n)  # noqa: E731
+    return per(c0, c1, n_req), per(c1, c2, n_conn)
+
+
 def syscalls(name, cert, key, n_req):
     """System calls per request of one server (strace -c -f) around n_req requests on one
     connection; calls made fewer than n_req/200 times (timers, housekeeping) left out."""
-    work = tempfile.mkdtemp(prefix=f"quicstk-st-{name}-")
-    port = free_port()
-    cmd, env = server_cmd(name, port, cert, key, work)
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, cwd=work, start_new_session=True)
-    try:
-        ready(port)(60)
-        requests(port, 500)
+    with warm_server(name, cert, key, "strace") as (p, port, work):
         log = os.path.join(work, "strace.txt")
         st = subprocess.Popen(["strace", "-c", "-f", "-p", str(p.pid), "-o", log],
                               stderr=subprocess.DEVNULL)
@@ -189,11 +191,7 @@ def syscalls(name, cert, key, n_req):
         st.send_signal(signal.SIGINT)
         st.wait()
         calls = strace_counts(log)
-        return {k: round(v / n_req, 3) for k, v in sorted(calls.items()) if v >= n_req / 200}
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        shutil.rmtree(work, ignore_errors=True)
+    return {k: round(v / n_req, 3) for k, v in sorted(calls.items()) if v >= n_req / 200}
 
 
 def ratio(a, b):
