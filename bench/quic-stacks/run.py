@@ -29,6 +29,7 @@ as many concurrent streams as the server allows, 100 for each of ours).
 """
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
@@ -226,6 +227,7 @@ def main():
         if not os.path.exists(os.path.join(BIN, STACKS[s][0])):
             raise SystemExit(f"{STACKS[s][0]} not built: see the usage in this file")
     top = tempfile.mkdtemp(prefix="quicstk-")
+    atexit.register(shutil.rmtree, top, True)  # also when a phase fails
     cert, key = make_cert(top)
     res = {"stacks": {s: {} for s in stacks}}
 
@@ -284,7 +286,6 @@ def main():
             d[f"ir_per_connection_vs_{base}"] = round(
                 d["ir_per_connection"] / res["stacks"][base]["ir_per_connection"], 3)
     res["params"] = vars(a)
-    shutil.rmtree(top, ignore_errors=True)
 
     fmt = lambda x: f"{x['median']} ({x['min']}-{x['max']})"  # noqa: E731
     print(f"\n| stack | Ir/request | Ir/connection | CPU/request vs {base} | user only | "
