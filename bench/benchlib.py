@@ -65,7 +65,7 @@ def get_json(port, path, timeout=10):
         return json.loads(r.read())
 
 
-def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout):
+def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout, ready=None):
     """Instructions per request of `cmd` (a server listening on `port`) under
     `valgrind --tool=callgrind --separate-threads=yes`, run in `work` (the callgrind
     files stay there): once it listens (within `start_timeout` s), `warm()`; then, `reps`
@@ -73,14 +73,19 @@ def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout):
     the busiest thread's (Ir(n2) - Ir(n1)) / (n2 - n1), both of the thread busiest in the
     n2 dump (another thread busier during the short n1 dump, a compression pool or
     the cache manager, would otherwise be subtracted instead); returns (median, all
-    reps)."""
+    reps).
+    `ready(timeout)` replaces the TCP wait for a server that does not listen on TCP
+    (bench/quic-stacks/run.py: UDP)."""
     out = os.path.join(work, "cg.out")
     vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
           f"--callgrind-out-file={out}.%p"] + cmd
     p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          cwd=work, start_new_session=True)
     try:
-        wait_port(port, start_timeout)
+        if ready is None:
+            wait_port(port, start_timeout)
+        else:
+            ready(start_timeout)
         warm()
         per_req = []
         for rep in range(reps):
