@@ -14,7 +14,7 @@
 //!    ([`super::stream::stream_range`]), like any miss. Only the bytes of the slice the
 //!    request needs are fetched: a slice may be stored partially (a range inside it),
 //!    served for the bytes it holds, and completed by a request that needs more
-//!    ([`obtain::complete`]: only the missing bytes, with `If-Range`, combined with the stored
+//!    (`obtain::complete`: only the missing bytes, with `If-Range`, combined with the stored
 //!    ones by `super::partial::combine` into a new object that clients stream);
 //! 2. evaluates its conditionals and `Range` against that slice's validators and
 //!    complete length (304, 200, 206, multipart 206, 416), and sends the head;
@@ -33,8 +33,9 @@
 //! background fetches of the next N slices ([`prefetch::prefetch`], bounded per worker).
 //!
 //! This file is the request flow (the three steps above); getting one slice is
-//! [`obtain`], the slice types and the consistency check are [`got`], the relay is
-//! [`relay`], background fetches are [`prefetch`] and the arithmetic is [`plan`].
+//! [`obtain`](mod@obtain), the slice types and the consistency check are [`got`],
+//! the relay is [`relay`](mod@relay), background fetches are
+//! [`prefetch`](mod@prefetch) and the arithmetic is [`plan`].
 
 mod got;
 mod obtain;

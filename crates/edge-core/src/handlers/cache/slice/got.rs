@@ -4,8 +4,9 @@
 //! is purged.
 //!
 //! How it fits: the types and checks shared by the request flow (`super`), getting a
-//! slice ([`super::obtain`]), the relay ([`super::relay`]) and prefetching
-//! ([`super::prefetch`]).
+//! slice ([`super::obtain`](mod@super::obtain)), the relay
+//! ([`super::relay`](mod@super::relay)) and prefetching
+//! ([`super::prefetch`](mod@super::prefetch)).
 
 use super::plan::Slicer;
 use crate::handlers::cache::ctx::Ctx;

@@ -3,10 +3,12 @@
 //! the slice completed now ([`complete`]: only the missing bytes, with `If-Range`), or
 //! only the wanted bytes fetched with `Range` (the slice is then stored partially).
 //!
-//! How it fits: the request flow (`super`) and prefetching ([`super::prefetch`]) call
-//! [`obtain`] and [`take`]; a fetched slice's origin-to-disk copy runs in its own task
-//! ([`crate::handlers::cache::fill::pump`], or [`crate::handlers::cache::partial::combine`]
-//! when completing a part) while clients stream the file as it grows.
+//! How it fits: the request flow (`super`) and prefetching
+//! ([`super::prefetch`](mod@super::prefetch)) call [`obtain`] and [`take`]; a fetched
+//! slice's origin-to-disk copy runs in its own task
+//! ([`crate::handlers::cache::fill::pump`], or
+//! [`crate::handlers::cache::partial::combine`] when completing a part) while clients
+//! stream the file as it grows.
 
 use super::got::{holds, purge_slices, slice_ctx, Got, Reference, Relayed};
 use super::plan::Slicer;
@@ -159,7 +161,7 @@ async fn fetch(
 /// A part without a strong validator, or one that `want` holds on both sides, is
 /// replaced by a fetch of both together. An answer for another representation is a
 /// mismatch (the first slice's purges every slice here; later ones are purged by
-/// [`check`]).
+/// [`super::got::check`]).
 #[allow(clippy::too_many_arguments)]
 async fn complete(
     ctx: &Ctx<'_>,
