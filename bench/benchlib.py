@@ -269,6 +269,37 @@ def log_lines(dir):
     return lines
 
 
+# What the instruction-count scripts (hit-cost, h2-cost, sites-cost, limits-cost)
+# measure: one worker, no access log, unlimited keep-alive, one disk cache `c1` with a
+# RAM tier, the origin as upstream `origin`. `listen` is the `[[listen]]` tables and
+# `memory` the `[memory_cache]` table.
+MEMORY_64M = '[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\n'
+# A location's body that caches everything from the origin for 10 minutes.
+CACHED_LOCATION = 'proxy = "origin"\ncache = ["c1"]\ncache_valid = { "200" = "10m" }\n'
+
+
+def listen_toml(port):
+    """A plain `[[listen]]` on 127.0.0.1:`port`."""
+    return f'[[listen]]\naddr = "127.0.0.1:{port}"\n'
+
+
+def cost_node_toml(dir, origin, listen, memory=MEMORY_64M):
+    """The cache node of the cost scripts (see above), without its locations."""
+    return f'''workers = 1
+worker_cpu_affinity = "off"
+access_log = "off"
+keepalive_requests = 1000000
+error_log = {{ path = "{dir}/error.log", level = "warn" }}
+{listen}[[cache]]
+name = "c1"
+path = "{dir}/cache"
+{memory}[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:{origin}"]
+keepalive = 4
+'''
+
+
 def checked_edgecache(dir, text):
     """Writes `text` to dir/edgecache.toml, checks it with `edgecache -t` (raises if it
     fails) and returns the command line that runs it."""

@@ -36,36 +36,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (BIN, add_callgrind_args, callgrind_ir, edgeload_requests,  # noqa: E402
-                      free_port, spawn_origin, wait_port)
+                      free_port, spawn_origin, wait_port, CACHED_LOCATION, cost_node_toml,
+                      listen_toml)
 from tls import make_certs  # noqa: E402
 
-CONFIG = """workers = 1
-worker_cpu_affinity = "off"
-access_log = "off"
-keepalive_requests = 1000000
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-[[listen]]
-addr = "127.0.0.1:{tls_port}"
-tls = {{ cert = "{cert}", key = "{key}", ktls = {ktls} }}
-http2 = true
-[[listen]]
-addr = "127.0.0.1:{port}"
-[[cache]]
-name = "c1"
-path = "{dir}/cache"
-[memory_cache]
-size = "64m"
-max_object_size = "1m"
-[[upstream]]
-name = "origin"
-servers = ["127.0.0.1:{origin}"]
-keepalive = 4
-[[location]]
-prefix = "/"
-proxy = "origin"
-cache = ["c1"]
-cache_valid = {{ "200" = "10m" }}
-"""
 
 
 def h2load(port, path, n):
@@ -199,9 +173,12 @@ def measure(bin_dir, origin_port, certs, proto, a):
     port, tls_port = free_port(), free_port()
     cfg = os.path.join(work, "edgecache.toml")
     with open(cfg, "w") as f:
-        f.write(CONFIG.format(dir=work, port=port, tls_port=tls_port, origin=origin_port,
-                              cert=certs["cert"], key=certs["key"],
-                              ktls="true" if a.ktls else "false"))
+        ktls = "true" if a.ktls else "false"
+        listen = (f'[[listen]]\naddr = "127.0.0.1:{tls_port}"\n'
+                  f'tls = {{ cert = "{certs["cert"]}", key = "{certs["key"]}", ktls = {ktls} }}\n'
+                  'http2 = true\n' + listen_toml(port))
+        f.write(cost_node_toml(work, origin_port, listen)
+                + '[[location]]\nprefix = "/"\n' + CACHED_LOCATION)
     cmd = [os.path.join(bin_dir, "edgecache"), "-c", cfg]
     path = f"/obj/{a.size}/1"
     if proto == "h2":

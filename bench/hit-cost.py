@@ -38,7 +38,8 @@ import time
 import urllib.request
 
 from benchlib import (ROOT, BIN, add_callgrind_args, callgrind_ir, edgeload_requests,
-                      free_port, spawn_origin, strace_counts, wait_port)
+                      free_port, spawn_origin, strace_counts, wait_port, CACHED_LOCATION,
+                      MEMORY_64M, cost_node_toml, listen_toml)
 
 
 
@@ -60,29 +61,10 @@ def load(port, path, requests, connections=1):
 
 def edgecache_config(dir, port, origin, memory, compress=False):
     # Without: `size = "off"` (the RAM tier is on by default, `size = "auto"`).
-    mem = ('[memory_cache]\nsize = "64m"\nmax_object_size = "1m"\npolicy = "s3fifo"\n' if memory
+    mem = (MEMORY_64M + 'policy = "s3fifo"\n' if memory
            else '[memory_cache]\nsize = "off"\n')
-    text = f'''workers = 1
-worker_cpu_affinity = "off"
-access_log = "off"
-keepalive_requests = 1000000
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-[[listen]]
-addr = "127.0.0.1:{port}"
-[[cache]]
-name = "c1"
-path = "{dir}/cache"
-{mem}
-[[upstream]]
-name = "origin"
-servers = ["127.0.0.1:{origin}"]
-keepalive = 4
-[[location]]
-prefix = "/"
-proxy = "origin"
-cache = ["c1"]
-cache_valid = {{ "200" = "10m" }}
-'''
+    text = (cost_node_toml(dir, origin, listen_toml(port), mem)
+            + '[[location]]\nprefix = "/"\n' + CACHED_LOCATION)
     if compress:
         # As the embedded default config's location.
         text += 'compress = ["zstd", "br", "gzip"]\n'

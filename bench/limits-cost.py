@@ -35,7 +35,8 @@ import urllib.error
 import urllib.request
 
 from benchlib import (add_callgrind_args, callgrind_ir, checked_edgecache, edgeload_requests,
-                      free_port, spawn_origin, wait_port)
+                      free_port, spawn_origin, wait_port, CACHED_LOCATION, cost_node_toml,
+                      listen_toml)
 
 TARGET = "/obj/1k/1"
 
@@ -61,29 +62,9 @@ LIMITS = {
 
 def config(name, dir, port, origin):
     zones, loc = LIMITS[name]
-    handler = ('return = { status = 204 }\n' if name == "return" else
-               'proxy = "origin"\ncache = ["c1"]\ncache_valid = { "200" = "10m" }\n')
-    text = f'''workers = 1
-worker_cpu_affinity = "off"
-access_log = "off"
-keepalive_requests = 1000000
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-[[listen]]
-addr = "127.0.0.1:{port}"
-[[cache]]
-name = "c1"
-path = "{dir}/cache"
-[memory_cache]
-size = "64m"
-max_object_size = "1m"
-[[upstream]]
-name = "origin"
-servers = ["127.0.0.1:{origin}"]
-keepalive = 4
-{zones}
-[[location]]
-prefix = "/"
-{handler}{loc}'''
+    handler = 'return = { status = 204 }\n' if name == "return" else CACHED_LOCATION
+    text = (cost_node_toml(dir, origin, listen_toml(port))
+            + f'{zones}\n[[location]]\nprefix = "/"\n{handler}{loc}')
     return checked_edgecache(dir, text)
 
 

@@ -38,7 +38,8 @@ import time
 import urllib.request
 
 from benchlib import (add_callgrind_args, callgrind_ir, checked_edgecache, edgeload_requests,
-                      free_port, spawn_origin, wait_port)
+                      free_port, spawn_origin, wait_port, CACHED_LOCATION, cost_node_toml,
+                      listen_toml)
 
 TARGET = "/obj/1k/1?b=2&a=1&utm_source=x"
 HOSTS = {
@@ -50,27 +51,10 @@ HOSTS = {
 
 
 def base(dir, port, origin):
-    return f'''workers = 1
-worker_cpu_affinity = "off"
-access_log = "off"
-keepalive_requests = 1000000
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-[[listen]]
-addr = "127.0.0.1:{port}"
-[[cache]]
-name = "c1"
-path = "{dir}/cache"
-[memory_cache]
-size = "64m"
-max_object_size = "1m"
-[[upstream]]
-name = "origin"
-servers = ["127.0.0.1:{origin}"]
-keepalive = 4
-'''
+    return cost_node_toml(dir, origin, listen_toml(port))
 
 
-LOC = 'proxy = "origin"\ncache = ["c1"]\ncache_valid = { "200" = "10m" }\n'
+LOC = CACHED_LOCATION
 
 
 def sites_config(key):
