@@ -232,7 +232,7 @@ def main():
         wait_port(origin_port, 60)
         protos = [a.only] if a.only else (["h2", "h1"] if a.h1 else ["h2"])
         for proto in protos:
-            for build, d in (("old", a.old), ("new", a.new)):
+            for build, d in (("old", os.path.abspath(a.old)), ("new", os.path.abspath(a.new))):
                 r = measure(d, origin_port, certs, proto, a)
                 results[f"{proto}-{build}"] = r
                 print(proto, build, json.dumps(r), flush=True)
