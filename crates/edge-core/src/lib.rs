@@ -10,6 +10,8 @@
 //! - [`compress`]: response compression (plans, filters, the offload pool).
 //! - [`upstream`]: server groups and per-worker keep-alive pools.
 //! - [`tls`]: rustls configs (listeners and https upstreams) and their counters.
+//! - [`quic`]: QUIC for HTTP/3: worker-naming connection IDs, each worker's UDP socket
+//!   with the hand-off between workers, the shared keys and counters.
 //! - [`vars`]: variables and templates (`$host`, `$arg_x`, captures, `[[map]]`), compiled
 //!   once; [`state::sites`] holds the servers, locations and rewrites.
 //! - [`secure_link`]: signed URLs (the per-request check and `edgecache sign`).
@@ -33,6 +35,7 @@ pub mod metrics;
 pub mod net;
 pub mod prom;
 pub mod purge;
+pub mod quic;
 pub mod rt;
 pub mod secure_link;
 pub mod server;

@@ -7,7 +7,10 @@
 
 /// Their `/metrics` families ([`Metrics::write_prom`]).
 mod families;
+mod quic;
 pub mod top;
+
+pub use quic::QuicStats;
 
 use std::sync::atomic::{AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -129,13 +132,15 @@ pub struct WorkerStats {
     pub tls: crate::tls::TlsStats,
     /// HTTP/2 connections, streams and the defences' counters.
     pub h2: H2Stats,
+    /// QUIC handshakes, HTTP/3 streams and the defences' counters.
+    pub quic: QuicStats,
     /// The worker's most requested objects over the last minute (published once a
     /// second by the worker, see [`top`]).
     pub top: top::Published,
 }
 
 /// The `version` label values of `edgecache_http_requests_total`.
-pub const HTTP_VERSIONS: [&str; 3] = ["1.0", "1.1", "2"];
+pub const HTTP_VERSIONS: [&str; 4] = ["1.0", "1.1", "2", "3"];
 
 impl WorkerStats {
     /// Counts a request by its version.
@@ -144,6 +149,7 @@ impl WorkerStats {
             edge_http::Version::Http10 => 0,
             edge_http::Version::Http11 => 1,
             edge_http::Version::Http2 => 2,
+            edge_http::Version::Http3 => 3,
         };
         self.http_versions[i].add(1);
     }

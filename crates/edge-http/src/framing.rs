@@ -137,7 +137,7 @@ impl ConnectionOptions {
     /// HTTP/1.1 persists unless `close`; HTTP/1.0 only with `keep-alive` (and no `close`).
     pub fn persistent(&self, version: crate::Version) -> bool {
         match version {
-            crate::Version::Http11 | crate::Version::Http2 => !self.close,
+            crate::Version::Http11 | crate::Version::Http2 | crate::Version::Http3 => !self.close,
             crate::Version::Http10 => self.keep_alive && !self.close,
         }
     }

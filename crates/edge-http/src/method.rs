@@ -5,7 +5,7 @@
 
 /// The HTTP protocol version of a message. The HTTP/1 parser builds only 1.0 and 1.1
 /// (anything else is rejected with 505); `Http2` marks a request that arrived on an
-/// HTTP/2 stream (the server translates it into an HTTP/1.1 head, then sets this).
+/// HTTP/2 stream, `Http3` one that arrived on an HTTP/3 request stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     /// HTTP/1.0: close after each message unless `Connection: keep-alive`.
@@ -14,6 +14,8 @@ pub enum Version {
     Http11,
     /// HTTP/2 (one stream): framed by the stream, never by `Connection`.
     Http2,
+    /// HTTP/3 (one request stream over QUIC): framed by the stream, like HTTP/2.
+    Http3,
 }
 
 impl Version {
@@ -23,6 +25,7 @@ impl Version {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
             Version::Http2 => "HTTP/2.0",
+            Version::Http3 => "HTTP/3.0",
         }
     }
 }

@@ -22,13 +22,13 @@ pub const MAX_PIPELINE: usize = 256;
 pub const MAX_THREADS: usize = 1024;
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Most `-H` headers.
-pub const MAX_HEADERS: usize = 64;
+pub use crate::target::MAX_HEADERS;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "edgeload",
     version,
-    about = "wrk-class HTTP/1.1 and HTTPS load generator: closed or open loop (-R), connection ramp, URL mixes, body verification",
+    about = "wrk-class HTTP/1.1, HTTPS and HTTP/3 load generator: closed or open loop (-R), connection ramp, URL mixes, body verification",
     after_help = "Durations: 10s, 1m, 500ms, 1h, or a plain number of seconds."
 )]
 pub struct Args {
@@ -106,6 +106,10 @@ pub struct Args {
     /// https: no session resumption, every connection makes a full handshake.
     #[arg(long = "tls-no-resume")]
     pub tls_no_resume: bool,
+    /// HTTP/3 over QUIC (an https:// URL): each connection is a QUIC connection of its own
+    /// UDP socket, with --pipeline N concurrent request streams on it.
+    #[arg(long = "h3")]
+    pub h3: bool,
     /// Bind client sockets round robin to these local addresses before connecting:
     /// A-B (an IPv4 range), A, or a comma list (127.0.0.2-127.0.0.254: 253 clients).
     #[arg(long = "source", value_name = "ADDRS")]
@@ -168,8 +172,10 @@ pub struct Config {
     pub url: Url,
     pub addr: SocketAddr,
     /// `https://`: the TLS settings every connection shares (one rustls config, so one
-    /// session cache).
+    /// session cache). With `--h3`, the QUIC connections' (TLS 1.3, ALPN `h3`).
     pub tls: Option<TlsClient>,
+    /// `--h3`: HTTP/3 over QUIC ([`crate::h3`]) instead of HTTP/1.1 over TCP.
+    pub h3: bool,
     pub classes: Vec<Class>,
     /// `--paths N`.
     pub paths: Option<u64>,
@@ -286,6 +292,14 @@ where
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
     let url = Url::parse(&args.url).map_err(|e| usage(format!("invalid URL {e}")))?;
+    if args.h3 {
+        if url.scheme != Scheme::Https {
+            return Err(usage(
+                "--h3 needs an https:// URL (HTTP/3 always runs over TLS)".into(),
+            ));
+        }
+        crate::h3req::check_headers(&headers).map_err(usage)?;
+    }
     let tls = match url.scheme {
         Scheme::Http => {
             if args.insecure || args.cacert.is_some() || args.tls_no_resume {
@@ -305,7 +319,14 @@ where
                 verify,
                 resume: !args.tls_no_resume,
             };
-            Some(TlsClient::new(&url.host, options).map_err(usage)?)
+            if args.h3 {
+                let client = TlsClient::new_h3(&url.host, options).map_err(usage)?;
+                // Refuse here what quinn would refuse on every connection.
+                crate::h3req::quic_client_config(&client, Default::default()).map_err(usage)?;
+                Some(client)
+            } else {
+                Some(TlsClient::new(&url.host, options).map_err(usage)?)
+            }
         }
     };
     let mix_text = match &args.mix {
@@ -326,6 +347,9 @@ where
         args.no_keepalive,
     )
     .map_err(usage)?;
+    if args.h3 {
+        crate::h3req::check_classes(&classes, &url.authority).map_err(usage)?;
+    }
     let source = match &args.source {
         None => None,
         Some(spec) => Some(crate::source::parse(spec).map_err(usage)?),
@@ -360,6 +384,7 @@ where
         url,
         addr,
         tls,
+        h3: args.h3,
         classes,
         source,
     })
@@ -471,6 +496,80 @@ mod tests {
         .unwrap();
         assert_eq!(c.addr.port(), 443, "https defaults to port 443");
         assert!(!c.tls.unwrap().options.resume);
+    }
+
+    #[test]
+    fn h3_flags() {
+        let c = parse(["edgeload", "http://127.0.0.1:1/"]).unwrap();
+        assert!(!c.h3);
+        let c = parse([
+            "edgeload",
+            "--h3",
+            "-k",
+            "--pipeline",
+            "16",
+            "-R",
+            "100",
+            "--paths",
+            "5",
+            "-H",
+            "TE: trailers",
+            "https://127.0.0.1:1/x",
+        ])
+        .unwrap();
+        assert!(c.h3);
+        assert_eq!(c.pipeline, 16);
+        let t = c.tls.expect("--h3 gets a TLS client");
+        assert_eq!(t.config.alpn_protocols, vec![b"h3".to_vec()]);
+        assert_eq!((t.options.verify, t.options.resume), (Verify::Off, true));
+        assert!(t.verifier.is_some());
+        // A new QUIC connection per request, and no resumption, are fine too.
+        let c = parse([
+            "edgeload",
+            "--h3",
+            "--insecure",
+            "--no-keepalive",
+            "--tls-no-resume",
+            "https://[::1]:8443/",
+        ])
+        .unwrap();
+        assert!(c.h3 && !c.keepalive && !c.tls.unwrap().options.resume);
+    }
+
+    #[test]
+    fn h3_usage_errors() {
+        let u = "https://127.0.0.1:1/";
+        for url in ["http://127.0.0.1:1/", "http://localhost/x"] {
+            assert!(
+                usage_err(&["--h3", url]).contains("--h3 needs an https:// URL"),
+                "{url}"
+            );
+        }
+        assert!(
+            usage_err(&["--h3", "-k", "http://127.0.0.1:1/"]).contains("--h3 needs an https://")
+        );
+        for h in [
+            "Connection: close",
+            "Keep-Alive: 5",
+            "Transfer-Encoding: chunked",
+            "Upgrade: websocket",
+        ] {
+            let e = usage_err(&["--h3", "-k", "-H", h, u]);
+            assert!(e.contains("not allowed in HTTP/3"), "{h}: {e}");
+        }
+        assert!(usage_err(&["--h3", "-k", "-H", "TE: gzip", u]).contains("TE: trailers"));
+        // The same -H is fine over HTTP/1.1.
+        parse(["edgeload", "-k", "-H", "Connection: keep-alive", u]).unwrap();
+        assert!(
+            usage_err(&["--h3", "--cacert", "/no/such.pem", u]).contains("--cacert /no/such.pem")
+        );
+        assert!(usage_err(&["--h3", "-k", "--cacert", "/x.pem", u]).contains("cannot be used with"));
+        assert!(usage_err(&["--h3", "-k", "--pipeline", "0", u]).contains("--pipeline"));
+        assert!(
+            usage_err(&["--h3", "-k", "--pipeline", "2", "--no-keepalive", u])
+                .contains("keep-alive")
+        );
+        assert!(usage_err(&["--h3", "-k", "https://bad_host!/"]).contains("neither a DNS name"));
     }
 
     #[test]

@@ -39,8 +39,8 @@ use crate::transport::{Plain, Transport};
 pub const READ_BUF: usize = 64 * 1024;
 /// First pause after a failed connect (doubles up to [`MAX_RETRY_BACKOFF`]), so a dead
 /// server does not turn the client into a busy loop.
-const RETRY_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(10);
+pub(crate) const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 
 /// When a connection sends.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +58,7 @@ pub enum Pacing {
 
 impl Pacing {
     #[inline]
-    fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         match *self {
             Pacing::Closed => None,
             Pacing::Open { t0, interval_ns, k } => {
@@ -68,7 +68,7 @@ impl Pacing {
     }
 
     #[inline]
-    fn advance(&mut self) {
+    pub(crate) fn advance(&mut self) {
         if let Pacing::Open { k, .. } = self {
             *k += 1;
         }
@@ -139,7 +139,7 @@ const TIMER_SLACK: Duration = Duration::from_millis(2);
 /// a floor of about 1 ms under every open-loop latency (mean 1.18 ms against a service
 /// time of 0.09 ms, on a server that answers at once). A later send on an idle
 /// connection (an overloaded client) is still charged from `due`, as wrk2 does.
-fn open_loop_start(due: Instant, now: Instant, room_since: Instant) -> Instant {
+pub(crate) fn open_loop_start(due: Instant, now: Instant, room_since: Instant) -> Instant {
     if room_since <= due && now.saturating_duration_since(due) <= TIMER_SLACK {
         now
     } else {
@@ -147,9 +147,9 @@ fn open_loop_start(due: Instant, now: Instant, room_since: Instant) -> Instant {
     }
 }
 
-/// Runs connection number `g` (0..connections) until the worker drops it at the end of
-/// the test, or until `--requests` is used up.
-pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize) {
+/// When connection `g` opens (`--ramp`) and how it paces its requests (`-R`); shared
+/// with the HTTP/3 loop ([`crate::h3`]).
+pub(crate) fn schedule(shared: &Shared, g: usize) -> (Instant, Pacing) {
     let cfg = &shared.cfg;
     let open_at = shared.start
         + cfg
@@ -169,7 +169,20 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
             }
         }
     };
-    let seed = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared.seed;
+    (open_at, pacing)
+}
+
+/// The seed of connection `g`'s URL picker.
+pub(crate) fn seed(shared: &Shared, g: usize) -> u64 {
+    (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared.seed
+}
+
+/// Runs connection number `g` (0..connections) until the worker drops it at the end of
+/// the test, or until `--requests` is used up.
+pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize) {
+    let cfg = &shared.cfg;
+    let (open_at, pacing) = schedule(&shared, g);
+    let seed = seed(&shared, g);
     let mut c = Conn {
         depth: cfg.pipeline,
         pacing,

@@ -28,6 +28,9 @@ pub struct JsonClass {
 #[derive(Debug, Serialize)]
 pub struct JsonReport {
     pub url: String,
+    /// The HTTP version spoken, as its ALPN name: `"http/1.1"` (also over TLS) or
+    /// `"h3"` (`--h3`).
+    pub protocol: &'static str,
     pub threads: usize,
     pub connections: usize,
     /// `"closed"` or `"open"` (with `-R`).
@@ -81,6 +84,7 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
     let secs = runtime.as_secs_f64().max(1e-9);
     JsonReport {
         url: cfg.url.to_url_string(),
+        protocol: if cfg.h3 { "h3" } else { "http/1.1" },
         threads: cfg.threads,
         connections: cfg.connections,
         mode: if cfg.open_loop.is_some() {
@@ -194,6 +198,11 @@ mod tests {
             assert_eq!(v[k], 0, "{k}");
         }
         assert_eq!(v["tls_handshake_us"]["count"], 0);
+        assert_eq!(v["protocol"], "http/1.1");
+        let h3 = crate::cli::parse(["edgeload", "--h3", "-k", "https://127.0.0.1:1/"]).unwrap();
+        let v =
+            serde_json::to_value(build(&h3, &ThreadStats::new(1), Duration::from_secs(1))).unwrap();
+        assert_eq!(v["protocol"], "h3");
         let cfg = crate::cli::parse([
             "edgeload",
             "--paths",

@@ -8,10 +8,14 @@
 //! [`json`]. URL mixes and the weighted picker live in [`mix`], request bytes and the
 //! URL parser in [`target`], wrk's number formats in [`units`]. `https://` adds a TLS
 //! handshake and a TLS transport ([`tls`], rustls) under the same connection loop.
+//! `--h3` replaces that loop with [`h3`]'s: HTTP/3 over QUIC (quinn + h3), the same
+//! requests, statistics and report.
 
 pub mod cli;
 pub mod codec;
 pub mod conn;
+pub mod h3;
+pub mod h3req;
 pub mod json;
 pub mod mix;
 pub mod report;

@@ -37,6 +37,9 @@ pub fn header(cfg: &Config) -> String {
         cfg.threads,
         cfg.connections
     );
+    if cfg.h3 {
+        out.push_str("  HTTP/3 (QUIC)\n");
+    }
     if let Some(o) = cfg.open_loop {
         let _ = writeln!(
             out,
@@ -431,6 +434,18 @@ mod tests {
             Duration::from_secs(1),
         );
         assert!(!r.contains("TLS"), "{r}");
+    }
+
+    #[test]
+    fn h3_says_so_in_the_header() {
+        let c = crate::cli::parse(["edgeload", "--h3", "-k", "https://127.0.0.1:8443/"]).unwrap();
+        assert_eq!(
+            header(&c),
+            "Running 10s test @ https://127.0.0.1:8443/\n  2 threads and 10 connections\n  \
+             HTTP/3 (QUIC)\n  \
+             TLS: certificates not checked (--insecure), session resumption on\n"
+        );
+        assert!(!header(&cfg(&[])).contains("HTTP/3"));
     }
 
     #[test]

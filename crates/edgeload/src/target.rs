@@ -8,6 +8,9 @@
 //! keeps a [`SeekState`]: the object and offset it reads from, advanced one range per
 //! request, and the `Range` line goes in before the blank line.
 
+/// Most `-H` headers a request carries.
+pub const MAX_HEADERS: usize = 64;
+
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 

@@ -11,6 +11,11 @@
 //! `process_new_packets`, `reader`, `writer`, `write_tls`) inside the same `AsyncFd` loop
 //! that drives plain connections. Plain `http://` connections never touch this module.
 //!
+//! `--h3` builds its client with [`TlsClient::new_h3`] instead: TLS 1.3 only, ALPN `h3`,
+//! the same certificate checks, and the verifier kept apart so that [`crate::h3`] can
+//! wrap it per connection (quinn runs the handshake; a check that never ran means the
+//! session was resumed).
+//!
 //! Reads: one `recv` of up to [`TLS_READ_BUF`] bytes into a per-connection ciphertext
 //! buffer, which is then handed to rustls from memory (left to itself, rustls reads the
 //! socket 4 KiB at a time), so a response costs as many read calls as in plain HTTP and
@@ -24,11 +29,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::Resumption;
-use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::client::{Resumption, WebPkiServerVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::{
-    ClientConfig, ClientConnection, DigitallySignedStruct, HandshakeKind, RootCertStore,
-    SignatureScheme,
+    CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct, HandshakeKind,
+    RootCertStore, SignatureScheme,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
@@ -68,6 +73,10 @@ pub struct TlsClient {
     /// the name the certificate must match.
     pub server_name: ServerName<'static>,
     pub options: TlsOptions,
+    /// `--h3` only: the certificate check `config` was built with, which [`crate::h3`]
+    /// wraps per connection to see whether a handshake checked a certificate (a full
+    /// handshake) or resumed a session. `None` for HTTP/1.1 over TCP.
+    pub(crate) verifier: Option<Arc<dyn ServerCertVerifier>>,
 }
 
 impl TlsClient {
@@ -104,12 +113,50 @@ impl TlsClient {
             config: Arc::new(config),
             server_name,
             options,
+            verifier: None,
+        })
+    }
+
+    /// The client for `--h3`: TLS 1.3 only (QUIC has no other), ALPN `h3`, the same
+    /// certificate checks and resumption setting as [`TlsClient::new`].
+    pub fn new_h3(host: &str, options: TlsOptions) -> Result<TlsClient, String> {
+        let server_name = ServerName::try_from(host.to_string()).map_err(|_| {
+            format!("host '{host}' is neither a DNS name nor an IP address usable for TLS")
+        })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier: Arc<dyn ServerCertVerifier> = match &options.verify {
+            Verify::Off => Arc::new(AcceptAnyCertificate(
+                provider.signature_verification_algorithms,
+            )),
+            Verify::System => webpki_verifier(system_roots(), &provider),
+            Verify::CaFile(path) => webpki_verifier(ca_file(path)?, &provider),
+        };
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| format!("TLS setup: {e}"))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier.clone())
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h3".to_vec()];
+        if !options.resume {
+            config.resumption = Resumption::disabled();
+        }
+        Ok(TlsClient {
+            config: Arc::new(config),
+            server_name,
+            options,
+            verifier: Some(verifier),
         })
     }
 
     /// The message for a failed handshake, with a hint when it is about trust.
     fn failure(&self, detail: &str) -> String {
-        let hint = if detail.contains("corrupt message") {
+        format!("TLS handshake failed: {detail}{}", self.hint(detail))
+    }
+
+    /// What to try when a handshake failed with `detail` (empty when nothing to say).
+    pub(crate) fn hint(&self, detail: &str) -> &'static str {
+        if detail.contains("corrupt message") {
             " (does the server speak TLS on this port?)"
         } else if !detail.contains("certificate") {
             ""
@@ -130,8 +177,61 @@ impl TlsClient {
                      host name? --insecure skips the check)"
                 }
             }
-        };
-        format!("TLS handshake failed: {detail}{hint}")
+        }
+    }
+}
+
+/// The WebPKI check against `roots`. An empty store (a system without CA certificates,
+/// already warned about) cannot build one: every certificate is then refused as of an
+/// unknown issuer, as `with_root_certificates` does for HTTP/1.1.
+fn webpki_verifier(
+    roots: RootCertStore,
+    provider: &Arc<CryptoProvider>,
+) -> Arc<dyn ServerCertVerifier> {
+    match WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build() {
+        Ok(v) => v,
+        Err(_) => Arc::new(NoTrustedRoots(provider.signature_verification_algorithms)),
+    }
+}
+
+/// No trust roots at all: every certificate is from an unknown issuer.
+#[derive(Debug)]
+struct NoTrustedRoots(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for NoTrustedRoots {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Err(rustls::Error::InvalidCertificate(
+            CertificateError::UnknownIssuer,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
     }
 }
 

@@ -50,11 +50,12 @@ pub fn spawn(
             local.block_on(&rt, async {
                 let mut conns = Vec::new();
                 for g in (idx..shared.cfg.connections).step_by(shared.cfg.threads) {
-                    conns.push(tokio::task::spawn_local(crate::conn::run(
-                        shared.clone(),
-                        stats.clone(),
-                        g,
-                    )));
+                    let (shared, stats) = (shared.clone(), stats.clone());
+                    conns.push(if shared.cfg.h3 {
+                        tokio::task::spawn_local(crate::h3::run(shared, stats, g))
+                    } else {
+                        tokio::task::spawn_local(crate::conn::run(shared, stats, g))
+                    });
                 }
                 tokio::task::spawn_local(sample_rate(shared.start, stats.clone()));
                 let all_done = async {

@@ -118,6 +118,44 @@ pub struct Listen {
     /// is closed. nginx's `listen ... proxy_protocol`.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// HTTP/3 over QUIC on the same address and port, UDP (`docs/http3.md`): every
+    /// worker binds its own UDP socket there (SO_REUSEPORT), with the listener's
+    /// certificates and ALPN `h3`. Needs `tls`.
+    #[serde(default)]
+    pub quic: bool,
+    /// The `Alt-Svc` field of this listener's TCP responses: unset, `h3=":PORT";
+    /// ma=86400` when `quic` is on (none otherwise); `"off"`: none; any other value is
+    /// sent as it is (another port, a longer `ma`).
+    #[serde(default)]
+    pub alt_svc: Option<Spanned<String>>,
+    /// When a QUIC handshake must first prove the client's address with a Retry
+    /// (RFC 9000 8.1.2): `auto` once the worker's half-open handshakes pass
+    /// [`QUIC_RETRY_THRESHOLD`], `always`, or `off`.
+    #[serde(default)]
+    pub quic_retry: QuicRetry,
+    /// TLS 1.3 early data (0-RTT) over QUIC: off by default. With it, a GET or HEAD
+    /// that arrives before the handshake completes is served at once and goes upstream
+    /// with `Early-Data: 1` (RFC 8470: an origin may answer 425 Too Early, which the
+    /// client retries); any other method is held until the handshake completes.
+    #[serde(default)]
+    pub early_data: bool,
+}
+
+/// Half-open QUIC handshakes per worker past which `quic_retry = "auto"` asks new
+/// clients to prove their address first.
+pub const QUIC_RETRY_THRESHOLD: usize = 256;
+
+/// `[[listen]] quic_retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuicRetry {
+    /// Retry once half-open handshakes pass [`QUIC_RETRY_THRESHOLD`] on the worker.
+    #[default]
+    Auto,
+    /// Every new connection proves its address first (one more round trip).
+    Always,
+    /// Never.
+    Off,
 }
 
 /// `real_ip`: the client address a trusted proxy passes on (nginx's realip module:

@@ -36,7 +36,10 @@ pub use access::{AccessRuleCfg, NetList, RuleList};
 pub use cache::{CacheVerify, CacheZone, MemPolicy, MemoryCache, OpenFileCache, ResolvedMemory};
 pub use geo::GeoCfg;
 pub use limits::{LimitConnList, LimitConnZoneCfg, LimitReqList, LimitReqZoneCfg};
-pub use listen::{AcceptKind, Affinity, Listen, RealIpCfg, Steering, TlsCertCfg, TlsCfg, Workers};
+pub use listen::{
+    AcceptKind, Affinity, Listen, QuicRetry, RealIpCfg, Steering, TlsCertCfg, TlsCfg, Workers,
+    QUIC_RETRY_THRESHOLD,
+};
 pub use load::{
     embedded_default, key_line, key_line_in_table, line_of, load, parse, parse_in, Source,
 };

@@ -181,6 +181,35 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
             }
         }
     }
+    for l in &cfg.listen {
+        let span = Some(l.addr.span());
+        if l.quic && l.tls.is_none() {
+            return err(
+                span,
+                "listen.quic",
+                "HTTP/3 needs TLS: add `tls` to this [[listen]]",
+            );
+        }
+        if l.early_data && !l.quic {
+            return err(span, "listen.early_data", "needs quic = true");
+        }
+        if l.quic_retry != super::listen::QuicRetry::Auto && !l.quic {
+            return err(span, "listen.quic_retry", "needs quic = true");
+        }
+        if let Some(a) = &l.alt_svc {
+            let v = a.get_ref();
+            if v.is_empty()
+                || v.len() > 1024
+                || v.bytes().any(|b| b.is_ascii_control() || !b.is_ascii())
+            {
+                return err(
+                    Some(a.span()),
+                    "listen.alt_svc",
+                    "\"off\", or a field value of printable ASCII (at most 1024 bytes)",
+                );
+            }
+        }
+    }
     if cfg.worker_connections == Some(0) {
         return err(None, "worker_connections", "must be at least 1");
     }

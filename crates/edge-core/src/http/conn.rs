@@ -73,6 +73,9 @@ pub enum ClientIo {
     /// goes out as HEADERS (from the exchange's [`super::h2stream::HeadSlot`]) and the
     /// body's bytes written here as DATA frames.
     H2(Box<super::h2stream::StreamIo>),
+    /// One HTTP/3 request stream: the head goes out as HEADERS (from the exchange's
+    /// head slot, as on HTTP/2), the body's bytes as DATA frames.
+    H3(Box<super::h3stream::StreamIo>),
 }
 
 impl ClientIo {
@@ -96,7 +99,7 @@ impl ClientIo {
         match self {
             ClientIo::Tcp(s) => s.poll_read_ready(cx),
             ClientIo::Tls(t) => t.get_ref().0.tcp().poll_read_ready(cx),
-            ClientIo::H2(_) => Poll::Ready(Ok(())),
+            ClientIo::H2(_) | ClientIo::H3(_) => Poll::Ready(Ok(())),
         }
     }
 
@@ -114,7 +117,7 @@ impl ClientIo {
                         .process_new_packets()
                         .is_ok_and(|s| s.plaintext_bytes_to_read() == 0)
             }
-            ClientIo::H2(_) => false,
+            ClientIo::H2(_) | ClientIo::H3(_) => false,
         }
     }
 
@@ -124,7 +127,7 @@ impl ClientIo {
         let _ = match self {
             ClientIo::Tcp(s) => s.set_nodelay(true),
             ClientIo::Tls(t) => t.get_ref().0.tcp().set_nodelay(true),
-            ClientIo::H2(_) => return,
+            ClientIo::H2(_) | ClientIo::H3(_) => return,
         };
     }
 
@@ -135,11 +138,12 @@ impl ClientIo {
             ClientIo::Tcp(s) => s.close_with_reset(),
             ClientIo::Tls(t) => crate::net::sys::close_with_reset(t.into_inner().0.into_tcp()),
             ClientIo::H2(mut s) => s.reset(),
+            ClientIo::H3(mut s) => s.reset(),
         }
     }
 }
 
-crate::net::delegate_async_io!(ClientIo { Tcp, Tls, H2 });
+crate::net::delegate_async_io!(ClientIo { Tcp, Tls, H2, H3 });
 
 pub fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} timed out"))
@@ -169,6 +173,7 @@ impl Conn {
     pub fn held(&self) -> &crate::limit::Held {
         match &self.io {
             ClientIo::H2(s) => s.held(),
+            ClientIo::H3(s) => s.held(),
             _ => &self.held,
         }
     }
@@ -199,6 +204,7 @@ impl Conn {
         match &mut self.io {
             ClientIo::Tcp(s) => write_all_timed(s, buf, limit).await,
             ClientIo::H2(s) if buf.is_empty() => s.start(),
+            ClientIo::H3(s) if buf.is_empty() => s.start(),
             io => write_all_io(io, buf, limit).await,
         }
     }

@@ -57,6 +57,8 @@ pub struct Exchange {
     draining: std::rc::Rc<super::idle::IdleTimers>,
     /// See [`Exchange::client_addr`].
     client: std::net::SocketAddr,
+    /// `Alt-Svc` for this response: the listener's (`[[listen]] alt_svc`), on TCP.
+    pub alt_svc: Option<bytes::Bytes>,
 }
 
 /// Why an exchange ended without a clean response.
@@ -139,6 +141,7 @@ impl Exchange {
             upstream_fields: None,
             draining,
             client,
+            alt_svc: None,
         }
     }
 
@@ -264,6 +267,9 @@ impl Exchange {
                     f(self, out);
                 }
             }
+        }
+        if let Some(v) = &self.alt_svc {
+            edge_http::write_header(out, "Alt-Svc", v);
         }
         if let Encoder::H2(slot) = &self.encoder {
             let fields = &out[self.fields_at.min(out.len())..];

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 connection layer, below the handlers: a client [`conn::Conn`] (socket
 //! plus read buffer, per-operation timeouts), one request/response [`exchange::Exchange`]
-//! with its version-neutral response head ([`head`]; HTTP/2 streams in [`h2`]),
+//! with its version-neutral response head ([`head`]; HTTP/2 streams in [`h2`], HTTP/3
+//! ones in [`h3`]),
 //! the [`session`] loop that reads heads and calls a [`session::Service`] for each, the
 //! small complete responses every handler sends ([`respond`]) and file bodies sent to the
 //! socket ([`send`], and large ones written from a mapping of the file, [`mapped`]).
@@ -14,6 +15,8 @@ pub mod exchange;
 pub mod fields;
 pub mod h2;
 pub mod h2stream;
+pub mod h3;
+pub mod h3stream;
 pub mod head;
 pub mod idle;
 pub mod mapped;

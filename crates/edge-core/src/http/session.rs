@@ -27,6 +27,9 @@ pub struct SessionParams<'a> {
     pub keepalive_requests: u64,
     /// `real_ip`, when set: a request's client address may come from a trusted proxy.
     pub real_ip: Option<&'a super::client_addr::RealIp>,
+    /// Per `[[listen]]` (by [`super::ConnInfo::listen`]): the `Alt-Svc` value of its
+    /// TCP responses (`h3=":443"; ma=86400` on a `quic` listener).
+    pub alt_svc: &'a [Option<bytes::Bytes>],
 }
 
 /// What the session loop needs from the layer above it: the config snapshot to apply to
@@ -279,6 +282,13 @@ async fn serve<S: Service>(
                     let _ = s.refuse(status);
                     return None;
                 }
+                if let ClientIo::H3(s) = &mut conn.io {
+                    if s.refuse(status).is_ok() {
+                        let send = params.timeouts.send;
+                        let _ = conn.end_stream(send).await;
+                    }
+                    return None;
+                }
                 let _ = conn
                     .write_all(&edge_http::error_response(status), params.timeouts.send)
                     .await;
@@ -297,7 +307,7 @@ async fn serve<S: Service>(
                 conn.rbuf.advance(n);
                 served += 1;
                 // One exchange per HTTP/2 stream.
-                let one_shot = matches!(conn.io, ClientIo::H2(_));
+                let one_shot = matches!(conn.io, ClientIo::H2(_) | ClientIo::H3(_));
                 w.stats().count_version(req.version);
                 let keep_alive = req.keep_alive
                     && served < params.keepalive_requests
@@ -324,8 +334,15 @@ async fn serve<S: Service>(
                     client,
                 );
                 ex.head_length = if given_len > 0 { given_len } else { n } as u64;
-                if let ClientIo::H2(s) = &conn.io {
-                    ex.encode_for_h2(s.head_slot());
+                match &conn.io {
+                    ClientIo::H2(s) => ex.encode_for_h2(s.head_slot()),
+                    ClientIo::H3(s) => ex.encode_for_h2(s.head_slot()),
+                    _ => {}
+                }
+                if !matches!(conn.io, ClientIo::H3(_)) {
+                    if let Some(Some(v)) = params.alt_svc.get(usize::from(conn.info.listen)) {
+                        ex.alt_svc = Some(v.clone());
+                    }
                 }
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
@@ -366,7 +383,7 @@ async fn serve<S: Service>(
     // the kernel's) with close_notify, so that the client can tell a response that runs
     // until the close from a cut one.
     let ends_with_shutdown = match &conn.io {
-        ClientIo::H2(_) | ClientIo::Tls(_) => true,
+        ClientIo::H2(_) | ClientIo::H3(_) | ClientIo::Tls(_) => true,
         ClientIo::Tcp(s) => s.is_ktls(),
     };
     if ends_with_shutdown {

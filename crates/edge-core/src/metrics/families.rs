@@ -131,6 +131,7 @@ impl Metrics {
         }
         crate::tls::TlsStats::write_prom(self.workers.iter().map(|w| &w.tls), p);
         H2Stats::write_prom(self, p);
+        super::QuicStats::write_prom(self.workers.iter().map(|w| &w.quic), p);
     }
 
     /// Bytes to and from clients, and the requests sent upstream.

@@ -191,6 +191,26 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         None => None,
     };
     let mut acceptors = strategy.prepare(&listens, &plan).map_err(err("listen"))?;
+    // HTTP/3: one UDP socket per worker on each `quic` listener's address.
+    let layout = crate::quic::cid::Layout::new(workers);
+    let mut quic_socks: Vec<Vec<worker::quic::QuicSocket>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for (listen, (l, spec)) in cfg.listen.iter().zip(&listens).enumerate() {
+        if !l.quic {
+            continue;
+        }
+        let socks = crate::quic::socket::bind_workers(spec.addr, workers)
+            .map_err(err("listen (quic, UDP)"))?;
+        let handoff = crate::quic::socket::Handoff::new(workers);
+        for (id, sock) in socks.into_iter().enumerate() {
+            quic_socks[id].push(worker::quic::QuicSocket {
+                listen,
+                sock,
+                handoff: handoff.clone(),
+                layout,
+            });
+        }
+    }
     adopt_leftovers(&mut acceptors);
     let demo_origin = match &cfg.demo_origin {
         Some(a) => {
@@ -232,6 +252,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (abort_tx, abort_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
+    let mut quic_socks = quic_socks.into_iter();
     for (id, acceptor) in acceptors.into_iter().enumerate() {
         let spec = worker::WorkerSpec {
             id,
@@ -245,6 +266,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
             multi_accept: cfg.multi_accept,
             aio: aio.clone(),
             compress: compress.clone(),
+            quic: quic_socks.next().unwrap_or_default(),
         };
         threads.push(worker::spawn(spec).map_err(err("pthread_create()"))?);
     }

@@ -12,7 +12,7 @@
 //! not reported again.
 //!
 //! Restart-only keys are those read once at start: the listening sockets and the worker
-//! threads (`listen` addresses, `backlog`, `deferred`, `workers`, `worker_connections`,
+//! threads (`listen` addresses, `backlog`, `deferred`, `quic`, `workers`, `worker_connections`,
 //! `worker_cpu_affinity`, `accept`, `multi_accept`, `reuseport_steering`), the process's
 //! logs, pid file, name and helpers (`error_log`, `pid`, `node_name`,
 //! `demo_origin`, `admin.listen`, `[compress_pool]`, `aio.mode`, `[aio.thread_pool]`),
@@ -165,6 +165,13 @@ impl Planner<'_> {
                 let line = key_line_in_table(&self.src.text, Some(at), "deferred");
                 self.note(line, "listen.deferred", "", &r.deferred);
                 self.effective.listen[i].deferred = r.deferred;
+            }
+            // The UDP sockets are bound at start: quic is restart-only (its TLS,
+            // alt_svc, quic_retry and early_data apply on reload).
+            if n.quic != r.quic {
+                let line = key_line_in_table(&self.src.text, Some(at), "quic");
+                self.note(line, "listen.quic", "", &r.quic);
+                self.effective.listen[i].quic = r.quic;
             }
         }
     }

@@ -10,6 +10,7 @@
 //! is [`serve`].
 
 mod accept;
+pub mod quic;
 mod serve;
 mod service;
 
@@ -49,6 +50,8 @@ pub struct WorkerSpec {
     pub aio: crate::aio::AioSetup,
     /// The compression pool (started on first use), shared by every worker.
     pub compress: crate::compress::PoolSetup,
+    /// The worker's UDP sockets of `quic = true` listeners (HTTP/3).
+    pub quic: Vec<quic::QuicSocket>,
 }
 
 /// Starts the worker thread.
@@ -108,6 +111,11 @@ async fn run(spec: WorkerSpec) {
     tokio::task::spawn_local(local_ticker(worker.clone()));
     tokio::task::spawn_local(watch_shutdown(worker.clone()));
     tokio::task::spawn_local(parker(worker.clone()));
+    let quic_tasks: Vec<_> = spec
+        .quic
+        .into_iter()
+        .map(|s| tokio::task::spawn_local(quic::run(worker.clone(), s)))
+        .collect();
     match spec.acceptor {
         WorkerAcceptor::Sockets(socks) => {
             let mut tasks = Vec::new();
@@ -133,6 +141,9 @@ async fn run(spec: WorkerSpec) {
             }
         }
         WorkerAcceptor::Channel(rx) => channel_loop(worker.clone(), rx).await,
+    }
+    for t in quic_tasks {
+        let _ = t.await;
     }
     // Not accepting any more: let open connections finish until the main thread says
     // the stop's time is up (`abort`), then flush the log. The connections' tasks still

@@ -51,6 +51,10 @@ pub struct Shared {
     /// Per `[[listen]]`, in config order: TLS (certificates read by this build) and
     /// HTTP/2.
     pub listeners: Vec<crate::tls::ListenerProto>,
+    /// Per `[[listen]]`: the `Alt-Svc` value of its TCP responses (`alt_svc`).
+    pub alt_svc: Vec<Option<bytes::Bytes>>,
+    /// Per `[[listen]]`: its QUIC side (`quic = true`), built with its TLS config.
+    pub quic: Vec<Option<Arc<crate::quic::QuicProto>>>,
     /// `real_ip` (`docs/client-address.md`).
     pub real_ip: Option<RealIp>,
     /// The `[[limit_req_zone]]`s and `[[limit_conn_zone]]`s (kept across reloads while
@@ -182,6 +186,31 @@ impl Shared {
                 })
             })
             .collect::<Result<Vec<_>, StateError>>()?;
+        let quic = cfg
+            .listen
+            .iter()
+            .zip(&listeners)
+            .map(|(l, p)| match (&p.sni, &l.tls) {
+                (Some(sni), Some(t)) if l.quic => {
+                    let resumption = t.get_ref().session_resumption;
+                    crate::tls::quic_server_config(sni.clone(), resumption, l.early_data)
+                        .and_then(|tls| {
+                            crate::quic::QuicProto::build(
+                                tls,
+                                sni.clone(),
+                                l.quic_retry,
+                                l.early_data,
+                                cfg.keepalive_timeout.0,
+                            )
+                        })
+                        .map(|q| Some(Arc::new(q)))
+                        .map_err(|m| {
+                            StateError::Tls(format!("listen {}: quic: {m}", l.addr.get_ref()))
+                        })
+                }
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, StateError>>()?;
         let admin_allow = match &cfg.admin {
             Some(a) => a
                 .allow
@@ -236,7 +265,14 @@ impl Shared {
             },
             generation,
             local: LocalSettings::from_config(cfg),
+            alt_svc: cfg
+                .listen
+                .iter()
+                .zip(&listeners)
+                .map(|(l, p)| crate::quic::alt_svc(l, p.addr.port()))
+                .collect(),
             listeners,
+            quic,
             real_ip,
             limit_zones,
             accept_limits,

@@ -235,6 +235,7 @@ const SESSION_CACHE: usize = 64 * 1024;
 /// ALPN protocol ids.
 pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
+pub const ALPN_H3: &[u8] = b"h3";
 
 /// The rustls server config of one TLS listener: its certificates, whether sessions
 /// resume (tickets and the TLS 1.2 cache), whether ALPN offers h2. With it, the
@@ -274,6 +275,36 @@ pub fn server_config(
         }
     }
     Ok((Arc::new(sc), resolver))
+}
+
+/// The rustls config of a listener's QUIC side (`quic = true`): the same certificates
+/// (`resolver`) and ticket keys as its TCP side, TLS 1.3 only (QUIC has no other),
+/// ALPN `h3`; early data (0-RTT) only with `early_data` (quinn takes 0 or unlimited).
+pub fn quic_server_config(
+    resolver: Arc<SniResolver>,
+    resumption: bool,
+    early_data: bool,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let mut sc = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    sc.alpn_protocols = vec![ALPN_H3.to_vec()];
+    sc.ignore_client_order = true;
+    match (resumption, early_data, ticketer()) {
+        (false, ..) => sc.send_tls13_tickets = 0,
+        // Early data needs stateful resumption: each ticket is taken from the
+        // process-wide session cache once, so a replayed ClientHello finds nothing
+        // and its early data is rejected (RFC 8446 8.1, single-use tickets).
+        (true, true, _) => {
+            sc.session_storage = session_cache();
+            sc.max_early_data_size = u32::MAX;
+        }
+        (true, false, Some(t)) => sc.ticketer = t,
+        (true, false, None) => sc.session_storage = session_cache(),
+    }
+    Ok(Arc::new(sc))
 }
 
 /// A listener's protocol setup for the current config generation.

@@ -3,6 +3,8 @@
 //! (what exactly arrived upstream).
 #![allow(dead_code)]
 
+pub mod pki;
+
 use edge_testkit::{bin, free_addr, Proc};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

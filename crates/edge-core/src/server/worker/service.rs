@@ -74,6 +74,7 @@ impl Service for Worker {
             timeouts: &cfg.timeouts,
             keepalive_requests: cfg.keepalive_requests,
             real_ip: cfg.real_ip.as_ref(),
+            alt_svc: &cfg.alt_svc,
         }
     }
 

@@ -1,0 +1,194 @@
+//! Connection IDs that name the worker owning their connection, and the steering
+//! decision on a received datagram (`docs/http3.md`).
+//!
+//! Our CIDs are [`CID_LEN`] bytes: byte 0 carries the layout in its top two bits
+//! ([`LAYOUT`]) and six random bits; byte 1 is the worker's index XOR a secret byte
+//! chosen at start (the same for every worker of the process); bytes 2..16 are random.
+//! The secret hides the index from observers (RFC 9000 5.1: CIDs must not be
+//! linkable); the worker byte is shared by 1/N of all connections, so it groups no
+//! connection more than the 4-tuple hash already does.
+//!
+//! [`Layout::steer`] reads a datagram's destination CID: a short-header packet (the
+//! bulk of the traffic) carries ours right after its first byte; a long-header one
+//! names its length. A CID that is not of our layout, or names no worker, is not
+//! steered: the datagram stays where the kernel put it (a client's first Initials
+//! carry a CID the client chose, and the kernel's hash keeps them on one worker).
+
+use quinn::{ConnectionId, ConnectionIdGenerator};
+
+/// Length of the CIDs we issue.
+pub const CID_LEN: usize = 16;
+/// The layout bits (top two of byte 0) of our CIDs.
+const LAYOUT: u8 = 0b01 << 6;
+const LAYOUT_MASK: u8 = 0b11 << 6;
+/// Most workers a CID can name.
+pub const MAX_WORKERS: usize = 256;
+
+/// The process's CID layout: its secret byte and its number of workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    secret: u8,
+    workers: usize,
+}
+
+impl Layout {
+    /// The layout of a process with `workers` workers (at most [`MAX_WORKERS`]: the
+    /// rest share the last index's steering) and a random secret.
+    pub fn new(workers: usize) -> Layout {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 1];
+        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        Layout::with_secret(workers, b[0])
+    }
+
+    /// The layout with a given secret (tests and the fuzz target).
+    pub fn with_secret(workers: usize, secret: u8) -> Layout {
+        Layout {
+            secret,
+            workers: workers.clamp(1, MAX_WORKERS),
+        }
+    }
+
+    /// The worker a CID of ours names (None: not ours).
+    pub fn worker_of_cid(&self, cid: &[u8]) -> Option<usize> {
+        if cid.len() != CID_LEN || cid[0] & LAYOUT_MASK != LAYOUT {
+            return None;
+        }
+        let w = usize::from(cid[1] ^ self.secret);
+        (w < self.workers).then_some(w)
+    }
+
+    /// The worker a datagram's destination CID names, if it is one of ours.
+    pub fn steer(&self, datagram: &[u8]) -> Option<usize> {
+        let first = *datagram.first()?;
+        if first & 0x80 == 0 {
+            // Short header: flags, then the destination CID (its length is ours).
+            return self.worker_of_cid(datagram.get(1..1 + CID_LEN)?);
+        }
+        // Long header: flags, version (4), DCID length, DCID.
+        let len = usize::from(*datagram.get(5)?);
+        if len != CID_LEN {
+            return None;
+        }
+        self.worker_of_cid(datagram.get(6..6 + len)?)
+    }
+
+    /// A new CID for worker `worker`, its random bytes from `random`.
+    fn cid(&self, worker: usize, mut random: [u8; CID_LEN]) -> [u8; CID_LEN] {
+        random[0] = LAYOUT | (random[0] & !LAYOUT_MASK);
+        random[1] = (worker.min(self.workers - 1) as u8) ^ self.secret;
+        random
+    }
+}
+
+/// quinn's generator of a worker's CIDs.
+pub struct WorkerCids {
+    layout: Layout,
+    worker: usize,
+    rng: ring::rand::SystemRandom,
+}
+
+impl WorkerCids {
+    pub fn new(layout: Layout, worker: usize) -> WorkerCids {
+        WorkerCids {
+            layout,
+            worker,
+            rng: ring::rand::SystemRandom::new(),
+        }
+    }
+}
+
+impl ConnectionIdGenerator for WorkerCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        use ring::rand::SecureRandom;
+        let mut random = [0u8; CID_LEN];
+        // getrandom(2) does not fail once the pool is initialised (it was, for the
+        // process's keys); were it to, the CID still names the worker.
+        let _ = self.rng.fill(&mut random);
+        ConnectionId::new(&self.layout.cid(self.worker, random))
+    }
+
+    fn validate(&self, cid: &ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
+        match self.layout.worker_of_cid(cid) {
+            Some(_) => Ok(()),
+            None => Err(quinn_proto::InvalidCid),
+        }
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cid_names_its_worker_and_validates() {
+        for workers in [1, 2, 16, 256, 1000] {
+            let layout = Layout::new(workers);
+            for w in [0, workers.min(MAX_WORKERS) - 1, workers / 2] {
+                let mut g = WorkerCids::new(layout, w);
+                let cid = g.generate_cid();
+                assert_eq!(cid.len(), CID_LEN);
+                assert_eq!(layout.worker_of_cid(&cid), Some(w.min(MAX_WORKERS - 1)));
+                assert!(g.validate(&cid).is_ok());
+                // Short header: flags then the CID; long header: flags, version,
+                // length, CID.
+                let mut short = vec![0x40];
+                short.extend_from_slice(&cid);
+                short.extend_from_slice(&[0u8; 20]);
+                assert_eq!(layout.steer(&short), Some(w.min(MAX_WORKERS - 1)));
+                let mut long = vec![0xc0, 0, 0, 0, 1, CID_LEN as u8];
+                long.extend_from_slice(&cid);
+                long.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8]);
+                assert_eq!(layout.steer(&long), Some(w.min(MAX_WORKERS - 1)));
+            }
+        }
+    }
+
+    #[test]
+    fn cids_differ_and_hide_the_worker_index() {
+        let layout = Layout::with_secret(4, 0x5a);
+        let mut g = WorkerCids::new(layout, 3);
+        let a = g.generate_cid();
+        let b = g.generate_cid();
+        assert_ne!(a, b);
+        assert_eq!(a[1], 3 ^ 0x5a);
+        assert_eq!(a[0] & LAYOUT_MASK, LAYOUT);
+    }
+
+    #[test]
+    fn foreign_and_short_datagrams_are_not_steered() {
+        let layout = Layout::with_secret(2, 0);
+        // Worker byte past the worker count.
+        let mut cid = [0u8; CID_LEN];
+        cid[0] = LAYOUT;
+        cid[1] = 7;
+        assert_eq!(layout.worker_of_cid(&cid), None);
+        // Another layout.
+        cid[1] = 1;
+        cid[0] = 0;
+        assert_eq!(layout.worker_of_cid(&cid), None);
+        cid[0] = LAYOUT;
+        assert_eq!(layout.worker_of_cid(&cid), Some(1));
+        // A client's own 8-byte Initial CID.
+        let initial = [0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0];
+        assert_eq!(layout.steer(&initial), None);
+        // Truncated datagrams.
+        for d in [
+            &[][..],
+            &[0x40, LAYOUT, 1][..],
+            &[0xc0, 0, 0, 0, 1, 16, LAYOUT][..],
+        ] {
+            assert_eq!(layout.steer(d), None);
+        }
+        let g = WorkerCids::new(layout, 0);
+        assert!(g.validate(&ConnectionId::new(&[1, 2, 3])).is_err());
+    }
+}
