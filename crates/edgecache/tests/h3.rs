@@ -591,3 +591,35 @@ fn quic_needs_tls_and_its_keys_need_quic() {
     assert_eq!(code, Some(2));
     assert!(err.contains("quic_retry"), "{err}");
 }
+
+#[test]
+fn a_graceful_stop_answers_the_requests_in_flight_over_h3() {
+    let pki = Pki::new();
+    let (_o, up) = origin();
+    let cache = tempfile::tempdir().unwrap();
+    let (mut p, listen, _admin) = common::edgecache(&h3_config(&pki, up, 1, "", cache.path()));
+    let resps = rt().block_on(async {
+        let e = client_endpoint(&pki.ca_path());
+        let (_c, send) = h3_connect(&e, listen).await;
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let mut s = send.clone();
+            tasks.push(tokio::spawn(async move {
+                get(&mut s, &format!("/obj/10k/{i}?delay_ms=400")).await
+            }));
+        }
+        // The requests are at the origin when the stop comes.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        p.signal("QUIT");
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for r in &resps {
+        assert_eq!(r.status, 200);
+        assert!(r.checks_out());
+    }
+    assert_eq!(p.wait_exit(Duration::from_secs(10)), Some(0));
+}

@@ -139,6 +139,11 @@ pub struct Listen {
     /// client retries); any other method is held until the handshake completes.
     #[serde(default)]
     pub early_data: bool,
+    /// Segmentation offload for QUIC sends (nginx's `quic_gso`): a run of datagrams to
+    /// one client leaves in one `sendmsg` with `UDP_SEGMENT`, where the kernel has it.
+    /// On by default; `false` sends one datagram per call (for comparison).
+    #[serde(default = "super::default_true")]
+    pub quic_gso: bool,
 }
 
 /// Half-open QUIC handshakes per worker past which `quic_retry = "auto"` asks new

@@ -193,6 +193,9 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         if l.early_data && !l.quic {
             return err(span, "listen.early_data", "needs quic = true");
         }
+        if !l.quic_gso && !l.quic {
+            return err(span, "listen.quic_gso", "needs quic = true");
+        }
         if l.quic_retry != super::listen::QuicRetry::Auto && !l.quic {
             return err(span, "listen.quic_retry", "needs quic = true");
         }

@@ -7,7 +7,7 @@
 //! limits); its response's version-neutral head goes out as HEADERS and its body as
 //! DATA frames ([`super::h3stream::StreamIo`]).
 //!
-//! Defences (each counted in [`crate::quic::QuicStats`]): the handshake must complete
+//! Defences (each counted in [`crate::metrics::QuicStats`]): the handshake must complete
 //! within `client_header_timeout`; quinn bounds the streams a client may open
 //! ([`crate::quic::MAX_STREAMS`]) and the flow-control windows; the header section of a
 //! request is bounded by `client_max_header_size` (h3's own default is unlimited);
@@ -95,6 +95,7 @@ pub async fn serve<S: Service + 'static>(
         held: a.held,
         names: Default::default(),
         active: Cell::new(0),
+        idle: tokio::sync::Notify::new(),
         quic: conn.clone(),
         handshake,
     });
@@ -115,11 +116,15 @@ pub async fn serve<S: Service + 'static>(
             biased;
             r = h3c.accept() => r,
             _ = w.idle().wait(std::time::Duration::from_secs(86_400), true), if !goaway => {
-                // Stopping: GOAWAY; the streams open finish, then the client closes.
+                // Stopping: GOAWAY. It still takes every request the client may have
+                // sent already (at most its stream limit), and the streams open finish;
+                // then the client closes, or we do once it has been idle a while.
                 goaway = true;
-                let _ = h3c.shutdown(0).await;
+                let _ = h3c.shutdown(crate::quic::MAX_STREAMS as usize).await;
                 continue;
             }
+            _ = state.idle.notified(), if goaway && state.active.get() > 0 => continue,
+            _ = tokio::time::sleep(GOAWAY_LINGER), if goaway && state.active.get() == 0 => break,
         };
         match next {
             Ok(Some(resolver)) => {
@@ -129,6 +134,9 @@ pub async fn serve<S: Service + 'static>(
                 tokio::task::spawn_local(Box::pin(async move {
                     stream_task(&*w, resolver, info, &st).await;
                     st.active.set(st.active.get() - 1);
+                    if st.active.get() == 0 {
+                        st.idle.notify_waiters();
+                    }
                 }));
             }
             Ok(None) => break,
@@ -141,7 +149,26 @@ pub async fn serve<S: Service + 'static>(
             }
         }
     }
+    // No new request (GOAWAY sent, or the client is done): the streams being served
+    // finish first (a stop's deadline bounds them); then the connection closes.
+    loop {
+        let idle = state.idle.notified();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
+        if state.active.get() == 0 || conn.close_reason().is_some() {
+            break;
+        }
+        idle.await;
+    }
+    conn.close(H3_NO_ERROR.into(), b"");
 }
+
+/// How long a connection that got our GOAWAY may stay with no request open before we
+/// close it (its requests on the way still arrive within it).
+const GOAWAY_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// HTTP/3's "no error" code (RFC 9114 8.1), for a connection we close cleanly.
+const H3_NO_ERROR: u32 = 0x100;
 
 /// The handshake, bounded by `timeout`.
 async fn complete(

@@ -42,6 +42,8 @@ pub struct ConnState {
     pub names: NameMemo,
     /// Streams being served.
     pub active: Cell<usize>,
+    /// Told when the last stream being served ends.
+    pub idle: tokio::sync::Notify,
     /// The QUIC connection: its client address now (it changes when the client
     /// migrates).
     pub quic: quinn::Connection,

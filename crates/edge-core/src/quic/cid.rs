@@ -74,7 +74,7 @@ impl Layout {
     }
 
     /// A new CID for worker `worker`, its random bytes from `random`.
-    fn cid(&self, worker: usize, mut random: [u8; CID_LEN]) -> [u8; CID_LEN] {
+    pub fn cid_for(&self, worker: usize, mut random: [u8; CID_LEN]) -> [u8; CID_LEN] {
         random[0] = LAYOUT | (random[0] & !LAYOUT_MASK);
         random[1] = (worker.min(self.workers - 1) as u8) ^ self.secret;
         random
@@ -105,7 +105,7 @@ impl ConnectionIdGenerator for WorkerCids {
         // getrandom(2) does not fail once the pool is initialised (it was, for the
         // process's keys); were it to, the CID still names the worker.
         let _ = self.rng.fill(&mut random);
-        ConnectionId::new(&self.layout.cid(self.worker, random))
+        ConnectionId::new(&self.layout.cid_for(self.worker, random))
     }
 
     fn validate(&self, cid: &ConnectionId) -> Result<(), quinn_proto::InvalidCid> {

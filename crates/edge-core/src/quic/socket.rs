@@ -85,6 +85,8 @@ pub struct WorkerUdp {
     layout: Layout,
     handoff: Arc<Handoff>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// `quic_gso`: batched sends where the kernel has them.
+    gso: bool,
 }
 
 impl fmt::Debug for WorkerUdp {
@@ -96,13 +98,15 @@ impl fmt::Debug for WorkerUdp {
 }
 
 impl WorkerUdp {
-    /// Worker `me`'s socket over quinn's `inner` (made on the worker's runtime).
+    /// Worker `me`'s socket over quinn's `inner` (made on the worker's runtime);
+    /// `gso`: send runs of datagrams in one call where the kernel can.
     pub fn new(
         inner: Arc<dyn AsyncUdpSocket>,
         me: usize,
         layout: Layout,
         handoff: Arc<Handoff>,
         metrics: Arc<crate::metrics::Metrics>,
+        gso: bool,
     ) -> WorkerUdp {
         WorkerUdp {
             inner,
@@ -110,6 +114,7 @@ impl WorkerUdp {
             layout,
             handoff,
             metrics,
+            gso,
         }
     }
 
@@ -232,7 +237,11 @@ impl AsyncUdpSocket for WorkerUdp {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        self.inner.max_transmit_segments()
+        if self.gso {
+            self.inner.max_transmit_segments()
+        } else {
+            1
+        }
     }
 
     fn max_receive_segments(&self) -> usize {

@@ -208,6 +208,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
                 sock,
                 handoff: handoff.clone(),
                 layout,
+                gso: l.quic_gso,
             });
         }
     }

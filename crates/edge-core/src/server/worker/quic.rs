@@ -23,6 +23,8 @@ pub struct QuicSocket {
     /// The listener's hand-off queues (one per worker).
     pub handoff: Arc<Handoff>,
     pub layout: Layout,
+    /// `quic_gso`.
+    pub gso: bool,
 }
 
 /// Runs worker `w`'s endpoint on `s` until the server stops; then it takes no new
@@ -38,7 +40,9 @@ pub async fn run(w: Rc<Worker>, s: QuicSocket) {
         }
     };
     let metrics = w.svc.metrics.clone();
-    let udp = Arc::new(WorkerUdp::new(inner, w.id, s.layout, s.handoff, metrics));
+    let udp = Arc::new(WorkerUdp::new(
+        inner, w.id, s.layout, s.handoff, metrics, s.gso,
+    ));
     let cfg = w.config();
     let Some(proto) = cfg.quic.get(s.listen).cloned().flatten() else {
         return;
