@@ -144,6 +144,12 @@ pub struct Listen {
     /// On by default; `false` sends one datagram per call (for comparison).
     #[serde(default = "super::default_true")]
     pub quic_gso: bool,
+    /// Steering in the kernel (nginx's `quic_bpf`): a classic BPF program on the
+    /// listener's reuseport group delivers each datagram to the worker its connection
+    /// ID names. On by default; without it (or where the kernel refuses it) datagrams
+    /// that reach another worker are handed over in user space.
+    #[serde(default = "super::default_true")]
+    pub quic_bpf: bool,
 }
 
 /// Half-open QUIC handshakes per worker past which `quic_retry = "auto"` asks new

@@ -196,6 +196,9 @@ pub(super) fn validate(cfg: &Config) -> Result<(), VErr> {
         if !l.quic_gso && !l.quic {
             return err(span, "listen.quic_gso", "needs quic = true");
         }
+        if !l.quic_bpf && !l.quic {
+            return err(span, "listen.quic_bpf", "needs quic = true");
+        }
         if l.quic_retry != super::listen::QuicRetry::Auto && !l.quic {
             return err(span, "listen.quic_retry", "needs quic = true");
         }

@@ -29,7 +29,20 @@ pub struct QuicStats {
     pub handoff_dropped: AtomicU64,
 }
 
+/// Whether the kernel steers datagrams to their worker (`quic_bpf`, a program
+/// attached), process-wide: 1 when every `quic` listener has it.
+static STEERING_BPF: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
 impl QuicStats {
+    /// Notes a `quic` listener's steering: in the kernel (`bpf`) or in user space.
+    pub fn set_steering(bpf: bool) {
+        let v = u8::from(bpf);
+        // 2: no listener yet; a listener without bpf makes it 0 for good.
+        let _ = STEERING_BPF.fetch_update(Relaxed, Relaxed, |old| {
+            Some(if old == 2 { v } else { old & v })
+        });
+    }
+
     /// The QUIC families of `/metrics`, summed over `all` (one block per worker).
     pub fn write_prom<'a>(all: impl Iterator<Item = &'a QuicStats> + Clone, p: &mut Prom) {
         let sum = |f: &dyn Fn(&QuicStats) -> &AtomicU64| -> u64 {
@@ -57,6 +70,13 @@ impl QuicStats {
         )
         .labelled(&[("result", &"served")], sum(&|t| &t.early_data_served))
         .labelled(&[("result", &"held")], sum(&|t| &t.early_data_held));
+        if let v @ (0 | 1) = STEERING_BPF.load(Relaxed) {
+            p.gauge(
+                "edgecache_quic_steering_bpf",
+                "1 when the kernel delivers each QUIC datagram to the worker its connection ID names (quic_bpf), 0 when datagrams that reach another worker are handed over in user space.",
+            )
+            .value(u64::from(v));
+        }
         p.counter("edgecache_h3_streams_total", "HTTP/3 request streams.")
             .value(sum(&|t| &t.streams));
         p.counter(

@@ -49,6 +49,16 @@ impl Layout {
         }
     }
 
+    /// The secret byte the worker index is XORed with.
+    pub fn secret(&self) -> u8 {
+        self.secret
+    }
+
+    /// The workers a CID can name.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
     /// The worker a CID of ours names (None: not ours).
     pub fn worker_of_cid(&self, cid: &[u8]) -> Option<usize> {
         if cid.len() != CID_LEN || cid[0] & LAYOUT_MASK != LAYOUT {

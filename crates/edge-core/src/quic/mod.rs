@@ -2,6 +2,9 @@
 //!
 //! - [`cid`]: the connection IDs we issue name the worker that owns the connection,
 //!   and the steering decision reads them from a datagram.
+//! - [`steer`]: the same decision made by the kernel, a classic BPF program on the
+//!   listener's reuseport group (`quic_bpf`), so migrated clients reach their worker
+//!   directly.
 //! - [`socket`]: each worker's UDP socket as quinn sees it: recvmmsg, GRO and GSO by
 //!   quinn-udp, and the hand-off of datagrams that belong to another worker (a client
 //!   whose address changed lands wherever the kernel's 4-tuple hash puts it) before
@@ -15,6 +18,7 @@
 
 pub mod cid;
 pub mod socket;
+pub mod steer;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -201,6 +201,26 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
         }
         let socks = crate::quic::socket::bind_workers(spec.addr, workers)
             .map_err(err("listen (quic, UDP)"))?;
+        let steering = if !l.quic_bpf {
+            "user"
+        } else {
+            match socks.first().map(|s| crate::quic::steer::attach(s, layout)) {
+                Some(Ok(())) => "bpf",
+                Some(Err(e)) => {
+                    tracing::warn!(
+                        "listen {}: quic_bpf: the kernel refused the steering program ({e}); datagrams of migrated clients are handed between workers in user space",
+                        spec.addr
+                    );
+                    "user"
+                }
+                None => "user",
+            }
+        };
+        crate::metrics::QuicStats::set_steering(steering == "bpf");
+        tracing::info!(
+            "listen {}: HTTP/3 (QUIC) on UDP, {workers} worker socket(s), steering: {steering}",
+            spec.addr
+        );
         let handoff = crate::quic::socket::Handoff::new(workers);
         for (id, sock) in socks.into_iter().enumerate() {
             quic_socks[id].push(worker::quic::QuicSocket {

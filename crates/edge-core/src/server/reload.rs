@@ -12,7 +12,7 @@
 //! not reported again.
 //!
 //! Restart-only keys are those read once at start: the listening sockets and the worker
-//! threads (`listen` addresses, `backlog`, `deferred`, `quic`, `quic_gso`, `workers`, `worker_connections`,
+//! threads (`listen` addresses, `backlog`, `deferred`, `quic`, `quic_gso`, `quic_bpf`, `workers`, `worker_connections`,
 //! `worker_cpu_affinity`, `accept`, `multi_accept`, `reuseport_steering`), the process's
 //! logs, pid file, name and helpers (`error_log`, `pid`, `node_name`,
 //! `demo_origin`, `admin.listen`, `[compress_pool]`, `aio.mode`, `[aio.thread_pool]`),
@@ -172,6 +172,11 @@ impl Planner<'_> {
                 let line = key_line_in_table(&self.src.text, Some(at), "quic");
                 self.note(line, "listen.quic", "", &r.quic);
                 self.effective.listen[i].quic = r.quic;
+            }
+            if n.quic_bpf != r.quic_bpf {
+                let line = key_line_in_table(&self.src.text, Some(at), "quic_bpf");
+                self.note(line, "listen.quic_bpf", "", &r.quic_bpf);
+                self.effective.listen[i].quic_bpf = r.quic_bpf;
             }
             if n.quic_gso != r.quic_gso {
                 let line = key_line_in_table(&self.src.text, Some(at), "quic_gso");
