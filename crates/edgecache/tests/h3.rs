@@ -575,33 +575,48 @@ fn a_client_that_changes_address_is_steered_to_its_worker_by_the_kernel() {
     );
 }
 
-#[test]
-fn gtlsclient_fetches_a_hit_byte_exact() {
+/// Debian's ngtcp2 client (`ngtcp2-client`, which `.ci/run` installs).
+fn gtlsclient() -> &'static str {
     let Some(client) = ["gtlsclient", "/usr/bin/gtlsclient"]
-        .iter()
+        .into_iter()
         .find(|c| std::process::Command::new(c).arg("--help").output().is_ok())
     else {
         panic!("gtlsclient (Debian's ngtcp2-client) is needed: apt-get install ngtcp2-client");
     };
+    client
+}
+
+/// Runs gtlsclient against `listen` for `paths`, saving bodies in `out`; `extra` flags.
+fn gtlsclient_get(listen: SocketAddr, paths: &[&str], out: &Path, extra: &[&str]) {
+    let urls: Vec<String> = paths
+        .iter()
+        .map(|p| format!("https://localhost:{}{p}", listen.port()))
+        .collect();
+    let r = std::process::Command::new(gtlsclient())
+        .args(["--exit-on-all-streams-close", "-q", "--timeout=10s"])
+        .arg(format!("--download={}", out.display()))
+        .args(extra)
+        .args(["127.0.0.1", &listen.port().to_string()])
+        .args(&urls)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "gtlsclient failed: {}\n{}",
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
+#[test]
+fn gtlsclient_fetches_a_hit_byte_exact() {
     let pki = Pki::new();
     let (_o, up) = origin();
     let cache = tempfile::tempdir().unwrap();
     let (_p, listen, _admin) = common::edgecache(&h3_config(&pki, up, 1, "", cache.path()));
     let out = tempfile::tempdir().unwrap();
-    let url = format!("https://localhost:{}/obj/100k/3", listen.port());
     for _ in 0..2 {
-        let r = std::process::Command::new(client)
-            .args(["--exit-on-all-streams-close", "-q", "--timeout=10s"])
-            .arg(format!("--download={}", out.path().display()))
-            .args(["127.0.0.1", &listen.port().to_string(), &url])
-            .output()
-            .unwrap();
-        assert!(
-            r.status.success(),
-            "gtlsclient failed: {}\n{}",
-            String::from_utf8_lossy(&r.stdout),
-            String::from_utf8_lossy(&r.stderr)
-        );
+        gtlsclient_get(listen, &["/obj/100k/3"], out.path(), &[]);
     }
     let got = std::fs::read(out.path().join("3")).unwrap();
     let direct = edge_testkit::get(up, "/obj/100k/3", &[]);
