@@ -292,11 +292,12 @@ impl StreamIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.out_done {
+            // The whole body is written (or the head said there is none: HEAD, 304).
+            return Poll::Ready(Err(broken("response already complete")));
+        }
         if self.out.len() >= PENDING_HIGH {
             ready!(self.pump(cx, true))?;
-        }
-        if self.ended && self.sending.is_none() && self.out.is_empty() {
-            return Poll::Ready(Err(broken("response already complete")));
         }
         let mut used = 0usize;
         for b in bufs {
