@@ -609,6 +609,35 @@ fn gtlsclient_get(listen: SocketAddr, paths: &[&str], out: &Path, extra: &[&str]
 }
 
 #[test]
+fn gtlsclient_moves_to_a_new_address_mid_download_with_2_workers() {
+    let pki = Pki::new();
+    let (_o, up) = origin();
+    let direct = edge_testkit::get(up, "/obj/8m/5", &[]);
+    for steering in ["quic_bpf = false", ""] {
+        let cache = tempfile::tempdir().unwrap();
+        let cfg = h3_config(&pki, up, 2, steering, cache.path());
+        let (_p, listen, _admin) = common::edgecache(&cfg);
+        // A client we did not write moves to a new local address 50 ms into an 8 MiB
+        // download (validating the new path, as a phone moving from Wi-Fi does); the
+        // kernel hashes the new 4-tuple to either worker. The connection goes on.
+        for round in 0..3 {
+            let out = tempfile::tempdir().unwrap();
+            gtlsclient_get(
+                listen,
+                &["/obj/8m/5"],
+                out.path(),
+                &["--change-local-addr=50ms"],
+            );
+            let got = std::fs::read(out.path().join("5")).unwrap();
+            assert!(
+                got == direct.body,
+                "{steering:?} round {round}: body differs"
+            );
+        }
+    }
+}
+
+#[test]
 fn gtlsclient_fetches_a_hit_byte_exact() {
     let pki = Pki::new();
     let (_o, up) = origin();
