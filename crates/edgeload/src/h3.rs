@@ -346,7 +346,10 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
         )
         .await
         {
-            Ok(est) => est,
+            Ok(est) => {
+                OPEN.with(|o| o.borrow_mut().insert(g, est._endpoint.clone()));
+                est
+            }
             Err(e) => {
                 {
                     let mut s = c.stats.borrow_mut();
@@ -424,6 +427,31 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
             }
         }
     }
+}
+
+thread_local! {
+    /// Each of this thread's connections' latest endpoint, by connection number: what
+    /// [`close_all`] closes at the end of the run.
+    static OPEN: RefCell<std::collections::HashMap<usize, quinn::Endpoint>> =
+        RefCell::new(std::collections::HashMap::new());
+}
+
+/// Closes this thread's QUIC connections with CONNECTION_CLOSE (`H3_NO_ERROR`) and
+/// waits up to `grace` for the frames to leave, so the server sees a clean close at the
+/// end of a timed run instead of keeping each connection until its idle timeout. Runs
+/// after the measurement has ended.
+pub async fn close_all(grace: Duration) {
+    let open: Vec<quinn::Endpoint> =
+        OPEN.with(|o| o.borrow_mut().drain().map(|(_, e)| e).collect());
+    for e in &open {
+        e.close(H3_NO_ERROR, b"");
+    }
+    let _ = tokio::time::timeout(grace, async {
+        for e in &open {
+            e.wait_idle().await;
+        }
+    })
+    .await;
 }
 
 /// Opens a QUIC connection (its own endpoint and UDP socket, bound to `source` when

@@ -47,8 +47,8 @@ pub fn spawn(
             };
             let stats = Rc::new(RefCell::new(ThreadStats::new(shared.cfg.classes.len())));
             let local = LocalSet::new();
+            let mut conns = Vec::new();
             local.block_on(&rt, async {
-                let mut conns = Vec::new();
                 for g in (idx..shared.cfg.connections).step_by(shared.cfg.threads) {
                     let (shared, stats) = (shared.clone(), stats.clone());
                     conns.push(if shared.cfg.h3 {
@@ -59,7 +59,7 @@ pub fn spawn(
                 }
                 tokio::task::spawn_local(sample_rate(shared.start, stats.clone()));
                 let all_done = async {
-                    for c in conns {
+                    for c in conns.iter_mut() {
                         let _ = c.await;
                     }
                 };
@@ -71,6 +71,15 @@ pub fn spawn(
             });
             // Measurement ends here; closing thousands of sockets below is not test time.
             let stopped = Instant::now();
+            if shared.cfg.h3 {
+                // QUIC has no FIN: tell the server the connections are over, once their
+                // tasks are stopped (a request cut by the close is no error of the run,
+                // and no connection is opened again).
+                for c in &conns {
+                    c.abort();
+                }
+                local.block_on(&rt, crate::h3::close_all(Duration::from_millis(200)));
+            }
             // Dropping the LocalSet drops the connection tasks (and their sockets).
             drop(local);
             let stats = std::mem::replace(&mut *stats.borrow_mut(), ThreadStats::new(0));
