@@ -7,7 +7,9 @@
 //! addresses, in four phases per server; `edgebench video` (seeks into huge objects,
 //! edgecache's slices against nginx's slice module) counts origin bytes, times the first
 //! byte of 256 seek misses from its own clients and measures warm hits with `edgeload
-//! --seek`. Such an experiment is a script under
+//! --seek`; `edgebench h3` (cache hits and handshakes over HTTP/3 against Caddy) runs
+//! Caddy from a Caddyfile of its own, two edgecache configurations (with and without
+//! GSO) and two load generators (`edgeload --h3`, h2load). Such an experiment is a script under
 //! `bench/` that writes its report to `--out` itself; edgebench finds it, hands it the
 //! binaries it would use and maps its own flags: `--quick` (a short run), `--duration`
 //! (the time of each phase or cell), `--repetitions` and `--cpus` (where the script
@@ -75,6 +77,14 @@ const SCRIPTED: &[Scripted] = &[
         peers: &["nginx"],
         repetitions: true,
         cpus: true,
+    },
+    Scripted {
+        name: "h3",
+        script: "h3.py",
+        quick: &["--quick"],
+        peers: &["caddy"],
+        repetitions: true,
+        cpus: false,
     },
 ];
 
@@ -456,5 +466,79 @@ mod tests {
         let t = Cli::parse_from(["edgebench", "tier", "--repetitions", "2", "--bin-dir", d]);
         let cmd = command(&t, bench, tier, tier_quick).unwrap();
         assert!(!args(&cmd).contains(&"--repetitions"));
+    }
+
+    #[test]
+    fn h3_maps_its_flags_onto_the_script() {
+        let bench = bench_dir();
+        assert!(bench.join("h3.py").is_file());
+        let (script, quick) = lookup("h3").unwrap();
+        assert_eq!((script, quick), ("h3.py", &["--quick"][..]));
+        assert!(names().any(|n| n == "h3"));
+        let dir = stand_ins();
+        let d = dir.path().to_str().unwrap();
+        let cli = Cli::parse_from([
+            "edgebench",
+            "h3",
+            "--quick",
+            "--duration",
+            "4s",
+            "--reps",
+            "2",
+            "--cpus",
+            "0:1",
+            "--keep",
+            "--out",
+            "/tmp/r",
+            "--bin-dir",
+            d,
+        ]);
+        let cmd = command(&cli, bench, script, quick).unwrap();
+        let a = args(&cmd);
+        assert!(a[0].ends_with("bench/h3.py"));
+        // h3 pins CPU 0 and CPU 1 itself, as tls: edgebench's --cpus is not passed on.
+        assert_eq!(
+            &a[1..],
+            [
+                "--quick",
+                "--seconds",
+                "4",
+                "--repetitions",
+                "2",
+                "--keep",
+                "--out",
+                "/tmp/r"
+            ]
+        );
+        assert_eq!(
+            cmd.get_envs().collect::<Vec<_>>(),
+            [(
+                std::ffi::OsStr::new("EDGEBENCH_BIN_DIR"),
+                Some(dir.path().as_os_str())
+            )]
+        );
+        let full = Cli::parse_from(["edgebench", "h3", "--bin-dir", d]);
+        let cmd = command(&full, bench, script, quick).unwrap();
+        assert_eq!(&args(&cmd)[1..], ["--out", "docs/results"]);
+        // Caddy is always the comparison: --peers may say so, not ask for anything else.
+        for ok in ["caddy", " caddy ", "caddy,caddy"] {
+            let c = Cli::parse_from(["edgebench", "h3", "--peers", ok, "--bin-dir", d]);
+            assert!(command(&c, bench, script, quick).is_ok(), "--peers {ok:?}");
+        }
+        for bad in ["none", "", "nginx", "caddy,nginx"] {
+            let c = Cli::parse_from(["edgebench", "h3", "--peers", bad, "--bin-dir", d]);
+            assert_eq!(
+                command(&c, bench, script, quick).unwrap_err().exit_code(),
+                2,
+                "--peers {bad:?}"
+            );
+        }
+        let zero = Cli::parse_from(["edgebench", "h3", "--repetitions", "0", "--bin-dir", d]);
+        assert_eq!(
+            command(&zero, bench, script, quick)
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
     }
 }
