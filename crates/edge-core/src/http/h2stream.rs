@@ -473,11 +473,7 @@ impl AsyncRead for StreamIo {
                         continue;
                     }
                     this.in_pending = if this.chunked_in {
-                        let mut b = BytesMut::with_capacity(data.len() + 20);
-                        b.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                        b.extend_from_slice(&data);
-                        b.extend_from_slice(b"\r\n");
-                        b.freeze()
+                        super::head::as_chunk(&data)
                     } else {
                         data
                     };

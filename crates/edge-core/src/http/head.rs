@@ -78,6 +78,16 @@ impl Framing {
     }
 }
 
+/// `data` as one HTTP/1.1 chunk: how an HTTP/2 or HTTP/3 request body of unknown length
+/// reaches the body decoder, which reads it as chunked.
+pub(super) fn as_chunk(data: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(data.len() + 20);
+    edge_http::write_chunk_header(&mut b, data.len());
+    b.extend_from_slice(data);
+    b.extend_from_slice(b"\r\n");
+    Bytes::from(b)
+}
+
 /// The response head an exchange ended ([`super::Exchange::end_head`]), waiting for its
 /// stream to send it as HEADERS: the HTTP/2 side of the version-neutral head. The
 /// stream sends it before the first body bytes written, or when the response is
