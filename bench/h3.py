@@ -513,11 +513,8 @@ def measure(cell, server, secs, rep, work, oport):
             if abs(mt["hs_ok"] - row["handshakes"]) > hs_slack:
                 row["problems"].append(f"edgecache counted {mt['hs_ok']:,} QUIC handshakes, "
                                        f"the client {row['handshakes']:,}")
-        # edgeload abandons its QUIC connections at the end of a timed run without a
-        # CONNECTION_CLOSE (it drops them with its runtime): they time out on the server
-        # 30 s later (the idle timeout both sides agree on: edgeload's quinn default),
-        # in a later cell, as connection errors, or as failed handshakes for those the
-        # h3-handshake client left mid-handshake (at most one per connection). Not
+        # A timed edgeload run ends by closing its QUIC connections: in h3-handshake, one
+        # per client connection may be mid-handshake then, and fails on the server. Not
         # warnings, then, unless there are more.
         for k, what, allowed in (("hs_error", "failed QUIC handshakes", CONNS),
                                  ("retries", "Retry packets", 0),
@@ -891,12 +888,9 @@ def write_report(a, cells, kinds, rows, problems, warnings, logs, info, started)
                             f"{r['metrics']['conn_errors']:,} connections ended on an error "
                             f"or idle timeout, {r['metrics']['active_after']:,} connections "
                             "open after the client exited" for r in e) + ".\n")
-                f.write("\nedgeload ends a timed run by dropping its connections: over "
-                        "QUIC no CONNECTION_CLOSE is sent, so the server keeps each one "
-                        "until the idle timeout (30 s, edgeload's quinn default, under "
-                        "edgecache's `keepalive_timeout`), where edgecache counts a "
-                        "connection error, or a failed handshake for one the h3-handshake "
-                        "client left mid-handshake, in a later cell.\n")
+                f.write("\nedgeload ends a timed run by closing its QUIC connections "
+                        "(CONNECTION_CLOSE): in h3-handshake the ones still mid-handshake "
+                        "then fail on the server (at most one per client connection).\n")
             f.write("\n")
 
         f.write("## How to read this\n\n" + " ".join(HOW_TO_READ.split()) + "\n\n")
