@@ -3,7 +3,7 @@
 //! version-neutral head sent as HEADERS ([`HeadSlot`], [`response_fields`]) and its
 //! body's bytes as DATA frames ([`StreamIo`]).
 
-use super::head::{BodyLen, HeadSlot, PendingHead};
+use super::head::{BodyIn, BodyLen, HeadSlot, PendingHead};
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
@@ -169,10 +169,8 @@ pub struct StreamIo {
     /// The receiving half once it carries no body (none, or all read): it tells
     /// whether the client reset the stream (the sending half cannot).
     recv_done: Option<RecvStream>,
-    /// The request body is presented chunked (it had no content-length).
-    chunked_in: bool,
-    /// Framed request-body bytes not yet read.
-    in_pending: Bytes,
+    /// The request body as the session's decoder reads it.
+    body_in: BodyIn,
     tx: Tx,
     /// Where the exchange leaves the response head.
     slot: Rc<HeadSlot>,
@@ -206,8 +204,7 @@ impl StreamIo {
         StreamIo {
             recv,
             recv_done,
-            chunked_in,
-            in_pending: Bytes::new(),
+            body_in: BodyIn::new(chunked_in),
             tx: Tx::Head(respond),
             slot: Rc::default(),
             left: None,
@@ -451,15 +448,11 @@ impl AsyncRead for StreamIo {
             if this.ended {
                 return Poll::Ready(Ok(()));
             }
-            if !this.in_pending.is_empty() {
-                let n = this.in_pending.len().min(buf.remaining());
-                buf.put_slice(&this.in_pending.split_to(n));
+            if this.body_in.read_into(buf) {
                 return Poll::Ready(Ok(()));
             }
             let Some(r) = this.recv.as_mut() else {
-                if this.chunked_in {
-                    this.chunked_in = false;
-                    this.in_pending = Bytes::from_static(b"0\r\n\r\n");
+                if this.body_in.end() {
                     continue;
                 }
                 return Poll::Ready(Ok(()));
@@ -472,11 +465,7 @@ impl AsyncRead for StreamIo {
                     if data.is_empty() {
                         continue;
                     }
-                    this.in_pending = if this.chunked_in {
-                        super::head::as_chunk(&data)
-                    } else {
-                        data
-                    };
+                    this.body_in.push(data);
                 }
             }
         }

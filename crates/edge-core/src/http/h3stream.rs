@@ -14,7 +14,7 @@
 //! dropped stream cleanly, which would let the client take a cut body for a whole one.
 
 use super::h2stream::NameMemo;
-use super::head::{BodyLen, HeadSlot, PendingHead};
+use super::head::{BodyIn, BodyLen, HeadSlot, PendingHead};
 use bytes::{Buf, Bytes, BytesMut};
 use h3::error::{Code, StreamError};
 use std::cell::Cell;
@@ -107,10 +107,8 @@ fn broken(e: impl std::fmt::Display) -> io::Error {
 pub struct StreamIo {
     /// The request body still to read (None: none, or all read).
     recv: Option<RecvHalf>,
-    /// The request body is presented chunked (it had no content-length).
-    chunked_in: bool,
-    /// Framed request-body bytes not yet read.
-    in_pending: Bytes,
+    /// The request body as the session's decoder reads it.
+    body_in: BodyIn,
     /// The sending half while no send runs.
     send: Option<SendHalf>,
     /// The send running.
@@ -144,8 +142,7 @@ impl StreamIo {
     ) -> StreamIo {
         StreamIo {
             recv: has_body.then_some(recv),
-            chunked_in,
-            in_pending: Bytes::new(),
+            body_in: BodyIn::new(chunked_in),
             send: Some(send),
             sending: None,
             slot: Rc::default(),
@@ -339,15 +336,11 @@ impl AsyncRead for StreamIo {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            if !this.in_pending.is_empty() {
-                let n = this.in_pending.len().min(buf.remaining());
-                buf.put_slice(&this.in_pending.split_to(n));
+            if this.body_in.read_into(buf) {
                 return Poll::Ready(Ok(()));
             }
             let Some(r) = this.recv.as_mut() else {
-                if this.chunked_in {
-                    this.chunked_in = false;
-                    this.in_pending = Bytes::from_static(b"0\r\n\r\n");
+                if this.body_in.end() {
                     continue;
                 }
                 return Poll::Ready(Ok(()));
@@ -360,11 +353,7 @@ impl AsyncRead for StreamIo {
                     if data.is_empty() {
                         continue;
                     }
-                    this.in_pending = if this.chunked_in {
-                        super::head::as_chunk(&data)
-                    } else {
-                        data
-                    };
+                    this.body_in.push(data);
                 }
             }
         }

@@ -78,14 +78,58 @@ impl Framing {
     }
 }
 
-/// `data` as one HTTP/1.1 chunk: how an HTTP/2 or HTTP/3 request body of unknown length
-/// reaches the body decoder, which reads it as chunked.
-pub(super) fn as_chunk(data: &[u8]) -> Bytes {
-    let mut b = Vec::with_capacity(data.len() + 20);
-    edge_http::write_chunk_header(&mut b, data.len());
-    b.extend_from_slice(data);
-    b.extend_from_slice(b"\r\n");
-    Bytes::from(b)
+/// A request body arriving in the DATA frames of one HTTP/2 or HTTP/3 stream, as the
+/// session's body decoder reads it: the bytes as they are, or as HTTP/1.1 chunks when
+/// the head gave no length (the decoder then reads it as chunked, and the last chunk
+/// comes when the stream's body ends).
+pub(super) struct BodyIn {
+    /// Framed bytes not yet read.
+    pending: Bytes,
+    /// Presented as chunks, and the last chunk not yet queued.
+    chunked: bool,
+}
+
+impl BodyIn {
+    pub(super) fn new(chunked: bool) -> BodyIn {
+        BodyIn {
+            pending: Bytes::new(),
+            chunked,
+        }
+    }
+
+    /// Copies pending bytes into `buf`; false when none are pending.
+    pub(super) fn read_into(&mut self, buf: &mut tokio::io::ReadBuf<'_>) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let n = self.pending.len().min(buf.remaining());
+        buf.put_slice(&self.pending.split_to(n));
+        true
+    }
+
+    /// Takes a frame's bytes (none pending).
+    pub(super) fn push(&mut self, data: Bytes) {
+        self.pending = if self.chunked {
+            let mut b = Vec::with_capacity(data.len() + 20);
+            edge_http::write_chunk_header(&mut b, data.len());
+            b.extend_from_slice(&data);
+            b.extend_from_slice(b"\r\n");
+            Bytes::from(b)
+        } else {
+            data
+        };
+    }
+
+    /// The stream's body has ended: queues the last chunk when chunked; whether there
+    /// is more to read.
+    pub(super) fn end(&mut self) -> bool {
+        if !self.chunked {
+            return false;
+        }
+        self.chunked = false;
+        self.pending = Bytes::from_static(b"0\r\n\r\n");
+        true
+    }
 }
 
 /// The response head an exchange ended ([`super::Exchange::end_head`]), waiting for its
