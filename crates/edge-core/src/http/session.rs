@@ -344,6 +344,10 @@ async fn serve<S: Service>(
                         ex.alt_svc = Some(v.clone());
                     }
                 }
+                // Counted when read (the family's meaning), so a scrape that follows a
+                // response always includes its request.
+                let n = w.stats().requests.bump();
+                crate::metrics::top::record(n, &ex.req);
                 let mut result = w.call(&cfg, &mut conn, &mut ex).await;
                 if result.is_ok() {
                     // TLS may hold the response's last record (a no-op on TCP).
@@ -352,8 +356,6 @@ async fn serve<S: Service>(
                     }
                 }
                 let stats = w.stats();
-                let n = stats.requests.bump();
-                crate::metrics::top::record(n, &ex.req);
                 if ex.status != 0 {
                     stats.count_status(ex.status);
                 }
