@@ -467,9 +467,14 @@ pub fn age(meta: &ObjectMeta, now: SystemTime) -> Duration {
 
 /// Freshness left, in whole seconds (negative once stale): `Cache-Status`'s `ttl`.
 pub fn ttl_secs(meta: &ObjectMeta, now: SystemTime) -> i64 {
+    ttl_secs_at(meta, age(meta, now).as_secs())
+}
+
+/// [`ttl_secs`] for an age already known (whole seconds), as a hit that also sends
+/// `Age` has it.
+pub fn ttl_secs_at(meta: &ObjectMeta, age_secs: u64) -> i64 {
     let lifetime = meta.freshness.lifetime.as_secs() as i64;
-    let age = age(meta, now).as_secs().min(i64::MAX as u64) as i64;
-    lifetime.saturating_sub(age)
+    lifetime.saturating_sub(age_secs.min(i64::MAX as u64) as i64)
 }
 
 /// May the object be served without contacting the origin? False for soft-purged and

@@ -56,6 +56,22 @@ pub struct HeaderMap {
     /// common case on the hit path (conditionals, `Via`, `Range`, `Cache-Control`), is
     /// answered without a scan.
     names: u64,
+    /// 1 + the index of the first `Host` entry, 0 when there is none: every request
+    /// asks for its Host (server selection, the cache key), so it is found once, when
+    /// the fields are added, instead of by a scan per question. Kept by every method
+    /// that adds or removes entries.
+    host: u32,
+}
+
+/// Whether `name` is `host` in any case.
+#[inline(always)]
+fn is_host(name: &[u8]) -> bool {
+    // One word compare: OR-ing 0x20 maps only `H`/`h`, `O`/`o`, `S`/`s` and `T`/`t`
+    // onto these four letters, so it is exactly a case-insensitive match.
+    match name.try_into() {
+        Ok(four) => u32::from_le_bytes(four) | 0x2020_2020 == u32::from_le_bytes(*b"host"),
+        Err(_) => false,
+    }
 }
 
 /// The filter bit of a field name: from its length and its first and last bytes, case
@@ -85,6 +101,7 @@ impl HeaderMap {
             entries: Vec::with_capacity(fields),
             dead: 0,
             names: 0,
+            host: 0,
         }
     }
 
@@ -107,17 +124,50 @@ impl HeaderMap {
         })
     }
 
-    /// The first value of `name`, if any.
+    /// The first `Host` value, if any ([`HeaderMap::get`]`("host")` without a scan).
+    #[inline]
+    pub fn host(&self) -> Option<&[u8]> {
+        let i = (self.host as usize).checked_sub(1)?;
+        self.entries.get(i).map(|e| e.value(&self.buf))
+    }
+
+    /// Finds the first `Host` entry again after entries were removed or replaced.
+    fn reindex_host(&mut self) {
+        let buf = &self.buf;
+        self.host = self
+            .entries
+            .iter()
+            .position(|e| is_host(e.name(buf)))
+            .map_or(0, |i| i as u32 + 1);
+    }
+
+    /// The first value of `name`, if any. Inlined down to the filter test, which for a
+    /// constant name is one `test` of a constant: a hit asks for several absent fields.
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&[u8]> {
+        if !self.may_have(name.as_bytes()) {
+            return None;
+        }
+        self.get_scan(name)
+    }
+
+    #[inline(never)]
+    fn get_scan(&self, name: &str) -> Option<&[u8]> {
         self.find(name).next().map(|e| e.value(&self.buf))
     }
 
     /// The `n`-th value of `name` (0 is the first), compared as bytes.
+    #[inline]
     pub fn get_nth(&self, name: &str, n: usize) -> Option<&[u8]> {
-        let want = name.as_bytes();
-        if !self.may_have(want) {
+        if !self.may_have(name.as_bytes()) {
             return None;
         }
+        self.get_nth_scan(name, n)
+    }
+
+    #[inline(never)]
+    fn get_nth_scan(&self, name: &str, n: usize) -> Option<&[u8]> {
+        let want = name.as_bytes();
         self.entries
             .iter()
             .filter(|e| e.name_len == want.len() && e.name(&self.buf).eq_ignore_ascii_case(want))
@@ -136,8 +186,9 @@ impl HeaderMap {
     }
 
     /// Whether at least one field is called `name`.
+    #[inline]
     pub fn contains(&self, name: &str) -> bool {
-        self.find(name).next().is_some()
+        self.may_have(name.as_bytes()) && self.get_scan(name).is_some()
     }
 
     /// Adds a field at the end, keeping existing fields of the same name.
@@ -153,6 +204,7 @@ impl HeaderMap {
         self.entries.clear();
         self.dead = 0;
         self.names = 0;
+        self.host = 0;
     }
 
     /// Adds a field from borrowed bytes (no intermediate allocation). Crate-internal
@@ -168,6 +220,9 @@ impl HeaderMap {
             value_len: value.len(),
         });
         self.names |= name_bit(name);
+        if self.host == 0 && is_host(name) {
+            self.host = self.entries.len() as u32;
+        }
     }
 
     /// Builds the map of a parsed head with one copy: the bytes from the first field name
@@ -188,6 +243,7 @@ impl HeaderMap {
         self.entries.clear();
         self.dead = 0;
         self.names = 0;
+        self.host = 0;
         let base = buf.as_ptr() as usize;
         // Offset of `part` in `buf`, if it lies inside it.
         let offset = |part: &[u8]| {
@@ -212,6 +268,7 @@ impl HeaderMap {
                 let value = inside(offset(h.value), h.value.len());
                 let (Some(name_start), Some(value_start)) = (name, value) else {
                     self.entries.clear();
+                    self.host = 0;
                     break;
                 };
                 self.entries.push(Entry {
@@ -221,6 +278,9 @@ impl HeaderMap {
                     value_len: h.value.len(),
                 });
                 self.names |= name_bit(h.name.as_bytes());
+                if self.host == 0 && is_host(h.name.as_bytes()) {
+                    self.host = self.entries.len() as u32;
+                }
             }
             if self.entries.len() == fields.len() {
                 let live: usize = self.entries.iter().map(Entry::live).sum();
@@ -285,6 +345,7 @@ impl HeaderMap {
                     value_len: value.len(),
                 };
                 self.maybe_compact();
+                self.reindex_host();
             }
         }
     }
@@ -305,6 +366,7 @@ impl HeaderMap {
         let removed = before - self.entries.len();
         if removed > 0 {
             self.maybe_compact();
+            self.reindex_host();
         }
         removed
     }
@@ -325,6 +387,7 @@ impl HeaderMap {
         if dead > 0 {
             self.dead += dead;
             self.maybe_compact();
+            self.reindex_host();
         }
     }
 
@@ -468,6 +531,9 @@ mod tests {
                 assert_eq!(m.contains(&n.to_ascii_uppercase()), want, "{n}");
                 assert_eq!(m.get_nth(&n.to_ascii_lowercase(), 0).is_some(), want, "{n}");
             }
+            // The remembered Host is the first Host field's value, whatever happened.
+            let scanned = m.iter().find(|(n, _)| n.eq_ignore_ascii_case("host"));
+            assert_eq!(m.host(), scanned.map(|(_, v)| v));
         };
         check(&m, &[]);
         m.append("HOST", "h");
@@ -478,14 +544,52 @@ mod tests {
         check(&m, &["host", "via", "range"]);
         m.remove("via");
         check(&m, &["host", "range"]);
+        m.append("x-y", "1");
+        m.append("Host", "second");
+        m.insert("HOST", "third");
+        check(&m, &["host", "range", "x-y"]);
+        m.remove("range");
+        check(&m, &["host", "x-y"]);
+        m.insert("a", "1");
+        m.append("host", "dup");
+        m.retain(|n, _| n != "x-y");
+        check(&m, &["host", "a"]);
         m.retain(|n, _| !n.eq_ignore_ascii_case("host"));
-        check(&m, &["range"]);
+        check(&m, &["a"]);
+        m.retain(|_, _| false);
+        check(&m, &[]);
         let mut req = [httparse::EMPTY_HEADER; 4];
         let wire = b"GET / HTTP/1.1\r\nIf-None-Match: \"x\"\r\nCookie: a=b\r\n\r\n";
         let mut parsed = httparse::Request::new(&mut req);
         parsed.parse(wire).unwrap();
         m.refill_from_parsed(wire, parsed.headers);
         check(&m, &["if-none-match", "cookie"]);
+        let wire = b"GET / HTTP/1.1\r\nCookie: a=b\r\nhOsT: h:1\r\nHost: x\r\n\r\n";
+        let mut parsed = httparse::Request::new(&mut req);
+        parsed.parse(wire).unwrap();
+        m.refill_from_parsed(wire, parsed.headers);
+        check(&m, &["cookie", "host"]);
+        assert_eq!(m.host(), Some(&b"h:1"[..]));
+        m.clear();
+        check(&m, &[]);
+    }
+
+    #[test]
+    fn is_host_is_a_case_insensitive_match() {
+        for pos in 0..4 {
+            for v in 0..=255u8 {
+                let mut name = *b"HoSt";
+                name[pos] = v;
+                assert_eq!(
+                    is_host(&name),
+                    name.eq_ignore_ascii_case(b"host"),
+                    "{name:?}"
+                );
+            }
+        }
+        for other in [&b"hos"[..], b"hostx", b"", b"h\0st"] {
+            assert!(!is_host(other));
+        }
     }
 
     #[test]

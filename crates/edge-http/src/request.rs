@@ -68,7 +68,7 @@ impl RequestHead {
     pub fn host(&self) -> Option<&str> {
         match target::form(&self.target) {
             Form::Absolute => Some(target::split_absolute(&self.target).0),
-            _ => self.headers.get("host").and_then(as_str),
+            _ => self.headers.host().and_then(as_str),
         }
     }
 }

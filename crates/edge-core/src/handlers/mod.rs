@@ -142,6 +142,7 @@ pub async fn dispatch(
         }
     }
     if matches!(route.handler, Handler::Proxy(_))
+        && ex.req.headers.contains("via")
         && crate::http::node::looped(ex.req.headers.get_all("via"))
     {
         // This request already passed through this node: a routing loop between

@@ -34,16 +34,18 @@ use std::time::SystemTime;
 /// in one write; larger ones go by sendfile after the head.
 pub const INLINE_BODY: u64 = 32 * 1024;
 
-/// Sends `entry` to the client with `X-Cache-Status: st`.
-pub async fn serve(
-    ctx: &Ctx<'_>,
-    conn: &mut Conn,
-    ex: &mut Exchange,
+/// Sends `entry` to the client with `X-Cache-Status: st`. Not an `async fn`: it
+/// returns [`send`]'s future itself, which its caller then holds without a wrapper
+/// (each layer of future is copied into its caller's state on every hit).
+pub fn serve<'a>(
+    ctx: &'a Ctx<'a>,
+    conn: &'a mut Conn,
+    ex: &'a mut Exchange,
     entry: HitEntry,
     st: CacheStatus,
-) -> Result<(), ExchangeError> {
+) -> impl std::future::Future<Output = Result<(), ExchangeError>> + 'a {
     mark(ctx.w, ex, st);
-    send(ctx, conn, ex, entry, st).await
+    send(ctx, conn, ex, entry, st)
 }
 
 /// [`serve`] once the status is marked (`st` says whether the RAM tier may take it).
@@ -72,7 +74,7 @@ pub async fn send(
     let meta = entry.meta.clone();
     let now = SystemTime::now();
     let age = policy::age(&meta, now).as_secs();
-    ex.cache.ttl = Some(policy::ttl_secs(&meta, now));
+    ex.cache.ttl = Some(policy::ttl_secs_at(&meta, age));
     if not_modified(&meta, &ex.req.method, &ex.req.headers) {
         let mut out = Vec::with_capacity(256 + meta.header_block.len());
         write_not_modified(ex, &meta, age, &mut out);
@@ -88,15 +90,17 @@ pub async fn send(
     } else {
         RangeOutcome::Full(RangeIgnored::NotOk)
     };
-    let sent = match outcome {
+    // The head is written before any await, and the outcome (with its range list) is
+    // not held across one: this future is copied into its caller's on every hit, so
+    // it keeps only what the sends need.
+    let (out, body) = match outcome {
         RangeOutcome::Full(_) => {
             let mut out = head_buf(ctx, &meta, 0);
             write_full_head(ex, &meta, len, age, &mut out);
             if bodiless(meta.status) || ex.is_head() {
-                conn.write_all(&out, shared.timeouts.send).await?;
-                0
+                (out, Then::HeadOnly)
             } else {
-                send_body(ctx, conn, &entry, out, 0..len).await?
+                (out, Then::Body(0..len))
             }
         }
         RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
@@ -105,43 +109,96 @@ pub async fn send(
             write_partial_head(ex, &mut out, &meta, &r, len);
             finish_head(ex, age, &mut out, BodyLen::Known(r.end - r.start));
             if ex.is_head() {
-                conn.write_all(&out, shared.timeouts.send).await?;
-                0
+                (out, Then::HeadOnly)
             } else {
-                send_body(ctx, conn, &entry, out, r).await?
+                (out, Then::Body(r))
             }
         }
         RangeOutcome::Partial(ranges) => {
-            let boundary = Boundary::from_seed(entry.hash as u64);
-            let layout = MultipartLayout::new(&ranges, len, content_type(&meta), boundary.as_str());
-            let mut out = head_buf(ctx, &meta, 128);
-            write_multipart_head(ex, &meta, &layout, age, &mut out);
-            if ex.is_head() {
-                conn.write_all(&out, shared.timeouts.send).await?;
-                0
-            } else {
-                let mut sent = 0;
-                for part in layout.parts() {
-                    out.extend_from_slice(part.head);
-                    sent += part.head.len() as u64;
-                    let body = part.range.as_range();
-                    let part = send_body(ctx, conn, &entry, std::mem::take(&mut out), body);
-                    sent += Box::pin(part).await?;
-                }
-                conn.write_all(layout.tail(), shared.timeouts.send).await?;
-                sent + layout.tail().len() as u64
-            }
+            let sent = Box::pin(send_multipart(ctx, conn, ex, &entry, &meta, &ranges, age));
+            (Vec::new(), Then::Sent(sent.await?))
         }
         RangeOutcome::Unsatisfiable => {
             let mut out = head_buf(ctx, &meta, 64);
             write_unsatisfiable(ex, &meta, len, age, &mut out);
+            (out, Then::HeadOnly)
+        }
+    };
+    let sent = match body {
+        Then::Sent(n) => n,
+        Then::HeadOnly => {
             conn.write_all(&out, shared.timeouts.send).await?;
+            ctx.w.give_buf(out);
             0
         }
+        Then::Body(r) => match in_memory(&entry, &r) {
+            // A RAM body, or a packed small object's bytes read with its header: with
+            // the head in one writev, without the larger future of the file paths.
+            Some(part) => {
+                conn.write_two(&out, part, shared.timeouts.send).await?;
+                ctx.w.give_buf(out);
+                r.end - r.start
+            }
+            None => Box::pin(send_body(ctx, conn, &entry, out, r)).await?,
+        },
     };
     ex.body_bytes_sent = sent;
     ctx.w.stats().cache_bytes_hit.add(sent);
     Ok(())
+}
+
+/// What follows a hit's head.
+enum Then {
+    /// Nothing: HEAD, 304-like statuses, 416.
+    HeadOnly,
+    /// These bytes of the body.
+    Body(std::ops::Range<u64>),
+    /// Already sent, this many body bytes (multipart).
+    Sent(u64),
+}
+
+/// The bytes of `range` of the body when they are in memory: a RAM-tier body, or the
+/// first bytes a lookup read with the header.
+fn in_memory<'e>(entry: &'e HitEntry, range: &std::ops::Range<u64>) -> Option<&'e [u8]> {
+    let r = range.start as usize..range.end as usize;
+    match &entry.body {
+        HitBody::Mem(body) => body.get(r),
+        HitBody::File(_) => entry.body_head.as_ref().and_then(|b| b.get(r)),
+    }
+}
+
+/// A multipart/byteranges response (several ranges): its head, then each part's head
+/// and bytes, then the closing boundary. Returns the body bytes sent.
+async fn send_multipart(
+    ctx: &Ctx<'_>,
+    conn: &mut Conn,
+    ex: &mut Exchange,
+    entry: &HitEntry,
+    meta: &ObjectMeta,
+    ranges: &[edge_http::ByteRange],
+    age: u64,
+) -> Result<u64, ExchangeError> {
+    let send = ctx.shared.timeouts.send;
+    let len = entry.body_len;
+    let boundary = Boundary::from_seed(entry.hash as u64);
+    let layout = MultipartLayout::new(ranges, len, content_type(meta), boundary.as_str());
+    let mut out = head_buf(ctx, meta, 128);
+    write_multipart_head(ex, meta, &layout, age, &mut out);
+    if ex.is_head() {
+        conn.write_all(&out, send).await?;
+        ctx.w.give_buf(out);
+        return Ok(0);
+    }
+    let mut sent = 0;
+    for part in layout.parts() {
+        out.extend_from_slice(part.head);
+        sent += part.head.len() as u64;
+        let body = part.range.as_range();
+        let part = send_body(ctx, conn, entry, std::mem::take(&mut out), body);
+        sent += Box::pin(part).await?;
+    }
+    conn.write_all(layout.tail(), send).await?;
+    Ok(sent + layout.tail().len() as u64)
 }
 
 /// A head buffer with room for the stored block, our headers and an inline body: the
