@@ -130,17 +130,20 @@ pub fn parse_request(
     buf: &[u8],
     limits: &Limits,
 ) -> Result<Option<(RequestHead, usize)>, ParseError> {
-    parse_request_reusing(buf, limits, None)
+    let parsed = parse_request_reusing(buf, limits, None)?;
+    Ok(parsed.map(|(head, n)| (*head, n)))
 }
 
-/// [`parse_request`] that builds the head in `spare`'s allocations (its target string
-/// and field storage) when given one: a server recycles the heads of answered requests,
-/// so parsing a request allocates nothing. `spare` is consumed either way.
+/// [`parse_request`] that builds the head in `spare` (its box, target string and field
+/// storage) when given one: a server recycles the heads of answered requests, so
+/// parsing a request allocates nothing, and the head moves from the parser through
+/// the exchange and back as a pointer, not as its 144 bytes. `spare` is consumed
+/// either way.
 pub fn parse_request_reusing(
     buf: &[u8],
     limits: &Limits,
-    spare: Option<RequestHead>,
-) -> Result<Option<(RequestHead, usize)>, ParseError> {
+    spare: Option<Box<RequestHead>>,
+) -> Result<Option<(Box<RequestHead>, usize)>, ParseError> {
     let Some(start) = request_line_start(buf) else {
         return wait_or_too_large(buf, limits, ERR_HEAD_TOO_LARGE);
     };
@@ -194,8 +197,8 @@ fn build_head(
     buf: &[u8],
     req: &httparse::Request<'_, '_>,
     limits: &Limits,
-    spare: Option<RequestHead>,
-) -> Result<RequestHead, ParseError> {
+    spare: Option<Box<RequestHead>>,
+) -> Result<Box<RequestHead>, ParseError> {
     let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(bad("incomplete request line"));
     };
@@ -221,27 +224,29 @@ fn build_head(
     let (body, conn, expect_continue) = checks.finish(version, limits)?;
 
     // Copied last, so a refused request costs no allocation for its fields.
-    let (target, headers) = match spare {
-        Some(RequestHead {
-            mut target,
-            mut headers,
-            ..
-        }) => {
-            target.clear();
-            target.push_str(path);
-            headers.refill_from_parsed(buf, fields);
-            (target, headers)
+    let keep_alive = conn.persistent(version);
+    let expect_continue = expect_continue && version == Version::Http11;
+    Ok(match spare {
+        Some(mut head) => {
+            head.target.clear();
+            head.target.push_str(path);
+            head.headers.refill_from_parsed(buf, fields);
+            head.method = method;
+            head.version = version;
+            head.keep_alive = keep_alive;
+            head.expect_continue = expect_continue;
+            head.body = body;
+            head
         }
-        None => (path.to_owned(), HeaderMap::from_parsed(buf, fields)),
-    };
-    Ok(RequestHead {
-        method,
-        target,
-        version,
-        keep_alive: conn.persistent(version),
-        expect_continue: expect_continue && version == Version::Http11,
-        headers,
-        body,
+        None => Box::new(RequestHead {
+            method,
+            target: path.to_owned(),
+            version,
+            keep_alive,
+            expect_continue,
+            headers: HeaderMap::from_parsed(buf, fields),
+            body,
+        }),
     })
 }
 
@@ -380,8 +385,8 @@ pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
     fields: impl Fn() -> I,
     has_body: bool,
     limits: &Limits,
-    spare: Option<RequestHead>,
-) -> Result<RequestHead, ParseError> {
+    spare: Option<Box<RequestHead>>,
+) -> Result<Box<RequestHead>, ParseError> {
     if target.len() > limits.max_request_line {
         return Err(ERR_LINE_TOO_LONG);
     }
@@ -432,15 +437,24 @@ pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
     if has_body && body == BodyKind::Empty {
         body = BodyKind::Chunked;
     }
-    let (mut target_buf, mut headers) = match spare {
-        Some(RequestHead {
-            target, headers, ..
-        }) => (target, headers),
-        None => (String::new(), HeaderMap::with_capacity(count, bytes)),
+    let mut head = match spare {
+        Some(mut head) => {
+            head.target.clear();
+            head.headers.clear();
+            head
+        }
+        None => Box::new(RequestHead {
+            method: Method::Get,
+            target: String::new(),
+            version: Version::Http2,
+            headers: HeaderMap::with_capacity(count, bytes),
+            body: BodyKind::Empty,
+            keep_alive: true,
+            expect_continue: false,
+        }),
     };
-    target_buf.clear();
-    target_buf.push_str(target);
-    headers.clear();
+    head.target.push_str(target);
+    let headers = &mut head.headers;
     if let Some(a) = authority {
         headers.push_raw(b"Host", a.as_bytes());
     }
@@ -461,15 +475,12 @@ pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
         }
         headers.push_raw(b"cookie", &joined);
     }
-    Ok(RequestHead {
-        method,
-        target: target_buf,
-        version: Version::Http2,
-        headers,
-        body,
-        keep_alive: true,
-        expect_continue: false,
-    })
+    head.method = method;
+    head.version = Version::Http2;
+    head.body = body;
+    head.keep_alive = true;
+    head.expect_continue = false;
+    Ok(head)
 }
 
 #[cfg(test)]

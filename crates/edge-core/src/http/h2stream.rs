@@ -29,8 +29,8 @@ pub fn request_head(
     parts: &http::request::Parts,
     has_body: bool,
     limits: &edge_http::Limits,
-    spare: Option<edge_http::RequestHead>,
-) -> Result<(edge_http::RequestHead, usize), u16> {
+    spare: Option<Box<edge_http::RequestHead>>,
+) -> Result<(Box<edge_http::RequestHead>, usize), u16> {
     let Some(path) = parts.uri.path_and_query() else {
         // CONNECT (no :path): not a proxy.
         return Err(405);
@@ -675,7 +675,7 @@ mod tests {
 
     fn head_of(req: http::Request<()>, has_body: bool) -> Result<edge_http::RequestHead, u16> {
         let (parts, ()) = req.into_parts();
-        request_head(&parts, has_body, &edge_http::Limits::default(), None).map(|(h, _)| h)
+        request_head(&parts, has_body, &edge_http::Limits::default(), None).map(|(h, _)| *h)
     }
 
     /// Per-response values stay out of the HPACK table; fields that repeat go in.

@@ -59,12 +59,14 @@ pub trait Service {
     fn log(&self, cfg: &Self::Config, conn: &Conn, ex: &Exchange);
 
     /// A request head of an earlier request, for the parser to reuse its allocations.
-    fn spare_head(&self) -> Option<edge_http::RequestHead> {
+    fn spare_head(&self) -> Option<Box<edge_http::RequestHead>> {
         None
     }
 
     /// An answered request's head, for [`Service::spare_head`].
-    fn recycle_head(&self, _head: edge_http::RequestHead) {}
+    // Boxed on purpose: heads travel as pointers between parser, exchange and spares.
+    #[allow(clippy::boxed_local)]
+    fn recycle_head(&self, _head: Box<edge_http::RequestHead>) {}
 
     /// A read buffer for a connection whose next bytes are arriving.
     fn take_rbuf(&self) -> bytes::BytesMut {
@@ -174,7 +176,7 @@ pub struct Parked {
 }
 
 enum HeadOutcome {
-    Request(edge_http::RequestHead, usize),
+    Request(Box<edge_http::RequestHead>, usize),
     /// Idle past the grace period and the service parks idle connections: leave the
     /// task, with this much of the idle timeout left.
     Park(std::time::Duration),
@@ -213,7 +215,12 @@ impl Start {
 
 /// One HTTP/2 stream, whose request came as `head` (`len`: its size, for
 /// `$request_length`) rather than as bytes to parse.
-pub async fn serve_stream<S: Service>(w: &S, conn: Conn, head: edge_http::RequestHead, len: usize) {
+pub async fn serve_stream<S: Service>(
+    w: &S,
+    conn: Conn,
+    head: Box<edge_http::RequestHead>,
+    len: usize,
+) {
     serve(w, conn, 0, true, Some(head), len).await;
 }
 
@@ -238,7 +245,7 @@ async fn serve<S: Service>(
     mut conn: Conn,
     mut served: u64,
     mut nodelay: bool,
-    mut given: Option<edge_http::RequestHead>,
+    mut given: Option<Box<edge_http::RequestHead>>,
     given_len: usize,
 ) -> Option<Parked> {
     let peer = conn.peer;
@@ -409,7 +416,7 @@ async fn read_head<S: Service>(
     conn: &mut Conn,
     params: &SessionParams<'_>,
     served: u64,
-    given: &mut Option<edge_http::RequestHead>,
+    given: &mut Option<Box<edge_http::RequestHead>>,
 ) -> HeadOutcome {
     // Tested first without a move of the (empty) head: this is every HTTP/1.1 request.
     if given.is_some() {

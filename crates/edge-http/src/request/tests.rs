@@ -413,6 +413,7 @@ fn from_fields(
         limits,
         None,
     )
+    .map(|head| *head)
 }
 
 #[test]
@@ -494,4 +495,44 @@ fn fields_get_the_parsers_refusals() {
     let crumb = vec![b'c'; limits.max_header_bytes / 2];
     let crumbs: &[(&str, &[u8])] = &[("cookie", &crumb), ("cookie", &crumb)];
     assert_eq!(refused("GET", "/", a, crumbs, &limits), HeadersTooLarge);
+}
+
+#[test]
+fn a_reused_head_is_the_fresh_parse_in_the_same_box() {
+    // Every field of the spare is rewritten: method, target, version, framing,
+    // connection options, fields (Host included), whatever the earlier request held.
+    let limits = Limits::default();
+    let first = b"POST /a/long/first/target?x=1 HTTP/1.1\r\nHost: one\r\nContent-Length: 3\r\nExpect: 100-continue\r\nX-A: 1\r\n\r\n";
+    let second = b"GET /b HTTP/1.0\r\nhost: two:8080\r\n\r\n";
+    let (head, _) = parse_request_reusing(first, &limits, None)
+        .unwrap()
+        .unwrap();
+    let at = &*head as *const RequestHead;
+    let (reused, n) = parse_request_reusing(second, &limits, Some(head))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        &*reused as *const RequestHead, at,
+        "the spare's box is reused"
+    );
+    let (fresh, m) = parse_request(second, &limits).unwrap().unwrap();
+    assert_eq!(format!("{:?}", *reused), format!("{fresh:?}"));
+    assert_eq!(n, m);
+    assert_eq!(reused.host(), Some("two:8080"));
+    // And over HTTP/2's fields.
+    let h2 = request_from_fields(
+        "GET",
+        "/c",
+        Some("three"),
+        || [("accept", &b"*/*"[..])].into_iter(),
+        false,
+        &limits,
+        Some(reused),
+    )
+    .unwrap();
+    assert_eq!(&*h2 as *const RequestHead, at);
+    assert_eq!(h2.host(), Some("three"));
+    assert_eq!(h2.target, "/c");
+    assert_eq!(h2.headers.len(), 2);
+    assert!(!h2.expect_continue);
 }

@@ -290,7 +290,7 @@ fn spawn_background(
     };
     let job = Background {
         owned,
-        req: ex.req.clone(),
+        req: (*ex.req).clone(),
         peer,
         fields: ex.upstream_fields.clone(),
     };

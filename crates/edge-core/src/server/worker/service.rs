@@ -40,7 +40,10 @@ pub struct Worker {
     pub(super) conn_closed: Notify,
     /// Heads of answered requests whose allocations the next requests reuse (per
     /// worker, not per connection: an idle connection holds none).
-    pub(super) spare_heads: RefCell<Vec<edge_http::RequestHead>>,
+    /// Boxes, not heads: a spare is handed to the parser and filled in place, and the
+    /// head then moves as a pointer (`edge_http::parse_request_reusing`).
+    #[allow(clippy::vec_box)]
+    pub(super) spare_heads: RefCell<Vec<Box<edge_http::RequestHead>>>,
     /// Read buffers of connections gone idle, for the next connection that reads.
     pub(super) spare_rbufs: RefCell<Vec<bytes::BytesMut>>,
     /// Idle keep-alive connections kept without a task.
@@ -95,11 +98,11 @@ impl Service for Worker {
         crate::handlers::dispatch(&self.svc, conn, ex, cfg).await
     }
 
-    fn spare_head(&self) -> Option<edge_http::RequestHead> {
+    fn spare_head(&self) -> Option<Box<edge_http::RequestHead>> {
         self.spare_heads.borrow_mut().pop()
     }
 
-    fn recycle_head(&self, head: edge_http::RequestHead) {
+    fn recycle_head(&self, head: Box<edge_http::RequestHead>) {
         let mut spare = self.spare_heads.borrow_mut();
         if spare.len() < SPARE_HEADS && head.headers.capacity_bytes() <= SPARE_HEAD_BYTES {
             spare.push(head);
