@@ -189,7 +189,8 @@ def main():
                         res[f"syscalls_c{c}_total"] = round(sum(per.values()), 2)
                         res[f"syscalls_c{c}_no_epoll"] = round(
                             sum(v for k, v in per.items() if not k.startswith("epoll")), 2)
-                shutil.rmtree(work, ignore_errors=True)
+                if not os.environ.get("HITCOST_KEEP"):
+                    shutil.rmtree(work, ignore_errors=True)
             results[name] = res
             print(name, json.dumps(res), flush=True)
     finally:
