@@ -24,6 +24,7 @@ with `proxy_cache` and `open_file_cache`; one worker each, access logs off, keep
    without `epoll_wait` (a wake-up serves several requests when connections queue).
 
 Deterministic enough to compare: callgrind counts instructions, not time.
+HITCOST_KEEP=1 keeps each run's directory (its callgrind files) in /tmp/hitcost-*.
 """
 
 import argparse
