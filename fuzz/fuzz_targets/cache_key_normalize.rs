@@ -1,13 +1,14 @@
 //! Fuzzes the cache-key normalization (`edge_http::normalize`): the path's percent
 //! normalization and a `cache_key_args` policy on the query. The first byte picks the
 //! policy (sort or not; exclude, include or none); the rest is the `path?query`.
-//! Invariants: nothing panics; normalizing twice gives the same as once; the output has
+//! Invariants: nothing panics; `push_normalized_pq` (the hit path's) gives what
+//! `normalize_pq` gives; normalizing twice gives the same as once; the output has
 //! no more `%` than the input and every `%` in its path starts an escape with
 //! upper-case hex digits; a policy's output keeps only arguments it keeps, sorted by
 //! name when it sorts.
 #![no_main]
 
-use edge_http::normalize::{normalize_path, normalize_pq, ArgPattern, ArgsPolicy};
+use edge_http::normalize::{normalize_path, normalize_pq, push_normalized_pq, ArgPattern, ArgsPolicy};
 use libfuzzer_sys::fuzz_target;
 
 fn policy(mode: u8) -> Option<ArgsPolicy> {
@@ -33,6 +34,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let p = policy(mode);
     let once = normalize_pq(pq, p.as_ref()).into_owned();
+    // The hit path's form (no allocation, the query scanned a word at a time) agrees.
+    let mut pushed = String::new();
+    push_normalized_pq(&mut pushed, pq, p.as_ref());
+    assert_eq!(pushed, once, "push_normalized_pq differs: {pq:?}");
     let twice = normalize_pq(&once, p.as_ref());
     assert_eq!(once, twice, "not idempotent: {pq:?}");
     let count = |s: &str| s.bytes().filter(|&b| b == b'%').count();
