@@ -69,9 +69,9 @@ pub enum ClientIo {
     Tcp(Sock),
     /// TLS in user space (rustls): bodies are read and encrypted.
     Tls(Box<tokio_rustls::server::TlsStream<crate::net::ktls::TlsIo>>),
-    /// One HTTP/2 stream: the request arrives as HTTP/1.1 bytes; the response head
-    /// goes out as HEADERS (from the exchange's [`super::h2stream::HeadSlot`]) and the
-    /// body's bytes written here as DATA frames.
+    /// One HTTP/2 stream: the request arrives as a head built from its fields; the
+    /// response head goes out as HEADERS (from the exchange's [`super::head::HeadSlot`])
+    /// and the body's bytes written here as DATA frames.
     H2(Box<super::h2stream::StreamIo>),
     /// One HTTP/3 request stream: the head goes out as HEADERS (from the exchange's
     /// head slot, as on HTTP/2), the body's bytes as DATA frames.
@@ -79,6 +79,26 @@ pub enum ClientIo {
 }
 
 impl ClientIo {
+    /// A stream's head slot (HTTP/2, HTTP/3): where the exchange leaves the response
+    /// head that goes out as HEADERS. None for a byte stream (HTTP/1.x).
+    pub fn head_slot(&self) -> Option<std::rc::Rc<super::head::HeadSlot>> {
+        match self {
+            ClientIo::H2(s) => Some(s.head_slot()),
+            ClientIo::H3(s) => Some(s.head_slot()),
+            _ => None,
+        }
+    }
+
+    /// A stream's answer to a request refused before it reached a handler: HEADERS
+    /// with the status alone. None for a byte stream (HTTP/1.x writes an error page).
+    pub fn refuse_stream(&mut self, status: u16) -> Option<std::io::Result<()>> {
+        match self {
+            ClientIo::H2(s) => Some(s.refuse(status)),
+            ClientIo::H3(s) => Some(s.refuse(status)),
+            _ => None,
+        }
+    }
+
     /// The socket, when bytes written to it reach the client as they are (sendfile,
     /// parking, readiness).
     pub fn tcp(&mut self) -> Option<&mut Sock> {

@@ -284,15 +284,11 @@ async fn serve<S: Service>(
                 w.stats().bad_requests.fetch_add(1, Relaxed);
                 w.stats().count_status(status);
                 w.stats().requests.add(1);
-                if let ClientIo::H2(s) = &mut conn.io {
-                    // The stream answers with the status alone (and ends).
-                    let _ = s.refuse(status);
-                    return None;
-                }
-                if let ClientIo::H3(s) = &mut conn.io {
-                    if s.refuse(status).is_ok() {
-                        let send = params.timeouts.send;
-                        let _ = conn.end_stream(send).await;
+                if let Some(sent) = conn.io.refuse_stream(status) {
+                    // The stream answers with the status alone. HTTP/2's HEADERS end
+                    // it; an HTTP/3 stream is finished after them.
+                    if sent.is_ok() && matches!(conn.io, ClientIo::H3(_)) {
+                        let _ = conn.end_stream(params.timeouts.send).await;
                     }
                     return None;
                 }
@@ -341,10 +337,8 @@ async fn serve<S: Service>(
                     client,
                 );
                 ex.head_length = if given_len > 0 { given_len } else { n } as u64;
-                match &conn.io {
-                    ClientIo::H2(s) => ex.encode_for_h2(s.head_slot()),
-                    ClientIo::H3(s) => ex.encode_for_h2(s.head_slot()),
-                    _ => {}
+                if let Some(slot) = conn.io.head_slot() {
+                    ex.encode_for_h2(slot);
                 }
                 if !matches!(conn.io, ClientIo::H3(_)) {
                     if let Some(Some(v)) = params.alt_svc.get(usize::from(conn.info.listen)) {
