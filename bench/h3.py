@@ -91,7 +91,7 @@ import benchlib
 from benchlib import (ROOT, BIN, free_port, wait_port, group_cpu_s as cpu_s, cpu_busy,
                       stop_group, origin_requests, med, log_lines)
 from tls import (make_certs, run_client, client_cpu, edgeload_json, H2_FINISHED, H2_REQS,
-                 H2_STATUS, per_cpu, cpu_us, busy, cpu_frac)
+                 H2_STATUS, per_cpu, cpu_us, busy, cpu_frac, EDGECACHE)
 
 # Each h2 cell right after its h3 cell: the ratio h3 / h2 pairs runs close in time.
 CELLS = ["h3-1k", "h2-1k", "h3-100k", "h2-100k", "h3-100k-nogso", "h3-handshake"]
@@ -122,47 +122,9 @@ def need(tool):
     return benchlib.need(tool, "h3.py")
 
 
-EDGECACHE = """workers = 1
-worker_cpu_affinity = [{cpu}]
-access_log = "off"
-keepalive_requests = 1000000
-worker_connections = {wconns}
-error_log = {{ path = "{dir}/error.log", level = "warn" }}
-pid = "{dir}/edgecache.pid"
-
-[[listen]]
-addr = "127.0.0.1:{port}"
-tls = {{ cert = "{cert}", key = "{key}", ktls = false }}
-http2 = true
-quic = true
-quic_gso = {gso}
-
-[[cache]]
-name = "c"
-path = "{dir}/cache"
-levels = "1:2"
-max_size = "4g"
-inactive = "1h"
-keys_zone = "64m"
-
-# No RAM tier (on by default): the report's hits are disk hits, as in edgebench tls.
-[memory_cache]
-size = "off"
-
-[[upstream]]
-name = "o"
-servers = ["127.0.0.1:{origin}"]
-keepalive = 16
-
-[[location]]
-prefix = "/"
-proxy = "o"
-cache = ["c"]
-cache_valid = {{ "200" = "1h" }}
-
-[admin]
-listen = "127.0.0.1:{admin}"
-"""
+# edgecache's config is edgebench tls's (`tls.EDGECACHE`: one worker, a disk cache, no RAM
+# tier) with QUIC on its listener.
+QUIC_LISTEN = "quic = true\nquic_gso = {gso}\n"
 
 # Caddy 2.6's Caddyfile: no admin API, no ACME, its own log at WARN to stderr (access
 # logs are off unless a site asks for them), HTTP/3 on the site's UDP port. `bind
@@ -206,8 +168,9 @@ class Server:
         else:
             text = EDGECACHE.format(dir=self.dir, port=self.port, admin=self.admin,
                                     origin=origin, cert=certs["cert"], key=certs["key"],
-                                    cpu=SERVER_CPU, wconns=WORKER_CONNECTIONS,
-                                    gso="false" if kind == "edgecache-nogso" else "true")
+                                    cpu=SERVER_CPU, wconns=WORKER_CONNECTIONS, ktls="false",
+                                    listen_extra=QUIC_LISTEN.format(
+                                        gso="false" if kind == "edgecache-nogso" else "true"))
             self.cfg = os.path.join(self.dir, "edgecache.toml")
         with open(self.cfg, "w") as f:
             f.write(text)

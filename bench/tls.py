@@ -160,7 +160,7 @@ pid = "{dir}/edgecache.pid"
 addr = "127.0.0.1:{port}"
 tls = {{ cert = "{cert}", key = "{key}", ktls = {ktls} }}
 http2 = true
-
+{listen_extra}
 [[cache]]
 name = "c"
 path = "{dir}/cache"
@@ -169,7 +169,7 @@ max_size = "4g"
 inactive = "1h"
 keys_zone = "64m"
 
-# No RAM tier (on by default): the report's hits are disk hits, like nginx's.
+# No RAM tier (on by default): the report's hits are disk hits, like the peers'.
 [memory_cache]
 size = "off"
 
@@ -249,7 +249,7 @@ class Server:
         text = tmpl.format(dir=self.dir, port=self.port, admin=self.admin, origin=origin,
                            cert=certs["cert"], key=certs["key"], cpu=SERVER_CPU,
                            mask=format(1 << SERVER_CPU, "b"), wconns=WORKER_CONNECTIONS,
-                           ktls="true" if ktls else "false",
+                           ktls="true" if ktls else "false", listen_extra="",
                            nginx_ktls="    ssl_conf_command Options KTLS;\n" if ktls else "")
         self.cfg = os.path.join(self.dir, "edgecache.toml" if kind == "edgecache" else "nginx.conf")
         with open(self.cfg, "w") as f:
