@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let p = policy(mode);
     let once = normalize_pq(pq, p.as_ref()).into_owned();
-    // The hit path's form (no allocation, the query scanned a word at a time) agrees.
+    // The hit path's form (no allocation, offsets on the stack) agrees.
     let mut pushed = String::new();
     push_normalized_pq(&mut pushed, pq, p.as_ref());
     assert_eq!(pushed, once, "push_normalized_pq differs: {pq:?}");

@@ -145,55 +145,13 @@ impl ArgPattern {
     #[inline(always)]
     pub fn matches(&self, name: &[u8]) -> bool {
         match self {
-            ArgPattern::Exact(s) => short_eq(name, s.as_bytes()),
+            ArgPattern::Exact(s) => name == s.as_bytes(),
             ArgPattern::Prefix(s) => name.starts_with(s.as_bytes()),
             ArgPattern::Suffix(s) => name.ends_with(s.as_bytes()),
-            ArgPattern::Contains(s) => contains(name, s.as_bytes()),
+            ArgPattern::Contains(s) => memchr::memmem::find(name, s.as_bytes()).is_some(),
             ArgPattern::Any => true,
         }
     }
-}
-
-/// Whether `needle` occurs in `name` (out of line: rare, and large inlined).
-#[inline(never)]
-fn contains(name: &[u8], needle: &[u8]) -> bool {
-    memchr::memmem::find(name, needle).is_some()
-}
-
-/// The eight bytes of `b` from `at` as a little-endian word, zeros past its end.
-#[inline(always)]
-fn load_word(b: &[u8], at: usize) -> u64 {
-    match b.get(at..at + 8) {
-        Some(w) => u64::from_le_bytes(w.try_into().expect("8 bytes")),
-        None => {
-            let mut w = [0u8; 8];
-            w[..b.len() - at].copy_from_slice(&b[at..]);
-            u64::from_le_bytes(w)
-        }
-    }
-}
-
-/// The high bit of each byte of `w` that is `&` or `=`, exactly (no carries between
-/// bytes: each byte's low seven bits plus 0x7f stay within the byte).
-#[inline(always)]
-fn specials(w: u64) -> u64 {
-    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    let zero = |y: u64| !(((y & LOW7) + LOW7) | y | LOW7);
-    zero(w ^ (ONES * u64::from(b'&'))) | zero(w ^ (ONES * u64::from(b'=')))
-}
-
-/// `a == b` with an inline loop for the short names of query arguments (a library
-/// comparison is a call per candidate).
-#[inline(always)]
-fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    if a.len() > 16 {
-        return a == b;
-    }
-    a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// Which query arguments a cache key uses, and in which order (`cache_key_args`).
@@ -216,26 +174,12 @@ impl ArgsPolicy {
 
     #[inline(always)]
     fn keeps_bytes(&self, name: &[u8]) -> bool {
-        // Plain loops: each pattern's test inlines (an `any` adapter was a call per
-        // argument on the hit path).
         if let Some(inc) = &self.include {
-            let mut included = false;
-            for p in inc {
-                if p.matches(name) {
-                    included = true;
-                    break;
-                }
-            }
-            if !included {
+            if !inc.iter().any(|p| p.matches(name)) {
                 return false;
             }
         }
-        for p in &self.exclude {
-            if p.matches(name) {
-                return false;
-            }
-        }
-        true
+        !self.exclude.iter().any(|p| p.matches(name))
     }
 
     /// The query as the key sees it: arguments filtered, then sorted when `sort`, empty
@@ -280,47 +224,30 @@ impl ArgsPolicy {
         // A kept piece: its start, its end and the end of its name, in `query`.
         let mut kept = [(0u32, 0u32, 0u32); STACK];
         let mut n = 0;
-        // Queries are short, and this runs on every hit of a location with
-        // `cache_key_args`: the `&` and `=` are found eight bytes at a time.
-        let mut start = 0usize;
-        let mut name_end = usize::MAX;
-        let mut word_at = 0usize;
-        while word_at < b.len() {
-            let mut found = specials(load_word(b, word_at));
-            while found != 0 {
-                let p = word_at + (found.trailing_zeros() / 8) as usize;
-                found &= found - 1;
-                if b[p] == b'=' {
-                    name_end = name_end.min(p);
-                    continue;
+        let mut s = 0;
+        // Plain byte loops and byte comparisons: queries are short, and this runs on
+        // every hit of a location with `cache_key_args`.
+        while s <= b.len() {
+            let mut e = s;
+            while e < b.len() && b[e] != b'&' {
+                e += 1;
+            }
+            if e > s {
+                let mut ne = s;
+                while ne < e && b[ne] != b'=' {
+                    ne += 1;
                 }
-                if p > start {
-                    let ne = name_end.min(p);
-                    if self.keeps_bytes(&b[start..ne]) {
-                        if n == STACK {
-                            // Many arguments: the allocating path.
-                            out.push_str(&self.apply(query));
-                            return;
-                        }
-                        kept[n] = (start as u32, p as u32, ne as u32);
-                        n += 1;
+                if self.keeps_bytes(&b[s..ne]) {
+                    if n == STACK {
+                        // Many arguments: the allocating path.
+                        out.push_str(&self.apply(query));
+                        return;
                     }
+                    kept[n] = (s as u32, e as u32, ne as u32);
+                    n += 1;
                 }
-                start = p + 1;
-                name_end = usize::MAX;
             }
-            word_at += 8;
-        }
-        if b.len() > start {
-            let ne = name_end.min(b.len());
-            if self.keeps_bytes(&b[start..ne]) {
-                if n == STACK {
-                    out.push_str(&self.apply(query));
-                    return;
-                }
-                kept[n] = (start as u32, b.len() as u32, ne as u32);
-                n += 1;
-            }
+            s = e + 1;
         }
         let kept = &mut kept[..n];
         if self.sort {
