@@ -219,6 +219,13 @@ impl HeaderMap {
             value_start: name_start + name.len(),
             value_len: value.len(),
         });
+        self.pushed(name);
+    }
+
+    /// The lookup aids for the entry just pushed, called `name`: its bit in the name
+    /// filter, and its index when it is the first `Host`.
+    #[inline(always)]
+    fn pushed(&mut self, name: &[u8]) {
         self.names |= name_bit(name);
         if self.host == 0 && is_host(name) {
             self.host = self.entries.len() as u32;
@@ -277,10 +284,7 @@ impl HeaderMap {
                     value_start,
                     value_len: h.value.len(),
                 });
-                self.names |= name_bit(h.name.as_bytes());
-                if self.host == 0 && is_host(h.name.as_bytes()) {
-                    self.host = self.entries.len() as u32;
-                }
+                self.pushed(h.name.as_bytes());
             }
             if self.entries.len() == fields.len() {
                 let live: usize = self.entries.iter().map(Entry::live).sum();
