@@ -226,28 +226,63 @@ fn build_head(
     // Copied last, so a refused request costs no allocation for its fields.
     let keep_alive = conn.persistent(version);
     let expect_continue = expect_continue && version == Version::Http11;
-    Ok(match spare {
+    let mut head = recycled(
+        spare,
+        method,
+        version,
+        body,
+        keep_alive,
+        expect_continue,
+        0,
+        0,
+    );
+    head.target.push_str(path);
+    head.headers.refill_from_parsed(buf, fields);
+    Ok(head)
+}
+
+/// `spare` (or a new box) as the head of a request with these values, its target and
+/// fields empty for the caller to fill (`fields` and `bytes`: the new map's capacity).
+/// Every field is named here, so a recycled head keeps nothing of its last request
+/// but its allocations.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn recycled(
+    spare: Option<Box<RequestHead>>,
+    method: Method,
+    version: Version,
+    body: BodyKind,
+    keep_alive: bool,
+    expect_continue: bool,
+    fields: usize,
+    bytes: usize,
+) -> Box<RequestHead> {
+    match spare {
         Some(mut head) => {
-            head.target.clear();
-            head.target.push_str(path);
-            head.headers.refill_from_parsed(buf, fields);
-            head.method = method;
-            head.version = version;
-            head.keep_alive = keep_alive;
-            head.expect_continue = expect_continue;
-            head.body = body;
+            let RequestHead {
+                method: m,
+                target,
+                version: v,
+                headers,
+                body: b,
+                keep_alive: k,
+                expect_continue: e,
+            } = &mut *head;
+            target.clear();
+            headers.clear();
+            (*m, *v, *b, *k, *e) = (method, version, body, keep_alive, expect_continue);
             head
         }
         None => Box::new(RequestHead {
             method,
-            target: path.to_owned(),
+            target: String::new(),
             version,
+            headers: HeaderMap::with_capacity(fields, bytes),
+            body,
             keep_alive,
             expect_continue,
-            headers: HeaderMap::from_parsed(buf, fields),
-            body,
         }),
-    })
+    }
 }
 
 /// The checks of a head's fields that decide its framing, shared by the HTTP/1 parser
@@ -437,22 +472,16 @@ pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
     if has_body && body == BodyKind::Empty {
         body = BodyKind::Chunked;
     }
-    let mut head = match spare {
-        Some(mut head) => {
-            head.target.clear();
-            head.headers.clear();
-            head
-        }
-        None => Box::new(RequestHead {
-            method: Method::Get,
-            target: String::new(),
-            version: Version::Http2,
-            headers: HeaderMap::with_capacity(count, bytes),
-            body: BodyKind::Empty,
-            keep_alive: true,
-            expect_continue: false,
-        }),
-    };
+    let mut head = recycled(
+        spare,
+        method,
+        Version::Http2,
+        body,
+        true,
+        false,
+        count,
+        bytes,
+    );
     head.target.push_str(target);
     let headers = &mut head.headers;
     if let Some(a) = authority {
@@ -475,11 +504,6 @@ pub fn request_from_fields<'a, I: Iterator<Item = (&'a str, &'a [u8])>>(
         }
         headers.push_raw(b"cookie", &joined);
     }
-    head.method = method;
-    head.version = Version::Http2;
-    head.body = body;
-    head.keep_alive = true;
-    head.expect_continue = false;
     Ok(head)
 }
 
