@@ -115,8 +115,9 @@ pub async fn send(
             }
         }
         RangeOutcome::Partial(ranges) => {
-            let sent = Box::pin(send_multipart(ctx, conn, ex, &entry, &meta, &ranges, age));
-            (Vec::new(), Then::Sent(sent.await?))
+            let sent = Box::pin(send_multipart(ctx, conn, ex, &entry, &meta, &ranges, age)).await?;
+            count_sent(ctx, ex, sent);
+            return Ok(());
         }
         RangeOutcome::Unsatisfiable => {
             let mut out = head_buf(ctx, &meta, 64);
@@ -125,7 +126,6 @@ pub async fn send(
         }
     };
     let sent = match body {
-        Then::Sent(n) => n,
         Then::HeadOnly => {
             conn.write_all(&out, shared.timeouts.send).await?;
             ctx.w.give_buf(out);
@@ -142,9 +142,15 @@ pub async fn send(
             None => Box::pin(send_body(ctx, conn, &entry, out, r)).await?,
         },
     };
+    count_sent(ctx, ex, sent);
+    Ok(())
+}
+
+/// A hit's body bytes sent: the exchange's (`$body_bytes_sent`) and the cache's byte
+/// counter.
+fn count_sent(ctx: &Ctx<'_>, ex: &mut Exchange, sent: u64) {
     ex.body_bytes_sent = sent;
     ctx.w.stats().cache_bytes_hit.add(sent);
-    Ok(())
 }
 
 /// What follows a hit's head.
@@ -153,8 +159,6 @@ enum Then {
     HeadOnly,
     /// These bytes of the body.
     Body(std::ops::Range<u64>),
-    /// Already sent, this many body bytes (multipart).
-    Sent(u64),
 }
 
 /// The bytes of `range` of the body when they are in memory: a RAM-tier body, or the
@@ -294,25 +298,16 @@ pub(super) async fn send_part(
 ) -> Result<u64, ExchangeError> {
     let send = ctx.shared.timeouts.send;
     let n = range.end - range.start;
-    let file = match &entry.body {
-        HitBody::Mem(body) => {
-            let part = &body[range.start as usize..range.end as usize];
-            conn.write_two(&head, part, send).await?;
-            ctx.w.give_buf(head);
-            return Ok(n);
-        }
-        HitBody::File(f) => f,
-    };
-    if let Some(part) = entry
-        .body_head
-        .as_ref()
-        .and_then(|b| b.get(range.start as usize..range.end as usize))
-    {
-        // Read with the header by the lookup (a packed small object): no other read.
+    if let Some(part) = in_memory(entry, &range) {
+        // A RAM body, or bytes the lookup read with the header (a packed small object):
+        // no read, the head and the part in one writev.
         conn.write_two(&head, part, send).await?;
         ctx.w.give_buf(head);
         return Ok(n);
     }
+    let HitBody::File(file) = &entry.body else {
+        return Err(abort(io::Error::other("range outside the RAM tier's body")));
+    };
     let off = entry.body_offset + range.start;
     let io = &ctx.w.file_io;
     if n <= INLINE_BODY {
