@@ -286,8 +286,9 @@ enum ConnectFailure {
 
 /// A connection ready for requests.
 struct Established {
-    /// Kept for the connection's life: its driver owns the UDP socket.
-    _endpoint: quinn::Endpoint,
+    /// Kept for the connection's life (its driver owns the UDP socket), and closed by
+    /// [`close_all`] at the end of a timed run.
+    endpoint: quinn::Endpoint,
     quic: quinn::Connection,
     driver: ::h3::client::Connection<h3_quinn::Connection, Bytes>,
     send: Sender,
@@ -347,7 +348,7 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
         .await
         {
             Ok(est) => {
-                OPEN.with(|o| o.borrow_mut().insert(g, est._endpoint.clone()));
+                OPEN.with(|o| o.borrow_mut().insert(g, est.endpoint.clone()));
                 est
             }
             Err(e) => {
@@ -513,7 +514,7 @@ async fn connect(
         }
     };
     Ok(Established {
-        _endpoint: endpoint,
+        endpoint,
         quic,
         driver,
         send,
