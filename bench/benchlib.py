@@ -327,8 +327,10 @@ def strace_counts(path):
 def edgeload_requests(url, requests, connections=1, timeout="300s", extra=()):
     """Sends `requests` requests to `url` with one edgeload thread over `connections`
     connections (`extra` flags before the URL); returns how many it reports answered."""
+    # The run's duration bounds it too (edgeload's default is 10 s, which a slow run
+    # under callgrind can reach first): give it the same generous bound as a request.
     cmd = [os.path.join(BIN, "edgeload"), "-t", "1", "-c", str(connections), "-T", timeout,
-           "--requests", str(requests), *extra, url]
+           "-d", timeout, "--requests", str(requests), *extra, url]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     m = re.search(r"(\d+) requests in", out)
     return int(m.group(1)) if m else requests
