@@ -26,6 +26,7 @@ mod date;
 mod encode;
 mod error;
 pub mod forwarded;
+pub mod h2;
 mod framing;
 mod head;
 mod headers;
