@@ -14,6 +14,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -79,11 +80,19 @@ def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout, ready
     out = os.path.join(work, "cg.out")
     vg = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no",
           f"--callgrind-out-file={out}.%p"] + cmd
-    p = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         cwd=work, start_new_session=True)
+    # valgrind's and the server's own output, to read when the server does not start.
+    log = open(os.path.join(work, "valgrind.log"), "wb")
+    p = subprocess.Popen(vg, stdout=log, stderr=subprocess.STDOUT, cwd=work,
+                         start_new_session=True)
+    log.close()
     try:
         if ready is None:
-            wait_port(port, start_timeout)
+            try:
+                wait_port(port, start_timeout)
+            except SystemExit:
+                with open(os.path.join(work, "valgrind.log"), errors="replace") as f:
+                    sys.stderr.write(f.read()[-3000:])
+                raise
         else:
             ready(start_timeout)
         warm()

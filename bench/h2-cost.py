@@ -208,7 +208,8 @@ def measure(bin_dir, origin_port, certs, proto, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--old", default="/tmp/base")
+    ap.add_argument("--old", default="/tmp/base",
+                    help="the old build's directory; an empty string measures --new alone")
     ap.add_argument("--new", default=BIN)
     ap.add_argument("--size", default="1k")
     ap.add_argument("--h1", action="store_true", help="also HTTP/1.1 over plain TCP")
@@ -232,7 +233,9 @@ def main():
         wait_port(origin_port, 60)
         protos = [a.only] if a.only else (["h2", "h1"] if a.h1 else ["h2"])
         for proto in protos:
-            for build, d in (("old", os.path.abspath(a.old)), ("new", os.path.abspath(a.new))):
+            builds = [("old", a.old)] if a.old else []
+            for build, d in builds + [("new", a.new)]:
+                d = os.path.abspath(d)
                 r = measure(d, origin_port, certs, proto, a)
                 results[f"{proto}-{build}"] = r
                 print(proto, build, json.dumps(r), flush=True)

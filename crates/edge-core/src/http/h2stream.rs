@@ -1,74 +1,330 @@
-//! One HTTP/2 stream (see [`super::h2`]): the request head taken from the stream's
-//! fields ([`request_head`]), the request body read from DATA frames, the response's
-//! version-neutral head sent as HEADERS ([`HeadSlot`], [`response_fields`]) and its
-//! body's bytes as DATA frames ([`StreamIo`]).
+//! The state an HTTP/2 connection shares with its streams ([`ConnState`]), and one
+//! stream as the session and the handlers see it ([`StreamIo`]): the request body read
+//! from DATA frames, the response's version-neutral head encoded straight into HEADERS
+//! from its field lines, and its body's bytes framed as DATA as the client's windows
+//! allow. Frames are written into the connection's output buffer, which the
+//! connection's task ([`super::h2`]) writes to the socket.
 
 use super::head::{BodyIn, BodyLen, HeadSlot, PendingHead};
 use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
+use edge_http::h2::{self as wire, hpack};
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// DATA payload per frame: with its 9-byte frame head, exactly one full TLS record
 /// (16 KiB), so no record carries a frame's few leftover bytes alone.
-const DATA_CHUNK: usize = 16 * 1024 - 9;
-/// Response body bytes a stream holds before its writer waits for the window.
+pub(super) const DATA_CHUNK: usize = 16 * 1024 - 9;
+/// Response body bytes a stream holds beyond what its windows let out at once (the
+/// rest of a write waits).
 const PENDING_HIGH: usize = 64 * 1024;
+/// Frames the output buffer holds before streams stop adding DATA to it (they keep
+/// what they have until it drains: a client that does not read holds at most this
+/// plus each stream's [`PENDING_HIGH`]).
+pub(super) const OUT_HIGH: usize = 256 * 1024;
 /// Most fields of a response head.
 const MAX_RESPONSE_HEADERS: usize = 64;
+/// Flow-control windows we grant the client for request bodies.
+pub(super) const STREAM_WINDOW: u32 = 256 * 1024;
+pub(super) const CONN_WINDOW: u32 = 1024 * 1024;
 
-/// The request head of a stream, checked as our HTTP/1.1 parser checks one
-/// ([`edge_http::request_from_fields`]), and its size as HTTP/1.1 lines (for
-/// `$request_length`). Err: the status to answer with.
-pub fn request_head(
-    parts: &http::request::Parts,
-    has_body: bool,
-    limits: &edge_http::Limits,
-    spare: Option<Box<edge_http::RequestHead>>,
-) -> Result<(Box<edge_http::RequestHead>, usize), u16> {
-    let Some(path) = parts.uri.path_and_query() else {
-        // CONNECT (no :path): not a proxy.
-        return Err(405);
-    };
-    // RFC 9113 8.3.1: `:path` is origin-form, or `*` for OPTIONS. Anything else (an
-    // absolute URI would name a host other than `:authority`) is malformed.
-    let p = path.as_str();
-    if !(p.starts_with('/') || (p == "*" && parts.method == http::Method::OPTIONS)) {
-        return Err(400);
+/// One stream's state, kept by the connection until both sides are done with it.
+pub(super) struct Stream {
+    pub id: u32,
+    /// What the client's window lets us send on this stream.
+    pub send_window: i64,
+    /// Request body bytes received and not yet read, and whether END_STREAM came.
+    pub recv: VecDeque<Bytes>,
+    pub recv_len: usize,
+    pub remote_end: bool,
+    /// What is left of the window we granted, and what was read since the last
+    /// WINDOW_UPDATE.
+    pub recv_window: i64,
+    pub recv_unacked: u32,
+    /// The request's content-length, and the body bytes received.
+    pub expect_len: Option<u64>,
+    pub received: u64,
+    pub reader: Option<Waker>,
+    /// Response body bytes waiting for window (or for room in the output buffer), and
+    /// whether END_STREAM follows them.
+    pub pending: BytesMut,
+    pub pending_end: bool,
+    pub writer: Option<Waker>,
+    /// END_STREAM or RST_STREAM sent: nothing more goes out on the stream.
+    pub local_end: bool,
+    /// Reset (by either side): the stream's I/O fails.
+    pub reset: bool,
+    /// The stream's [`StreamIo`] is gone.
+    pub io_gone: bool,
+}
+
+impl Stream {
+    pub fn new(id: u32, send_window: i64, remote_end: bool, expect_len: Option<u64>) -> Stream {
+        Stream {
+            id,
+            send_window,
+            recv: VecDeque::new(),
+            recv_len: 0,
+            remote_end,
+            recv_window: STREAM_WINDOW as i64,
+            recv_unacked: 0,
+            expect_len,
+            received: 0,
+            reader: None,
+            pending: BytesMut::new(),
+            pending_end: false,
+            writer: None,
+            local_end: false,
+            reset: false,
+            io_gone: false,
+        }
     }
-    let authority = parts.uri.authority().map(|a| a.as_str());
-    let fields = || {
-        parts
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_bytes()))
-    };
-    let head = edge_http::request_from_fields(
-        parts.method.as_str(),
-        p,
-        authority,
-        fields,
-        has_body,
-        limits,
-        spare,
-    )
-    .map_err(|e| e.status())?;
-    let len = parts.method.as_str().len()
-        + p.len()
-        + 13
-        + authority.map_or(0, |a| a.len() + 8)
-        + fields().map(|(n, v)| n.len() + v.len() + 4).sum::<usize>();
-    Ok((head, len))
+
+    fn wake_all(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+        if let Some(w) = self.writer.take() {
+            w.wake();
+        }
+    }
+}
+
+/// The connection's protocol state that its streams write into.
+pub(super) struct Inner {
+    /// Frames to write.
+    pub out: Vec<u8>,
+    pub enc: hpack::Encoder,
+    pub streams: Vec<Stream>,
+    /// What the client's connection window lets us send.
+    pub conn_send: i64,
+    /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
+    pub peer_window: i64,
+    pub peer_frame: usize,
+    /// What is left of the connection window we granted, and the request body bytes
+    /// read (or dropped) since the last connection WINDOW_UPDATE.
+    pub conn_recv: i64,
+    pub conn_recv_unacked: u32,
+    /// Some stream has response bytes pending.
+    pub blocked: bool,
+    /// The connection is gone: every stream operation fails.
+    pub dead: bool,
+    /// The connection's task, to wake when frames were queued.
+    pub waker: Option<Waker>,
+}
+
+impl Inner {
+    pub fn new() -> Inner {
+        Inner {
+            out: Vec::new(),
+            enc: hpack::Encoder::new(),
+            streams: Vec::new(),
+            conn_send: wire::DEFAULT_WINDOW,
+            peer_window: wire::DEFAULT_WINDOW,
+            peer_frame: wire::DEFAULT_MAX_FRAME,
+            conn_recv: wire::DEFAULT_WINDOW,
+            conn_recv_unacked: 0,
+            blocked: false,
+            dead: false,
+            waker: None,
+        }
+    }
+
+    pub fn find(&self, id: u32) -> Option<usize> {
+        self.streams.iter().position(|s| s.id == id)
+    }
+
+    pub fn wake_conn(&mut self) {
+        if let Some(w) = &self.waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Room for DATA in the output buffer.
+    fn out_room(&self) -> usize {
+        OUT_HIGH.saturating_sub(self.out.len())
+    }
+
+    /// Frames up to `data.len()` bytes of stream `i`'s body as the windows and the
+    /// output buffer allow, END_STREAM on the last frame when `end` and all of it
+    /// went; returns how many bytes went.
+    fn frame_data(&mut self, i: usize, data: &[u8], end: bool) -> usize {
+        let s = &self.streams[i];
+        let can = s
+            .send_window
+            .min(self.conn_send)
+            .clamp(0, i64::MAX) as usize;
+        let n = data.len().min(can).min(self.out_room());
+        let chunk = DATA_CHUNK.min(self.peer_frame);
+        let mut sent = 0;
+        while sent < n {
+            let k = (n - sent).min(chunk);
+            let last = sent + k == data.len();
+            let flags = if last && end { wire::END_STREAM } else { 0 };
+            wire::put_head(&mut self.out, k, wire::DATA, flags, s.id);
+            self.out.extend_from_slice(&data[sent..sent + k]);
+            sent += k;
+        }
+        if n == data.len() && end && n == 0 {
+            wire::put_head(&mut self.out, 0, wire::DATA, wire::END_STREAM, s.id);
+        }
+        let s = &mut self.streams[i];
+        s.send_window -= n as i64;
+        self.conn_send -= n as i64;
+        if n == data.len() && end {
+            s.local_end = true;
+        }
+        n
+    }
+
+    /// Moves pending response bytes into DATA frames as the windows and the output
+    /// buffer allow (after a WINDOW_UPDATE, a SETTINGS, or a drained buffer), and
+    /// wakes the streams' writers.
+    pub fn pump(&mut self) {
+        if !self.blocked {
+            return;
+        }
+        let mut still = false;
+        let mut i = 0;
+        while i < self.streams.len() {
+            let s = &mut self.streams[i];
+            if s.pending.is_empty() && !s.pending_end {
+                i += 1;
+                continue;
+            }
+            let data = std::mem::take(&mut s.pending);
+            let end = s.pending_end;
+            let n = self.frame_data(i, &data, end);
+            let s = &mut self.streams[i];
+            if n < data.len() {
+                let mut rest = data;
+                let _ = rest.split_to(n);
+                s.pending = rest;
+                still = true;
+            } else {
+                s.pending_end = false;
+            }
+            if let Some(w) = s.writer.take() {
+                w.wake();
+            }
+            if !self.reap(i) {
+                i += 1;
+            }
+        }
+        self.blocked = still;
+    }
+
+    /// Whether frames wait to be written, or response bytes wait for window.
+    pub fn sending(&self) -> bool {
+        !self.out.is_empty() || self.blocked
+    }
+
+    /// Resets stream `i` with `code` (a stream error, or our own end of it).
+    pub fn reset_stream(&mut self, i: usize, code: u32) {
+        let s = &mut self.streams[i];
+        if !s.local_end {
+            wire::put_rst(&mut self.out, s.id, code);
+        }
+        let s = &mut self.streams[i];
+        s.local_end = true;
+        s.reset = true;
+        s.pending = BytesMut::new();
+        s.pending_end = false;
+        s.wake_all();
+        self.drop_recv(i);
+        self.reap(i);
+    }
+
+    /// Gives back the connection window of request body bytes stream `i` will never
+    /// read.
+    fn drop_recv(&mut self, i: usize) {
+        let s = &mut self.streams[i];
+        let n = s.recv_len;
+        s.recv.clear();
+        s.recv_len = 0;
+        self.release_conn(n);
+    }
+
+    /// Request body bytes read or dropped: the connection's window grows again once
+    /// half of it was used.
+    pub fn release_conn(&mut self, n: usize) {
+        self.conn_recv_unacked += n as u32;
+        if self.conn_recv_unacked >= CONN_WINDOW / 2 {
+            wire::put_window_update(&mut self.out, 0, self.conn_recv_unacked);
+            self.conn_recv += self.conn_recv_unacked as i64;
+            self.conn_recv_unacked = 0;
+        }
+    }
+
+    /// Removes stream `i` once nothing more can happen on it: its I/O is gone and its
+    /// response is ended (or it was reset). A request body still coming is stopped with
+    /// RST_STREAM NO_ERROR (RFC 9113 8.1). True if removed.
+    pub fn reap(&mut self, i: usize) -> bool {
+        let s = &self.streams[i];
+        if !(s.io_gone && s.local_end && s.pending.is_empty()) {
+            return false;
+        }
+        if !s.remote_end && !s.reset {
+            wire::put_rst(&mut self.out, s.id, wire::NO_ERROR);
+        }
+        self.drop_recv(i);
+        self.streams.swap_remove(i);
+        true
+    }
+
+    /// Writes a response head as HEADERS (and CONTINUATION when it is larger than the
+    /// client's frame size): `:status`, then the head's field lines, each encoded as it
+    /// is (no intermediate map; connection-specific fields left out).
+    pub(super) fn headers(&mut self, id: u32, p: &PendingHead, end: bool) -> io::Result<()> {
+        let start = self.out.len();
+        self.out.extend_from_slice(&[0; 9]);
+        self.enc.status(&mut self.out, p.status);
+        let mut lines = edge_http::FieldLines::new(&p.fields, MAX_RESPONSE_HEADERS);
+        for (name, value) in lines.by_ref() {
+            self.enc.field(&mut self.out, name, value);
+        }
+        if lines.overflowed() {
+            // The encoder's table took some fields: the connection cannot go on
+            // consistently without sending this block; it is sent, then the stream
+            // reset by the caller.
+            self.finish_headers(start, id, end);
+            return Err(broken("response head has too many fields"));
+        }
+        self.finish_headers(start, id, end);
+        Ok(())
+    }
+
+    fn finish_headers(&mut self, start: usize, id: u32, end: bool) {
+        let len = self.out.len() - start - 9;
+        let flags = if end { wire::END_STREAM } else { 0 };
+        if len <= self.peer_frame {
+            let mut head = Vec::with_capacity(9);
+            wire::put_head(&mut head, len, wire::HEADERS, flags | wire::END_HEADERS, id);
+            self.out[start..start + 9].copy_from_slice(&head);
+            return;
+        }
+        let block = self.out.split_off(start + 9);
+        self.out.truncate(start);
+        let mut chunks = block.chunks(self.peer_frame).peekable();
+        let mut ty = wire::HEADERS;
+        let mut fl = flags;
+        while let Some(c) = chunks.next() {
+            let last = chunks.peek().is_none();
+            let f = if last { fl | wire::END_HEADERS } else { fl };
+            wire::put_frame(&mut self.out, ty, f, id, c);
+            ty = wire::CONTINUATION;
+            fl = 0;
+        }
+    }
 }
 
 /// The per-connection state its stream tasks share.
-#[derive(Default)]
 pub struct ConnState {
+    pub(super) inner: RefCell<Inner>,
     /// Stream tasks running.
     pub active: Cell<usize>,
     pub streams: Cell<u64>,
@@ -76,15 +332,10 @@ pub struct ConnState {
     /// Client resets not yet added to the worker's `client_resets` counter (each
     /// stream task adds them when it ends).
     pub resets_unreported: Cell<u64>,
-    pub slot_free: tokio::sync::Notify,
-    /// Response field names seen on this connection, and what they are.
-    names: NameMemo,
     /// Stream runners waiting for a stream (see `h2::run_streams`).
     pub(super) idle_runners: RefCell<Vec<Rc<RunnerSlot>>>,
     /// The connection is over: runners end after their stream.
     pub(super) closed: Cell<bool>,
-    /// The connection's task, waiting for its last open stream to end.
-    all_done: RefCell<Option<Waker>>,
     /// The connection's client address ([`super::Conn::client`]), when not its peer.
     pub client: Cell<Option<std::net::SocketAddr>>,
     /// The connection's `limit_conn` counts: an HTTP/2 connection counts once, for
@@ -92,26 +343,37 @@ pub struct ConnState {
     pub held: crate::limit::Held,
 }
 
-impl ConnState {
-    /// Ready once no stream is open.
-    pub(super) fn poll_all_done(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.active.get() == 0 {
-            return Poll::Ready(());
-        }
-        *self.all_done.borrow_mut() = Some(cx.waker().clone());
-        Poll::Pending
-    }
-
-    /// The last open stream has ended.
-    pub(super) fn wake_connection(&self) {
-        if let Some(w) = self.all_done.borrow_mut().take() {
-            w.wake();
+impl Default for ConnState {
+    fn default() -> Self {
+        ConnState {
+            inner: RefCell::new(Inner::new()),
+            active: Cell::new(0),
+            streams: Cell::new(0),
+            client_resets: Cell::new(0),
+            resets_unreported: Cell::new(0),
+            idle_runners: RefCell::default(),
+            closed: Cell::new(false),
+            client: Cell::new(None),
+            held: Default::default(),
         }
     }
 }
 
-/// A stream's request and the handle its response goes out by.
-pub type Job = (http::Request<RecvStream>, SendResponse<Bytes>);
+impl ConnState {
+    /// A stream task ended: the connection recomputes what it waits for.
+    pub(super) fn stream_done(&self) {
+        let now = self.active.get() - 1;
+        self.active.set(now);
+        // The last one, or a runner free again after all were busy (the connection
+        // reads no frames then).
+        if now == 0 || now + 1 >= super::h2::MAX_CONCURRENT_STREAMS as usize {
+            self.inner.borrow_mut().wake_conn();
+        }
+    }
+}
+
+/// A stream's request head, its size as HTTP/1.1 lines, and its I/O.
+pub type Job = (Box<edge_http::RequestHead>, usize, StreamIo);
 
 /// Where an idle runner waits for its next stream.
 #[derive(Default)]
@@ -150,69 +412,45 @@ impl RunnerSlot {
     }
 }
 
-/// Where the response of a stream stands.
-enum Tx {
-    /// No head yet.
-    Head(SendResponse<Bytes>),
-    /// Head sent; body frames go here.
-    Body(SendStream<Bytes>),
-    /// END_STREAM or RST_STREAM sent.
-    Done,
-}
-
 /// One stream as the session and the handlers see it: the request body read from DATA
 /// frames, the response head taken from its [`HeadSlot`] and sent as HEADERS, the
 /// response body's bytes (no framing of any kind) written as DATA frames.
 pub struct StreamIo {
-    /// The request body still to read (None: none, or all read).
-    recv: Option<RecvStream>,
-    /// The receiving half once it carries no body (none, or all read): it tells
-    /// whether the client reset the stream (the sending half cannot).
-    recv_done: Option<RecvStream>,
+    state: Rc<ConnState>,
+    id: u32,
+    /// The request has a body still to read.
+    body_left: bool,
     /// The request body as the session's decoder reads it.
     body_in: BodyIn,
-    tx: Tx,
     /// Where the exchange leaves the response head.
     slot: Rc<HeadSlot>,
+    head_sent: bool,
     /// Body bytes still to come when the head gave the length (None: until the end).
     left: Option<u64>,
-    /// Body bytes not yet sent.
-    out: BytesMut,
-    /// The response body is complete (END_STREAM goes with the last of `out`).
+    /// The response body is complete.
     out_done: bool,
+    /// The response is over (sent whole, or reset).
     ended: bool,
-    state: Rc<ConnState>,
-    /// The client reset this stream (counted once).
-    reset_seen: bool,
+}
+
+pub(super) fn broken(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, format!("HTTP/2 stream: {e}"))
 }
 
 impl StreamIo {
-    /// A stream's I/O: `recv` is the stream's receiving half, `has_body` whether the
-    /// request has a body, presented chunked when `chunked_in`.
-    pub fn new(
-        recv: RecvStream,
-        has_body: bool,
-        chunked_in: bool,
-        respond: SendResponse<Bytes>,
-        state: Rc<ConnState>,
-    ) -> StreamIo {
-        let (recv, recv_done) = if has_body {
-            (Some(recv), None)
-        } else {
-            (None, Some(recv))
-        };
+    /// The I/O of stream `id` (already in the connection's table): `has_body` whether
+    /// the request has a body, presented chunked when `chunked_in`.
+    pub(super) fn new(state: Rc<ConnState>, id: u32, has_body: bool, chunked_in: bool) -> StreamIo {
         StreamIo {
-            recv,
-            recv_done,
+            state,
+            id,
+            body_left: has_body,
             body_in: BodyIn::new(chunked_in),
-            tx: Tx::Head(respond),
             slot: Rc::default(),
+            head_sent: false,
             left: None,
-            out: BytesMut::new(),
             out_done: false,
             ended: false,
-            state,
-            reset_seen: false,
         }
     }
 
@@ -220,77 +458,40 @@ impl StreamIo {
     pub fn head_slot(&self) -> Rc<HeadSlot> {
         self.slot.clone()
     }
-}
 
-fn broken(e: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, format!("HTTP/2 stream: {e}"))
-}
-
-impl StreamIo {
     /// The `limit_conn` counts of the stream's connection.
     pub fn held(&self) -> &crate::limit::Held {
         &self.state.held
     }
 
-    /// Notes an error of the stream; a reset by the client counts towards the
-    /// connection's rapid-reset tally.
-    fn failed(&mut self, e: h2::Error) -> io::Error {
-        let by_client = e.is_remote() && e.is_reset();
-        self.closed_under(by_client);
-        broken(e)
+    /// Whether the stream was reset (by the client, or on an error) or the connection
+    /// is gone.
+    pub fn is_reset(&self) -> bool {
+        let inner = self.state.inner.borrow();
+        inner.dead || inner.find(self.id).is_none_or(|i| inner.streams[i].reset)
     }
 
-    /// The stream ended before its response was complete (an error of the `h2` crate,
-    /// or no more send capacity): counts it if the client reset it. Sending on a reset
-    /// stream fails with a user error that does not say who reset it, so the
-    /// receiving half, which does, is asked.
-    fn closed_under(&mut self, by_client: bool) {
-        if !self.reset_seen && (by_client || self.reset_by_client()) {
-            self.reset_seen = true;
-            let s = &self.state;
-            s.client_resets.set(s.client_resets.get() + 1);
-            s.resets_unreported.set(s.resets_unreported.get() + 1);
+    /// The stream's index, or the error for a stream that is gone or reset.
+    fn index(&self, inner: &Inner) -> io::Result<usize> {
+        if inner.dead {
+            return Err(broken("connection closed"));
         }
-        self.ended = true;
-        self.tx = Tx::Done;
-    }
-
-    /// Whether the client reset the stream. Its receiving half ends with the reset
-    /// and says who sent it (after any body data still queued, dropped: the stream is
-    /// dead). Once the request was received whole (END_STREAM) that half ends cleanly
-    /// even when a reset follows, and in `h2` 0.4 only a reset received from the
-    /// client closes a stream that way: then the sending half has its reason.
-    fn reset_by_client(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        if let Some(r) = self.recv.as_mut().or(self.recv_done.as_mut()) {
-            loop {
-                match r.poll_data(&mut cx) {
-                    Poll::Ready(Some(Ok(data))) => {
-                        let _ = r.flow_control().release_capacity(data.len());
-                    }
-                    Poll::Ready(Some(Err(e))) => return e.is_remote() && e.is_reset(),
-                    Poll::Ready(None) => break,
-                    // The request is still open: not reset.
-                    Poll::Pending => return false,
-                }
-            }
+        match inner.find(self.id) {
+            Some(i) if !inner.streams[i].reset => Ok(i),
+            _ => Err(broken("stream reset")),
         }
-        let reset = match &mut self.tx {
-            Tx::Head(r) => r.poll_reset(&mut cx),
-            Tx::Body(s) => s.poll_reset(&mut cx),
-            Tx::Done => return false,
-        };
-        matches!(reset, Poll::Ready(Ok(_)))
     }
 
     /// Resets the stream: the response cannot be completed.
     pub fn reset(&mut self) {
-        match std::mem::replace(&mut self.tx, Tx::Done) {
-            Tx::Head(mut r) => r.send_reset(Reason::INTERNAL_ERROR),
-            Tx::Body(mut s) => s.send_reset(Reason::INTERNAL_ERROR),
-            Tx::Done => {}
-        }
         self.ended = true;
+        let mut inner = self.state.inner.borrow_mut();
+        if let Some(i) = inner.find(self.id) {
+            if !inner.streams[i].local_end {
+                inner.reset_stream(i, wire::INTERNAL_ERROR);
+                inner.wake_conn();
+            }
+        }
     }
 
     /// Answers `status` with no body: a request refused before it became an exchange.
@@ -302,7 +503,7 @@ impl StreamIo {
     /// Sends the response head the exchange left in the slot, if it has not gone out
     /// yet.
     pub fn start(&mut self) -> io::Result<()> {
-        if !matches!(self.tx, Tx::Head(_)) {
+        if self.head_sent {
             return Ok(());
         }
         let Some(p) = self.slot.take() else {
@@ -311,127 +512,130 @@ impl StreamIo {
         self.send_head(p)
     }
 
-    /// The response head goes out as HEADERS: its field lines become the fields
-    /// (values are slices of the lines, no copy; connection-specific fields dropped).
     fn send_head(&mut self, p: PendingHead) -> io::Result<()> {
-        let status = http::StatusCode::from_u16(p.status).map_err(broken)?;
-        let fields = response_fields(&p.fields, &self.state.names)?;
         let mut len = p.body;
         if p.head || matches!(p.status, 204 | 304) {
             len = BodyLen::None;
         }
         let end = matches!(len, BodyLen::None | BodyLen::Known(0));
-        let mut resp = http::Response::new(());
-        *resp.status_mut() = status;
-        *resp.headers_mut() = fields;
-        let Tx::Head(mut r) = std::mem::replace(&mut self.tx, Tx::Done) else {
-            return Err(broken("response head sent twice"));
-        };
-        match r.send_response(resp, end) {
-            Ok(s) if !end => {
-                self.tx = Tx::Body(s);
-                self.left = match len {
-                    BodyLen::Known(n) => Some(n),
-                    _ => None,
-                };
-            }
-            Ok(_) => self.ended = true,
-            Err(e) => {
-                // Put back for `failed` to ask whether the client reset the stream.
-                self.tx = Tx::Head(r);
-                return Err(self.failed(e));
-            }
+        let mut inner = self.state.inner.borrow_mut();
+        let i = self.index(&inner)?;
+        self.head_sent = true;
+        let r = inner.headers(self.id, &p, end);
+        inner.wake_conn();
+        if let Err(e) = r {
+            inner.reset_stream(i, wire::INTERNAL_ERROR);
+            self.ended = true;
+            return Err(e);
+        }
+        if end {
+            inner.streams[i].local_end = true;
+            self.ended = true;
+            self.out_done = true;
+        } else {
+            self.left = match len {
+                BodyLen::Known(n) => Some(n),
+                _ => None,
+            };
         }
         Ok(())
     }
 
-    /// Sends queued body bytes as the window allows; Ready once `out` is empty (and
-    /// the stream ended, if the body is complete).
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        loop {
-            let pending = self.out.len();
-            let Tx::Body(s) = &mut self.tx else {
-                return Poll::Ready(Ok(()));
-            };
-            if pending == 0 {
-                if self.out_done {
-                    if let Err(e) = s.send_data(Bytes::new(), true) {
-                        return Poll::Ready(Err(self.failed(e)));
-                    }
-                    self.ended = true;
-                    self.tx = Tx::Done;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            // Capacity already assigned is used first: `poll_capacity` only reports an
-            // increase, so asking it while some is left would wait for nothing.
-            let left = s.capacity();
-            let cap = if left > 0 {
-                left
-            } else {
-                s.reserve_capacity(pending);
-                match s.poll_capacity(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(None) => {
-                        // Reset (by the client, or by the h2 crate), or the connection
-                        // is gone.
-                        self.closed_under(false);
-                        return Poll::Ready(Err(broken("stream closed")));
-                    }
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(self.failed(e))),
-                    Poll::Ready(Some(Ok(0))) => return Poll::Pending,
-                    Poll::Ready(Some(Ok(n))) => n,
-                }
-            };
-            let n = cap.min(self.out.len()).min(DATA_CHUNK);
-            let chunk = self.out.split_to(n).freeze();
-            let end = self.out.is_empty() && self.out_done;
-            if let Err(e) = s.send_data(chunk, end) {
-                return Poll::Ready(Err(self.failed(e)));
-            }
-            if end {
-                self.ended = true;
-                self.tx = Tx::Done;
-                return Poll::Ready(Ok(()));
-            }
-        }
-    }
-
-    /// Takes body bytes (the body itself: HTTP/2 frames it) and queues them, then sends
-    /// what the window allows. Bytes past a body of known length belong to no
-    /// response: they are taken and dropped.
+    /// Takes body bytes (the body itself: HTTP/2 frames it): as many as the windows
+    /// allow go out as DATA now, the rest (up to [`PENDING_HIGH`]) waits in the
+    /// stream. Bytes past a body of known length belong to no response: they are taken
+    /// and dropped.
     fn write_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.out.len() >= PENDING_HIGH {
-            ready!(self.poll_drain(cx))?;
-        }
         if self.out_done {
             return Poll::Ready(Ok(buf.len()));
         }
-        let mut n = buf.len().min(PENDING_HIGH.saturating_sub(self.out.len()));
-        let mut used = n;
+        let mut n = buf.len();
+        let mut end = false;
         if let Some(left) = self.left {
             if n as u64 >= left {
                 n = left as usize;
-                used = buf.len();
-                self.out_done = true;
+                end = true;
             }
-            self.left = Some(left - n as u64);
         }
-        self.out.extend_from_slice(&buf[..n]);
-        // Send what the window allows now; the rest goes on the next write or flush.
-        if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
-            return Poll::Ready(Err(e));
+        let mut inner = self.state.inner.borrow_mut();
+        let i = self.index(&inner)?;
+        let mut took = 0;
+        if inner.streams[i].pending.is_empty() {
+            took = inner.frame_data(i, &buf[..n], end);
+            if took > 0 {
+                inner.wake_conn();
+            }
         }
-        if used == 0 {
-            // No room (cannot happen: a full queue was drained above): wait for the
-            // window rather than report a zero-length write.
-            return match self.poll_drain(cx) {
-                Poll::Ready(Ok(())) => Poll::Ready(Err(broken("response body stalled"))),
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            };
+        let room = PENDING_HIGH.saturating_sub(inner.streams[i].pending.len());
+        let more = (n - took).min(room);
+        if more > 0 {
+            let s = &mut inner.streams[i];
+            s.pending.extend_from_slice(&buf[took..took + more]);
+            took += more;
+            if end && took == n {
+                s.pending_end = true;
+            }
+            inner.blocked = true;
         }
-        Poll::Ready(Ok(used))
+        if took == 0 {
+            inner.streams[i].writer = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        if let Some(left) = &mut self.left {
+            *left -= took as u64;
+        }
+        if end && took == n {
+            self.out_done = true;
+            if inner.streams[i].local_end {
+                self.ended = true;
+            }
+            // Bytes past the known length are taken (and dropped) with the last.
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Poll::Ready(Ok(took))
+    }
+
+    /// Ready once the stream holds no response bytes (they are in the connection's
+    /// output buffer).
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.ended && self.head_sent {
+            return Poll::Ready(Ok(()));
+        }
+        let mut inner = self.state.inner.borrow_mut();
+        let i = self.index(&inner)?;
+        let s = &mut inner.streams[i];
+        if s.pending.is_empty() && !s.pending_end {
+            if s.local_end {
+                self.ended = true;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        s.writer = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Whether the body written so far is the whole body: all of its known length, or
+    /// it runs until the end of the response.
+    fn body_complete(&self) -> bool {
+        self.out_done || self.left.is_none()
+    }
+
+    /// Ends the response body (END_STREAM after what is pending).
+    fn finish(&mut self) -> io::Result<()> {
+        self.out_done = true;
+        let mut inner = self.state.inner.borrow_mut();
+        let i = self.index(&inner)?;
+        if inner.streams[i].local_end {
+            return Ok(());
+        }
+        if inner.streams[i].pending.is_empty() {
+            inner.frame_data(i, &[], true);
+            inner.wake_conn();
+        } else {
+            inner.streams[i].pending_end = true;
+            inner.blocked = true;
+        }
+        Ok(())
     }
 }
 
@@ -451,23 +655,36 @@ impl AsyncRead for StreamIo {
             if this.body_in.read_into(buf) {
                 return Poll::Ready(Ok(()));
             }
-            let Some(r) = this.recv.as_mut() else {
+            if !this.body_left {
                 if this.body_in.end() {
                     continue;
                 }
                 return Poll::Ready(Ok(()));
-            };
-            match ready!(r.poll_data(cx)) {
-                None => this.recv_done = this.recv.take(),
-                Some(Err(e)) => return Poll::Ready(Err(this.failed(e))),
-                Some(Ok(data)) => {
-                    let _ = r.flow_control().release_capacity(data.len());
-                    if data.is_empty() {
-                        continue;
-                    }
-                    this.body_in.push(data);
-                }
             }
+            let mut inner = this.state.inner.borrow_mut();
+            let i = this.index(&inner)?;
+            let s = &mut inner.streams[i];
+            if let Some(data) = s.recv.pop_front() {
+                let n = data.len();
+                s.recv_len -= n;
+                s.recv_unacked += n as u32;
+                if s.recv_unacked >= STREAM_WINDOW / 2 && !s.remote_end {
+                    let (id, k) = (s.id, s.recv_unacked);
+                    s.recv_unacked = 0;
+                    s.recv_window += k as i64;
+                    wire::put_window_update(&mut inner.out, id, k);
+                }
+                inner.release_conn(n);
+                inner.wake_conn();
+                this.body_in.push(data);
+                continue;
+            }
+            if s.remote_end {
+                this.body_left = false;
+                continue;
+            }
+            s.reader = Some(cx.waker().clone());
+            return Poll::Pending;
         }
     }
 }
@@ -483,16 +700,21 @@ impl AsyncWrite for StreamIo {
             return Poll::Ready(Ok(0));
         }
         this.start()?;
-        match this.tx {
-            Tx::Head(_) => Poll::Ready(Err(broken("body without a head"))),
-            Tx::Body(_) => this.write_body(cx, buf),
-            Tx::Done => Poll::Ready(Err(broken("response already complete"))),
+        if !this.head_sent {
+            return Poll::Ready(Err(broken("body without a head")));
         }
+        if this.ended {
+            return Poll::Ready(Err(broken("response already complete")));
+        }
+        this.write_body(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.start()?;
+        if !this.head_sent {
+            return Poll::Ready(Ok(()));
+        }
         this.poll_drain(cx)
     }
 
@@ -500,313 +722,51 @@ impl AsyncWrite for StreamIo {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.start()?;
-        match this.tx {
-            Tx::Head(_) => {
-                this.reset();
-                Poll::Ready(Ok(()))
-            }
-            Tx::Body(_) => {
-                if !this.body_complete() {
-                    // A body of known length cut short: the client must not take it
-                    // for a whole response.
-                    this.reset();
-                    return Poll::Ready(Ok(()));
-                }
-                this.out_done = true;
-                this.poll_drain(cx)
-            }
-            Tx::Done => Poll::Ready(Ok(())),
+        if !this.head_sent {
+            this.reset();
+            return Poll::Ready(Ok(()));
         }
-    }
-}
-
-impl StreamIo {
-    /// Whether the body written so far is the whole body: all of its known length, or
-    /// it runs until the end of the response.
-    fn body_complete(&self) -> bool {
-        self.out_done || self.left.is_none()
+        if this.ended {
+            return Poll::Ready(Ok(()));
+        }
+        if !this.body_complete() {
+            // A body of known length cut short: the client must not take it for a
+            // whole response.
+            this.reset();
+            return Poll::Ready(Ok(()));
+        }
+        this.finish()?;
+        this.poll_drain(cx)
     }
 }
 
 impl Drop for StreamIo {
     fn drop(&mut self) {
-        if self.ended {
+        let mut inner = self.state.inner.borrow_mut();
+        let Some(i) = inner.find(self.id) else {
             return;
-        }
-        match std::mem::replace(&mut self.tx, Tx::Done) {
-            Tx::Head(mut r) => r.send_reset(Reason::INTERNAL_ERROR),
-            Tx::Body(mut s) => {
-                if self.body_complete() {
-                    // What is left goes out (the h2 crate queues it past the window,
-                    // within max_send_buffer_size), then END_STREAM.
-                    let rest = std::mem::take(&mut self.out).freeze();
-                    if s.send_data(rest, true).is_err() {
-                        s.send_reset(Reason::INTERNAL_ERROR);
-                    }
+        };
+        let s = &inner.streams[i];
+        if !s.local_end && !s.pending_end {
+            if self.head_sent && self.body_complete() && !inner.dead {
+                // What is pending goes out as the window opens, then END_STREAM.
+                if inner.streams[i].pending.is_empty() {
+                    inner.frame_data(i, &[], true);
                 } else {
-                    s.send_reset(Reason::INTERNAL_ERROR);
+                    inner.streams[i].pending_end = true;
+                    inner.blocked = true;
                 }
+            } else {
+                inner.reset_stream(i, wire::INTERNAL_ERROR);
             }
-            Tx::Done => {}
         }
-    }
-}
-
-/// The fields HEADERS carries for a response head's field lines `block`: valid names
-/// only, connection-specific fields dropped (HTTP/2 frames the body itself), values
-/// slices of `block`. `memo` is the connection's memo of field names. At most
-/// [`MAX_RESPONSE_HEADERS`] lines (the fuzz target `h2_response_head` drives it).
-pub fn response_fields(block: &Bytes, memo: &NameMemo) -> io::Result<http::HeaderMap> {
-    let mut fields = http::HeaderMap::with_capacity(16);
-    let mut memo = memo.cursor();
-    let mut lines = edge_http::FieldLines::new(block, MAX_RESPONSE_HEADERS);
-    for (name, value) in lines.by_ref() {
-        // A name that is not a valid field name is left out, as before HTTP/2.
-        let Some(Name::Field(name, churns)) = memo.lookup(name) else {
-            continue;
-        };
-        let Ok(mut v) = http::HeaderValue::from_maybe_shared(block.slice_ref(value)) else {
-            continue;
-        };
-        if churns {
-            v.set_sensitive(true);
+        // (reset_stream may have removed it already.)
+        if let Some(i) = inner.find(self.id) {
+            inner.streams[i].io_gone = true;
+            inner.streams[i].reader = None;
+            inner.streams[i].writer = None;
+            inner.reap(i);
         }
-        fields.append(name, v);
-    }
-    if lines.overflowed() {
-        return Err(broken("response head has too many fields"));
-    }
-    Ok(fields)
-}
-
-/// What a response field name is to HTTP/2.
-#[derive(Clone)]
-enum Name {
-    /// Connection-specific (framing included): not sent.
-    Hop,
-    /// Sent; `true` when its values churn (see [`churns_hpack`]).
-    Field(http::HeaderName, bool),
-}
-
-impl Name {
-    fn of(raw: &[u8]) -> Option<Name> {
-        let name = http::HeaderName::from_bytes(raw).ok()?;
-        Some(match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "upgrade" | "transfer-encoding" => {
-                Name::Hop
-            }
-            n => Name::Field(name.clone(), churns_hpack(n)),
-        })
-    }
-}
-
-/// Field names of one connection's responses, as written (case and all), with what
-/// they are: the responses of a connection repeat the same names in the same order,
-/// so each is validated, lowercased and classified once, not once per response.
-#[derive(Default)]
-pub struct NameMemo {
-    seen: RefCell<Vec<(Box<[u8]>, Name)>>,
-}
-
-/// Names remembered per connection (past it, new names are classified every time),
-/// and the longest remembered (an origin's odd long names are not kept: at most 4 KiB
-/// per connection).
-const MEMO_NAMES: usize = 64;
-const MEMO_NAME_LEN: usize = 64;
-
-impl NameMemo {
-    fn cursor(&self) -> MemoCursor<'_> {
-        MemoCursor {
-            memo: self,
-            next: 0,
-        }
-    }
-}
-
-/// Looks names up in a [`NameMemo`], trying first the one after the last found.
-struct MemoCursor<'a> {
-    memo: &'a NameMemo,
-    next: usize,
-}
-
-impl MemoCursor<'_> {
-    fn lookup(&mut self, raw: &[u8]) -> Option<Name> {
-        let mut seen = self.memo.seen.borrow_mut();
-        let hit = match seen.get(self.next) {
-            Some((n, _)) if **n == *raw => Some(self.next),
-            _ => seen.iter().position(|(n, _)| **n == *raw),
-        };
-        if let Some(i) = hit {
-            self.next = i + 1;
-            return Some(seen[i].1.clone());
-        }
-        let name = Name::of(raw)?;
-        if seen.len() < MEMO_NAMES && raw.len() <= MEMO_NAME_LEN {
-            seen.push((raw.into(), name.clone()));
-            self.next = seen.len();
-        }
-        Some(name)
-    }
-}
-
-/// Response fields whose values change from one response to the next (per object):
-/// entering them in the connection's HPACK dynamic table would evict the fields that do
-/// repeat (server, content-type, cache-control, x-cache-status) for entries that are
-/// rarely used again, and cost a table search and insert per response. They are sent
-/// as literals that are never indexed instead (3-5% less CPU per 1 KiB HTTP/2 hit,
-/// `edgebench tls` h2-1k, A/B twice). `content-length` is not among them: objects of
-/// one size repeat it; nor is `date`, the same for every response of a second: indexed,
-/// it is one byte instead of a Huffman-coded literal each time.
-fn churns_hpack(name: &str) -> bool {
-    const CHURN: [&str; 6] = [
-        "age",
-        "etag",
-        "last-modified",
-        "expires",
-        "cache-status",
-        "x-checksum",
-    ];
-    CHURN.iter().any(|c| name.eq_ignore_ascii_case(c))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head_of(req: http::Request<()>, has_body: bool) -> Result<edge_http::RequestHead, u16> {
-        let (parts, ()) = req.into_parts();
-        request_head(&parts, has_body, &edge_http::Limits::default(), None).map(|(h, _)| *h)
-    }
-
-    /// Per-response values stay out of the HPACK table; fields that repeat go in.
-    #[test]
-    fn only_churning_fields_skip_the_hpack_table() {
-        for n in ["age", "ETag", "x-checksum", "cache-status", "last-modified"] {
-            assert!(churns_hpack(n), "{n}");
-        }
-        for n in [
-            "server",
-            "content-type",
-            "content-length",
-            "cache-control",
-            "x-cache-status",
-            "date",
-        ] {
-            assert!(!churns_hpack(n), "{n}");
-        }
-    }
-
-    fn fields(block: &str, memo: &NameMemo) -> io::Result<http::HeaderMap> {
-        response_fields(&Bytes::copy_from_slice(block.as_bytes()), memo)
-    }
-
-    #[test]
-    fn field_lines_become_header_maps() {
-        let memo = NameMemo::default();
-        let block = "Server: edgecache\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\
-                    Keep-Alive: timeout=5\r\nX-Cache-Status: HIT\r\nContent-Length:  1024 \r\n\
-                    Transfer-Encoding: chunked\r\nBad Name: dropped\r\nno colon\r\n\
-                    set-cookie: a\r\nSet-Cookie: b\r\n";
-        // Twice: the second time every name comes from the memo, same result.
-        for _ in 0..2 {
-            let f = fields(block, &memo).unwrap();
-            assert_eq!(f["server"], "edgecache");
-            assert_eq!(f["content-length"], "1024");
-            assert_eq!(f["x-cache-status"], "HIT");
-            assert!(f["etag"].is_sensitive() && !f["server"].is_sensitive());
-            for hop in ["connection", "keep-alive", "transfer-encoding"] {
-                assert!(!f.contains_key(hop), "{hop}");
-            }
-            let cookies: Vec<_> = f.get_all("set-cookie").iter().collect();
-            assert_eq!(cookies, ["a", "b"]);
-            assert_eq!(f.len(), 6, "{f:?}");
-        }
-        // Names in another order, and new ones, on the same connection.
-        let f = fields("X-Other: 1\r\nServer: e\r\n", &memo).unwrap();
-        assert_eq!(f.len(), 2);
-        assert_eq!(f["x-other"], "1");
-        assert!(fields("", &memo).unwrap().is_empty());
-    }
-
-    #[test]
-    fn too_many_fields_are_an_error_and_the_memo_stays_bounded() {
-        let memo = NameMemo::default();
-        let many: String = (0..=MAX_RESPONSE_HEADERS)
-            .map(|i| format!("x-{i}: v\r\n"))
-            .collect();
-        assert!(fields(&many, &memo).is_err());
-        assert!(memo.seen.borrow().len() <= MEMO_NAMES);
-        let memo = NameMemo::default();
-        let long = "x".repeat(MEMO_NAME_LEN + 1);
-        let f = fields(&format!("{long}: v\r\nServer: e\r\n"), &memo).unwrap();
-        assert_eq!(f[long.as_str()], "v");
-        let seen: Vec<_> = memo.seen.borrow().iter().map(|(n, _)| n.len()).collect();
-        assert_eq!(seen, [6], "only Server is remembered");
-    }
-
-    #[test]
-    fn request_heads_follow_rfc_9113() {
-        let req = http::Request::builder()
-            .method("GET")
-            .uri("https://a.example/x?y=1")
-            .header("host", "other.example")
-            .header("cookie", "a=1")
-            .header("cookie", "b=2")
-            .header("te", "trailers")
-            .header("accept", "*/*")
-            .body(())
-            .unwrap();
-        let h = head_of(req, false).unwrap();
-        assert_eq!(h.target, "/x?y=1");
-        assert_eq!(h.host(), Some("a.example"));
-        assert_eq!(h.version, edge_http::Version::Http2);
-        assert_eq!(h.headers.get("cookie"), Some(&b"a=1; b=2"[..]));
-        assert!(!h.headers.contains("te"));
-        // A body without content-length is presented chunked; with one, as it is.
-        let req = http::Request::builder()
-            .method("POST")
-            .uri("https://a.example/up")
-            .body(())
-            .unwrap();
-        assert_eq!(
-            head_of(req, true).unwrap().body,
-            edge_http::BodyKind::Chunked
-        );
-        let req = http::Request::builder()
-            .method("POST")
-            .uri("https://a.example/up")
-            .header("content-length", "3")
-            .body(())
-            .unwrap();
-        assert_eq!(
-            head_of(req, true).unwrap().body,
-            edge_http::BodyKind::Length(3)
-        );
-    }
-
-    #[test]
-    fn a_path_that_is_not_origin_form_is_refused() {
-        // (The `http` crate itself refuses an absolute URI as a path; `*` it takes.)
-        let uri = http::Uri::builder().path_and_query("*").build().unwrap();
-        let get = http::Request::builder().method("GET").uri(uri.clone());
-        let get = get.header("host", "a.example");
-        assert_eq!(head_of(get.body(()).unwrap(), false).err(), Some(400));
-        let options = http::Request::builder().method("OPTIONS").uri(uri);
-        let options = options.header("host", "a.example");
-        let h = head_of(options.body(()).unwrap(), false).unwrap();
-        assert_eq!(
-            (h.method, h.target.as_str()),
-            (edge_http::Method::Options, "*")
-        );
-    }
-
-    #[test]
-    fn connect_is_refused() {
-        let req = http::Request::builder()
-            .method("CONNECT")
-            .uri("a.example:443")
-            .body(())
-            .unwrap();
-        assert_eq!(head_of(req, false).err(), Some(405));
+        inner.wake_conn();
     }
 }

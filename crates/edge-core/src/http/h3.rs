@@ -3,7 +3,7 @@
 //! HTTP/2 stream.
 //!
 //! A stream's request becomes a [`edge_http::RequestHead`] through the same checks as
-//! HTTP/2's ([`super::h2stream::request_head`]: pseudo-headers, Host, content-length,
+//! HTTP/2's ([`super::h3fields::request_head`]: pseudo-headers, Host, content-length,
 //! limits); its response's version-neutral head goes out as HEADERS and its body as
 //! DATA frames ([`super::h3stream::StreamIo`]).
 //!
@@ -242,7 +242,7 @@ async fn stream_task<S: Service>(
     let head = {
         let cfg = w.config();
         let params = S::params(&cfg);
-        super::h2stream::request_head(&parts, has_body, params.limits, w.spare_head())
+        super::h3fields::request_head(&parts, has_body, params.limits, w.spare_head())
     };
     let (send, recv) = stream.split();
     let (mut head, len) = match head {

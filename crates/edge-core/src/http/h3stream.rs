@@ -13,7 +13,7 @@
 //! dropped early) is reset (`H3_REQUEST_CANCELLED`), never finished: quinn finishes a
 //! dropped stream cleanly, which would let the client take a cut body for a whole one.
 
-use super::h2stream::NameMemo;
+use super::h3fields::NameMemo;
 use super::head::{BodyIn, BodyLen, HeadSlot, PendingHead};
 use bytes::{Buf, Bytes, BytesMut};
 use h3::error::{Code, StreamError};
@@ -199,7 +199,7 @@ impl StreamIo {
     /// ones dropped, as on HTTP/2: RFC 9114 4.2).
     fn response(&self, p: PendingHead) -> io::Result<(http::Response<()>, BodyLen)> {
         let status = http::StatusCode::from_u16(p.status).map_err(broken)?;
-        let fields = super::h2stream::response_fields(&p.fields, &self.state.names)?;
+        let fields = super::h3fields::response_fields(&p.fields, &self.state.names)?;
         let mut len = p.body;
         if p.head || matches!(p.status, 204 | 304) || p.status < 200 {
             len = BodyLen::None;

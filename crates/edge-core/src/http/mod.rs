@@ -16,6 +16,7 @@ pub mod fields;
 pub mod h2;
 pub mod h2stream;
 pub mod h3;
+pub mod h3fields;
 pub mod h3stream;
 pub mod head;
 pub mod idle;
