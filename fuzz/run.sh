@@ -3,7 +3,7 @@
 # only a nightly toolchain) and runs one of them: fuzz/run.sh <target> [seconds].
 set -euo pipefail
 cd "$(dirname "$0")"
-target="${1:?usage: fuzz/run.sh parse_request|parse_response|body_decoder|cache_meta_decode|load_response|range|cache_policy|compress|config|purge|cache_snapshot|h2_request_head|h2_response_head|proxy_protocol|real_ip|cache_key_normalize|uri_normalize|secure_link|cidr_geo|quic_steer [seconds]}"
+target="${1:?usage: fuzz/run.sh parse_request|parse_response|body_decoder|cache_meta_decode|load_response|range|cache_policy|compress|config|purge|cache_snapshot|h2_request_head|h2_response_head|h3_request_head|h3_response_head|proxy_protocol|real_ip|cache_key_normalize|uri_normalize|secure_link|cidr_geo|quic_steer [seconds]}"
 secs="${2:-60}"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

@@ -1027,3 +1027,240 @@ fn queued_response_outlives_keepalive_timeout() {
     assert_eq!(got, body.len());
     assert_alive(&mut p);
 }
+
+// ---- The protocol itself (our HTTP/2 implementation, RFC 9113) ----
+
+const PING: u8 = 0x6;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+
+/// Our SETTINGS come first and are acknowledged by us in turn; a PING is answered with
+/// its payload; a PING ACK from the client is not answered.
+#[test]
+fn settings_and_ping_are_answered() {
+    let (mut p, addr, _admin) = edgecache(RETURN_OK);
+    let mut c = H2::connect(addr, &[]);
+    let first = c
+        .next(Instant::now() + WAIT)
+        .expect("the server's SETTINGS");
+    assert_eq!((first.ty, first.flags, first.stream), (SETTINGS, 0, 0));
+    // MAX_CONCURRENT_STREAMS 128 among them.
+    let params: Vec<(u16, u32)> = first
+        .payload
+        .chunks(6)
+        .map(|p| {
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u32::from_be_bytes([p[2], p[3], p[4], p[5]]),
+            )
+        })
+        .collect();
+    assert!(params.contains(&(0x3, 128)), "{params:?}");
+    c.until(WAIT, |f| f.ty == SETTINGS && f.flags & ACK != 0)
+        .expect("our SETTINGS acknowledged");
+    c.send(&frame(PING, ACK, 0, b"ignored!")).unwrap();
+    c.send(&frame(PING, 0, 0, b"12345678")).unwrap();
+    let pong = c.until(WAIT, |f| f.ty == PING).expect("PING ACK");
+    assert_eq!((pong.flags, &pong.payload[..]), (ACK, &b"12345678"[..]));
+    assert_eq!(c.log.iter().filter(|f| f.ty == PING).count(), 1);
+    c.send(&headers(1, END_STREAM | END_HEADERS, &get_block()))
+        .unwrap();
+    assert_eq!(response(&mut c, 1), (Some(200), b"ok".to_vec()));
+    assert_alive(&mut p);
+}
+
+/// Malformed requests (RFC 9113 8.1.1) are reset with PROTOCOL_ERROR, never answered
+/// nor passed on; the connection serves the next stream.
+#[test]
+fn malformed_requests_are_reset_and_the_connection_lives() {
+    let (mut p, addr, _admin) = edgecache(RETURN_OK);
+    let mut c = H2::connect(addr, &[]);
+    let with = |name: &[u8], value: &[u8]| {
+        let mut b = get_block();
+        hpack_literal(&mut b, name, value);
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("uppercase name", with(b"X-Upper", b"1")),
+        ("connection field", with(b"connection", b"close")),
+        ("te gzip", with(b"te", b"gzip")),
+        ("CR LF in a value", with(b"x-a", b"b\r\nx-injected: 1")),
+        ("pseudo-header after a field", {
+            let mut b = with(b"x-a", b"1");
+            hpack_literal(&mut b, b":path", b"/again");
+            b
+        }),
+        ("no :path", vec![0x82, 0x86, 0x01, 0x01, b'a']),
+        ("unknown pseudo-header", with(b":protocol", b"websocket")),
+    ];
+    let mut id = 1;
+    for (what, block) in &cases {
+        c.send(&headers(id, END_STREAM | END_HEADERS, block))
+            .unwrap();
+        let f = c
+            .until(WAIT, |f| f.stream == id || f.ty == GOAWAY)
+            .unwrap_or_else(|| panic!("{what}: no answer"));
+        assert_eq!(f.ty, RST_STREAM, "{what}: {f:?}");
+        assert_eq!(f.rst_code(), PROTOCOL_ERROR, "{what}");
+        id += 2;
+    }
+    c.send(&headers(id, END_STREAM | END_HEADERS, &get_block()))
+        .unwrap();
+    assert_eq!(response(&mut c, id), (Some(200), b"ok".to_vec()));
+    assert!(c.log.iter().all(|f| f.ty != HEADERS || f.stream == id));
+    assert_alive(&mut p);
+}
+
+/// Connection errors end the connection with GOAWAY and the error's code.
+#[test]
+fn connection_errors_get_goaway_with_their_code() {
+    let (mut p, addr, _admin) = edgecache(RETURN_OK);
+    let cases: Vec<(&str, Vec<u8>, u32)> = vec![
+        (
+            "even stream id",
+            headers(2, END_STREAM | END_HEADERS, &get_block()),
+            PROTOCOL_ERROR,
+        ),
+        ("DATA on stream 0", frame(DATA, 0, 0, b"x"), PROTOCOL_ERROR),
+        (
+            "DATA on an idle stream",
+            frame(DATA, 0, 9, b"x"),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "connection window overflow",
+            frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            FLOW_CONTROL_ERROR,
+        ),
+        (
+            "frame over 16 KiB",
+            frame(0xfa, 0, 0, &vec![0; 16_385]),
+            0x6,
+        ),
+        (
+            "bad HPACK",
+            headers(1, END_STREAM | END_HEADERS, &[0x80]),
+            0x9,
+        ),
+        (
+            "CONTINUATION without HEADERS",
+            frame(CONTINUATION, END_HEADERS, 1, &get_block()),
+            PROTOCOL_ERROR,
+        ),
+        (
+            "another frame inside a header block",
+            [
+                headers(1, END_STREAM, &get_block()),
+                frame(PING, 0, 0, b"12345678"),
+            ]
+            .concat(),
+            PROTOCOL_ERROR,
+        ),
+    ];
+    for (what, bytes, code) in cases {
+        let mut c = H2::connect(addr, &[]);
+        c.send(&bytes).unwrap();
+        let (_, got, _) = c
+            .goaway(WAIT)
+            .unwrap_or_else(|| panic!("{what}: no GOAWAY"));
+        assert_eq!(got, code, "{what}");
+        assert_closed(&mut c);
+    }
+    assert_serves(&mut p, addr);
+}
+
+/// A body larger than the client's windows goes out as the windows open, in frames no
+/// larger than 16 KiB less a frame head (one TLS record each) even when the client
+/// allows larger frames, never past a window, and byte for byte.
+#[test]
+fn response_bodies_follow_the_clients_windows() {
+    let body: String = (0..40_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let cfg = RETURN_OK.replace("body = \"ok\"", &format!("body = \"{body}\""));
+    let (mut p, addr, _admin) = edgecache(&cfg);
+    let mut c = H2::connect(
+        addr,
+        &[
+            (SETTINGS_INITIAL_WINDOW_SIZE, 10_000),
+            (SETTINGS_MAX_FRAME_SIZE, 1 << 20),
+        ],
+    );
+    c.send(&headers(1, END_STREAM | END_HEADERS, &get_block()))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut granted = 10_000usize;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let f = c
+            .next(deadline)
+            .unwrap_or_else(|| panic!("stalled at {}", got.len()));
+        assert_ne!(f.ty, GOAWAY);
+        assert_ne!(f.ty, RST_STREAM);
+        if f.ty != DATA || f.stream != 1 {
+            continue;
+        }
+        assert!(f.payload.len() <= 16 * 1024 - 9, "{}", f.payload.len());
+        got.extend_from_slice(&f.payload);
+        assert!(
+            got.len() <= granted,
+            "{} bytes past a window of {granted}",
+            got.len()
+        );
+        if f.flags & END_STREAM != 0 {
+            break;
+        }
+        if got.len() == granted {
+            // The stream's window is used up: 10,000 more (the connection's is 65,535).
+            let more = 10_000u32.to_be_bytes();
+            c.send(&frame(WINDOW_UPDATE, 0, 1, &more)).unwrap();
+            granted += 10_000;
+        }
+    }
+    assert_eq!(got, body.as_bytes());
+    assert_alive(&mut p);
+}
+
+/// A client that allows no HPACK dynamic table gets heads without it: a size update to
+/// 0 first, then only static references and literals that are not indexed.
+#[test]
+fn a_client_without_a_dynamic_table_gets_heads_without_one() {
+    let (mut p, addr, _admin) = edgecache(RETURN_OK);
+    let mut c = H2::connect(addr, &[(SETTINGS_HEADER_TABLE_SIZE, 0)]);
+    for id in [1u32, 3, 5] {
+        c.send(&headers(id, END_STREAM | END_HEADERS, &get_block()))
+            .unwrap();
+        assert_eq!(response(&mut c, id), (Some(200), b"ok".to_vec()));
+        let h = c.logged(id, HEADERS)[0].payload.clone();
+        let mut b = &h[..];
+        if id == 1 {
+            assert_eq!(b[0], 0x20, "size update first: {h:x?}");
+            b = &b[1..];
+        }
+        // No representation that adds to the table (01xxxxxx), no reference into it.
+        let mut i = 0;
+        while i < b.len() {
+            let x = b[i];
+            assert!(x & 0xc0 != 0x40, "indexed literal in {h:x?}");
+            if x & 0x80 != 0 {
+                assert!((x & 0x7f) <= 61, "dynamic reference in {h:x?}");
+                i += 1;
+                continue;
+            }
+            // Literal: name (index or string), then value string.
+            let mut j = i + 1;
+            if x & 0x0f == 0 {
+                j += 1 + (b[j] & 0x7f) as usize;
+            } else if x & 0x0f == 0x0f {
+                while b[j] & 0x80 != 0 {
+                    j += 1;
+                }
+                j += 1;
+            }
+            j += 1 + (b[j] & 0x7f) as usize;
+            i = j;
+        }
+    }
+    assert_alive(&mut p);
+}

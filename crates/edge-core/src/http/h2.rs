@@ -281,7 +281,10 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             let mut inner = st.inner.borrow_mut();
             let mut p = Vec::with_capacity(18);
             for (id, v) in [
-                (wire::SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+                (
+                    wire::SETTINGS_MAX_CONCURRENT_STREAMS,
+                    MAX_CONCURRENT_STREAMS,
+                ),
                 (wire::SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW),
                 (wire::SETTINGS_MAX_HEADER_LIST_SIZE, header_list as u32),
             ] {
@@ -413,7 +416,11 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         loop {
             {
                 let mut inner = self.st.inner.borrow_mut();
-                if !inner.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                if !inner
+                    .waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
                     inner.waker = Some(cx.waker().clone());
                 }
                 inner.pump();
@@ -429,12 +436,12 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
                 Poll::Pending => false,
             };
             let active = self.st.active.get();
-            if flushed && active == 0 && !self.st.inner.borrow().blocked {
-                if self.closing || ((self.goaway_sent || self.peer_goaway || self.read_eof)
-                    && self.block.is_none())
-                {
-                    return Poll::Ready(Drive::Closed);
-                }
+            // Nothing left to do: an error written, or no more streams to come.
+            let done = self.closing
+                || ((self.goaway_sent || self.peer_goaway || self.read_eof)
+                    && self.block.is_none());
+            if done && flushed && active == 0 && !self.st.inner.borrow().blocked {
+                return Poll::Ready(Drive::Closed);
             }
             if self.closing {
                 return Poll::Pending;
@@ -442,8 +449,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             let unwritten = self.st.inner.borrow().out.len() - self.wpos;
             // Every runner busy (streams the client reset included, until their
             // runners are done with them): no new frames until one is free.
-            if self.read_eof || unwritten >= OUT_HIGH || active >= MAX_CONCURRENT_STREAMS as usize
-            {
+            if self.read_eof || unwritten >= OUT_HIGH || active >= MAX_CONCURRENT_STREAMS as usize {
                 break;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
@@ -758,7 +764,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             // A stream already closed: the block kept the HPACK state, nothing more.
             return Ok(());
         }
-        if id % 2 == 0 {
+        if id.is_multiple_of(2) {
             return Err(self.conn_error(wire::PROTOCOL_ERROR, "even stream id"));
         }
         self.last_id = id;
@@ -772,7 +778,14 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         }
         // Open streams as the client counts them (those it reset are closed to it,
         // even while their runners finish).
-        let open = self.st.inner.borrow().streams.iter().filter(|s| !s.reset).count();
+        let open = self
+            .st
+            .inner
+            .borrow()
+            .streams
+            .iter()
+            .filter(|s| !s.reset)
+            .count();
         if open >= MAX_CONCURRENT_STREAMS as usize {
             let mut inner = self.st.inner.borrow_mut();
             wire::put_rst(&mut inner.out, id, wire::REFUSED_STREAM);
@@ -884,7 +897,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             }
             return Ok(());
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err(self.conn_error(wire::FRAME_SIZE_ERROR, "SETTINGS size"));
         }
         let mut inner = self.st.inner.borrow_mut();
@@ -950,7 +963,9 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         let Some(i) = inner.find(head.stream) else {
             if head.stream > self.last_id {
                 drop(inner);
-                return Err(self.conn_error(wire::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
+                return Err(
+                    self.conn_error(wire::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
+                );
             }
             return Ok(());
         };
@@ -971,10 +986,12 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
     /// shut down, within `limit`.
     async fn close(&mut self, limit: std::time::Duration) {
         self.fail_streams();
-        let _ = tokio::time::timeout(limit, std::future::poll_fn(|cx| self.poll_write_out(cx))).await;
-        let _ = tokio::time::timeout(limit, std::future::poll_fn(|cx| {
-            Pin::new(&mut self.io).poll_shutdown(cx)
-        }))
+        let _ =
+            tokio::time::timeout(limit, std::future::poll_fn(|cx| self.poll_write_out(cx))).await;
+        let _ = tokio::time::timeout(
+            limit,
+            std::future::poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)),
+        )
         .await;
     }
 }

@@ -154,10 +154,7 @@ impl Inner {
     /// went; returns how many bytes went.
     fn frame_data(&mut self, i: usize, data: &[u8], end: bool) -> usize {
         let s = &self.streams[i];
-        let can = s
-            .send_window
-            .min(self.conn_send)
-            .clamp(0, i64::MAX) as usize;
+        let can = s.send_window.min(self.conn_send).clamp(0, i64::MAX) as usize;
         let n = data.len().min(can).min(self.out_room());
         let chunk = DATA_CHUNK.min(self.peer_frame);
         let mut sent = 0;

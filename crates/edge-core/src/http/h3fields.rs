@@ -316,4 +316,3 @@ mod tests {
         assert_eq!(head_of(req, false).err(), Some(405));
     }
 }
-

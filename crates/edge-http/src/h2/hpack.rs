@@ -348,7 +348,7 @@ fn string(block: &mut &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
     let (s, rest) = block.split_at(len);
     *block = rest;
     if huff {
-        huffman::decode(s, out).map_err(|()| DecodeError::Compression("bad Huffman code"))
+        huffman::decode(s, out).map_err(|_| DecodeError::Compression("bad Huffman code"))
     } else {
         out.extend_from_slice(s);
         Ok(())
@@ -601,8 +601,9 @@ fn lowercase_name(raw: &[u8]) -> Option<Vec<u8>> {
 
 fn kind_of(lower: &[u8]) -> FieldKind {
     match lower {
-        b"connection" | b"keep-alive" | b"proxy-connection" | b"upgrade"
-        | b"transfer-encoding" => FieldKind::Hop,
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"upgrade" | b"transfer-encoding" => {
+            FieldKind::Hop
+        }
         // Values that change per response (per object): entering them in the table
         // would evict the fields that repeat (server, content-type, cache-control,
         // x-cache-status) for entries rarely used again. `content-length` is not among
@@ -638,7 +639,9 @@ mod tests {
     }
 
     fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     /// RFC 7541 C.3 (without Huffman) and C.4 (with): three requests on one
@@ -706,7 +709,8 @@ mod tests {
         let b1 = "4803 3330 3258 0770 7269 7661 7465 611d 4d6f 6e2c 2032 3120 4f63 7420 3230 3133 2032 303a 3133 3a32 3120 474d 546e 1768 7474 7073 3a2f 2f77 7777 2e65 7861 6d70 6c65 2e63 6f6d";
         d.decode(&hex(b1), &mut l, 16384).unwrap();
         assert_eq!(d.table.size, 222);
-        d.decode(&hex("4803 3330 37c1 c0bf"), &mut l, 16384).unwrap();
+        d.decode(&hex("4803 3330 37c1 c0bf"), &mut l, 16384)
+            .unwrap();
         assert_eq!(fields(&l)[0], (":status".into(), "307".into()));
         assert_eq!(fields(&l)[3].1, "https://www.example.com");
         assert_eq!(d.table.size, 222);
@@ -739,18 +743,21 @@ mod tests {
         d.decode(&[0xbe], &mut l, 16384).unwrap();
         assert_eq!(l.iter().next().unwrap().0, b"x-bomb");
         for bad in [
-            &[0x80][..],          // index 0
-            &[0xff, 0x80],        // truncated integer
-            &[0xc0],              // index past the tables
-            &[0x82, 0x3f, 0xe1, 0x1f], // size update after a field
-            &[0x3f, 0xe2, 0x1f],  // size update over the limit (4097)
-            &[0x40, 0x05, b'a'],  // truncated string
-            &[0x00, 0x81, 0x00, 0x00], // bad Huffman (padding of zeros)
-            &[0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],   // integer too large
+            &[0x80][..],                           // index 0
+            &[0xff, 0x80],                         // truncated integer
+            &[0xc0],                               // index past the tables
+            &[0x82, 0x3f, 0xe1, 0x1f],             // size update after a field
+            &[0x3f, 0xe2, 0x1f],                   // size update over the limit (4097)
+            &[0x40, 0x05, b'a'],                   // truncated string
+            &[0x00, 0x81, 0x00, 0x00],             // bad Huffman (padding of zeros)
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], // integer too large
         ] {
             let mut d = Decoder::new(4096);
             assert!(
-                matches!(d.decode(bad, &mut l, 16384), Err(DecodeError::Compression(_))),
+                matches!(
+                    d.decode(bad, &mut l, 16384),
+                    Err(DecodeError::Compression(_))
+                ),
                 "{bad:x?}"
             );
         }
@@ -806,11 +813,19 @@ mod tests {
         // The repeated fields are one byte each; etag and age literals.
         assert!(second.len() < 30, "{} bytes: {second:x?}", second.len());
         // Another status, another value.
-        let third = encode(&mut e, 429, &[("Server", "edgecache"), ("X-Cache-Status", "MISS")]);
+        let third = encode(
+            &mut e,
+            429,
+            &[("Server", "edgecache"), ("X-Cache-Status", "MISS")],
+        );
         d.decode(&third, &mut l, 16384).unwrap();
         assert_eq!(
             fields(&l),
-            pairs(&[(":status", "429"), ("server", "edgecache"), ("x-cache-status", "MISS")])
+            pairs(&[
+                (":status", "429"),
+                ("server", "edgecache"),
+                ("x-cache-status", "MISS")
+            ])
         );
         // The client shrinks its table to 0, then allows 100.
         e.set_peer_table_size(0);
@@ -830,7 +845,22 @@ mod tests {
     #[test]
     fn integers_round_trip() {
         for n in [4, 5, 6, 7] {
-            for v in [0, 1, 14, 15, 16, 30, 31, 62, 63, 126, 127, 128, 1337, 1 << 20] {
+            for v in [
+                0,
+                1,
+                14,
+                15,
+                16,
+                30,
+                31,
+                62,
+                63,
+                126,
+                127,
+                128,
+                1337,
+                1 << 20,
+            ] {
                 let mut out = Vec::new();
                 put_int(&mut out, n, 0, v);
                 let mut s = &out[..];

@@ -97,9 +97,13 @@ fn build() -> Table {
     Table { steps }
 }
 
-/// Decodes a Huffman-coded string onto `out`; Err when it is malformed (EOS inside,
-/// padding longer than seven bits or not all ones).
-pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+/// A Huffman-coded string that is malformed: EOS inside, or padding longer than seven
+/// bits or not all ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadHuffman;
+
+/// Decodes a Huffman-coded string onto `out`.
+pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), BadHuffman> {
     let t = table();
     out.reserve(src.len() * 8 / 5 + 1);
     let mut state = 0usize;
@@ -108,7 +112,7 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
         for nibble in [b >> 4, b & 0xf] {
             let s = t.steps[state][nibble as usize];
             if s.flags & FAIL != 0 {
-                return Err(());
+                return Err(BadHuffman);
             }
             if s.flags & EMIT != 0 {
                 out.push(s.sym);
@@ -118,7 +122,7 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
         }
     }
     if flags & ACCEPT == 0 {
-        return Err(());
+        return Err(BadHuffman);
     }
     Ok(())
 }

@@ -166,7 +166,8 @@ pub fn request_head(
             if slot.is_some() {
                 return Err(Malformed("repeated pseudo-header"));
             }
-            *slot = Some(std::str::from_utf8(value).map_err(|_| Malformed("pseudo-header not text"))?);
+            *slot =
+                Some(std::str::from_utf8(value).map_err(|_| Malformed("pseudo-header not text"))?);
             continue;
         }
         check_field(name, value)?;
@@ -215,7 +216,11 @@ pub fn request_head(
 /// A regular request field as RFC 9113 8.2 allows it.
 fn check_field(name: &[u8], value: &[u8]) -> Result<(), RequestError> {
     use RequestError::Malformed;
-    if name.is_empty() || !name.iter().all(|&b| is_token_byte(b) && !b.is_ascii_uppercase()) {
+    if name.is_empty()
+        || !name
+            .iter()
+            .all(|&b| is_token_byte(b) && !b.is_ascii_uppercase())
+    {
         return Err(Malformed("field name not a lowercase token"));
     }
     if matches!(
@@ -227,7 +232,10 @@ fn check_field(name: &[u8], value: &[u8]) -> Result<(), RequestError> {
     if name == b"te" && value != b"trailers" {
         return Err(Malformed("te other than trailers"));
     }
-    if !value.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f)) {
+    if !value
+        .iter()
+        .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+    {
         return Err(Malformed("field value with a control character"));
     }
     if matches!(value.first(), Some(b' ' | b'\t')) || matches!(value.last(), Some(b' ' | b'\t')) {
@@ -299,7 +307,12 @@ mod tests {
             ("host", "h.example"),
         ];
         assert_eq!(head(&f, false).unwrap().host(), Some("h.example"));
-        let f = [(":method", "OPTIONS"), (":scheme", "http"), (":path", "*"), ("host", "h")];
+        let f = [
+            (":method", "OPTIONS"),
+            (":scheme", "http"),
+            (":path", "*"),
+            ("host", "h"),
+        ];
         let h = head(&f, false).unwrap();
         assert_eq!((h.method, h.target.as_str()), (Method::Options, "*"));
     }
@@ -324,7 +337,12 @@ mod tests {
         m(&with(("x", "nul\0")));
         m(&with((":path", "/again")));
         m(&with((":status", "200")));
-        m(&[("accept", "x"), (":method", "GET"), (":scheme", "https"), (":path", "/")]);
+        m(&[
+            ("accept", "x"),
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":path", "/"),
+        ]);
         m(&[(":method", "GET"), (":scheme", "https")]);
         m(&[(":method", "GET"), (":path", "/")]);
         m(&[(":scheme", "https"), (":path", "/")]);
@@ -333,17 +351,33 @@ mod tests {
             Err(RequestError::Status(s)) => s,
             other => panic!("{f:?}: {:?}", other.map(|h| h.target)),
         };
-        assert_eq!(status(&[(":method", "CONNECT"), (":authority", "a:443")]), 405);
         assert_eq!(
-            status(&[(":method", "GET"), (":scheme", "https"), (":path", "x"), ("host", "a")]),
+            status(&[(":method", "CONNECT"), (":authority", "a:443")]),
+            405
+        );
+        assert_eq!(
+            status(&[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "x"),
+                ("host", "a")
+            ]),
             400
         );
         assert_eq!(
-            status(&[(":method", "GET"), (":scheme", "https"), (":path", "*"), ("host", "a")]),
+            status(&[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "*"),
+                ("host", "a")
+            ]),
             400
         );
         // No Host at all: our parser's 400.
-        assert_eq!(status(&[(":method", "GET"), (":scheme", "https"), (":path", "/")]), 400);
+        assert_eq!(
+            status(&[(":method", "GET"), (":scheme", "https"), (":path", "/")]),
+            400
+        );
     }
 
     #[test]
