@@ -31,7 +31,8 @@
 
 use super::conn::{ClientIo, Conn, ConnInfo};
 use super::h2stream::{
-    ConnState, Job, RunnerSlot, Stream, StreamIo, CONN_WINDOW, OUT_HIGH, STREAM_WINDOW,
+    ConnState, Job, RunnerSlot, Stream, StreamIo, CONN_WINDOW, MAX_CONCURRENT_STREAMS, OUT_HIGH,
+    STREAM_WINDOW,
 };
 use super::head::{BodyLen, PendingHead};
 use super::idle::IdleEnd;
@@ -53,8 +54,6 @@ const RUNNER_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 /// busy connection holds at most this many idle streams' state beyond its open
 /// streams, however many it had open at its peak.
 const IDLE_RUNNERS_KEPT: usize = 16;
-/// Streams a client may have open at once (nginx: `http2_max_concurrent_streams` 128).
-pub const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// Streams we reset on the client's errors, before GOAWAY.
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// Client resets of streams whose response was not complete, per connection, past

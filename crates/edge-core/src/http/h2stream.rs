@@ -28,6 +28,8 @@ const PENDING_HIGH: usize = 64 * 1024;
 pub(super) const OUT_HIGH: usize = 256 * 1024;
 /// Most fields of a response head.
 const MAX_RESPONSE_HEADERS: usize = 64;
+/// Streams a client may have open at once (nginx: `http2_max_concurrent_streams` 128).
+pub const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// Flow-control windows we grant the client for request bodies.
 pub(super) const STREAM_WINDOW: u32 = 256 * 1024;
 pub(super) const CONN_WINDOW: u32 = 1024 * 1024;
@@ -363,7 +365,7 @@ impl ConnState {
         self.active.set(now);
         // The last one, or a runner free again after all were busy (the connection
         // reads no frames then).
-        if now == 0 || now + 1 >= super::h2::MAX_CONCURRENT_STREAMS as usize {
+        if now == 0 || now + 1 >= MAX_CONCURRENT_STREAMS as usize {
             self.inner.borrow_mut().wake_conn();
         }
     }

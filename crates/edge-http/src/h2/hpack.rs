@@ -591,9 +591,17 @@ impl Encoder {
     }
 }
 
+/// A token character (RFC 9110 5.6.2).
+pub fn is_token_byte(b: u8) -> bool {
+    matches!(b,
+        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
+        | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.'
+        | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
 /// A field name lowercased, or None if it is not a token.
 fn lowercase_name(raw: &[u8]) -> Option<Vec<u8>> {
-    if raw.is_empty() || !raw.iter().all(|&b| crate::h2::is_token_byte(b)) {
+    if raw.is_empty() || !raw.iter().all(|&b| is_token_byte(b)) {
         return None;
     }
     Some(raw.to_ascii_lowercase())

@@ -6,6 +6,7 @@ pub mod hpack;
 mod huffman;
 mod huffman_table;
 
+pub use hpack::is_token_byte;
 pub use huffman::{decode as huffman_decode, encode as huffman_encode};
 
 use crate::{request_from_fields, Limits, RequestHead};
@@ -115,14 +116,6 @@ pub fn put_goaway(out: &mut Vec<u8>, last: u32, code: u32, debug: &[u8]) {
     out.extend_from_slice(&last.to_be_bytes());
     out.extend_from_slice(&code.to_be_bytes());
     out.extend_from_slice(debug);
-}
-
-/// A token character (RFC 9110 5.6.2).
-pub fn is_token_byte(b: u8) -> bool {
-    matches!(b,
-        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
-        | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.'
-        | b'^' | b'_' | b'`' | b'|' | b'~')
 }
 
 /// Why a request's header list makes no request.
