@@ -625,15 +625,8 @@ fn kind_of(lower: &[u8]) -> FieldKind {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::hex;
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     fn fields(l: &HeaderList) -> Vec<(String, String)> {
         l.iter()
@@ -668,43 +661,29 @@ mod tests {
                 "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
             ],
         ] {
+            let base = [
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com"),
+            ];
+            let mut second = base.to_vec();
+            second.push(("cache-control", "no-cache"));
+            let third = [
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/index.html"),
+                (":authority", "www.example.com"),
+                ("custom-key", "custom-value"),
+            ];
+            let want: [(&[(&str, &str)], usize); 3] = [(&base, 57), (&second, 110), (&third, 164)];
             let mut d = Decoder::new(4096);
             let mut l = HeaderList::default();
-            d.decode(&hex(blocks[0]), &mut l, 16384).unwrap();
-            assert_eq!(
-                fields(&l),
-                pairs(&[
-                    (":method", "GET"),
-                    (":scheme", "http"),
-                    (":path", "/"),
-                    (":authority", "www.example.com")
-                ])
-            );
-            assert_eq!(d.table.size, 57);
-            d.decode(&hex(blocks[1]), &mut l, 16384).unwrap();
-            assert_eq!(
-                fields(&l),
-                pairs(&[
-                    (":method", "GET"),
-                    (":scheme", "http"),
-                    (":path", "/"),
-                    (":authority", "www.example.com"),
-                    ("cache-control", "no-cache")
-                ])
-            );
-            assert_eq!(d.table.size, 110);
-            d.decode(&hex(blocks[2]), &mut l, 16384).unwrap();
-            assert_eq!(
-                fields(&l),
-                pairs(&[
-                    (":method", "GET"),
-                    (":scheme", "https"),
-                    (":path", "/index.html"),
-                    (":authority", "www.example.com"),
-                    ("custom-key", "custom-value")
-                ])
-            );
-            assert_eq!(d.table.size, 164);
+            for (block, (fields_want, size)) in blocks.iter().zip(want) {
+                d.decode(&hex(block), &mut l, 16384).unwrap();
+                assert_eq!(fields(&l), pairs(fields_want));
+                assert_eq!(d.table.size, size);
+            }
             assert!(!l.over_limit);
         }
     }

@@ -153,15 +153,8 @@ pub fn encode(src: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::hex;
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     /// RFC 7541 C.4 and C.6: the Huffman-coded strings of its examples.
     #[test]

@@ -238,10 +238,19 @@ fn check_field(name: &[u8], value: &[u8]) -> Result<(), RequestError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::hpack::{put_int, put_str, Decoder, HeaderList};
     use super::*;
     use crate::{BodyKind, Method, Version};
+
+    /// Bytes from hex digits (spaces ignored), as RFC 7541's examples print them.
+    pub fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
 
     fn list(fields: &[(&str, &str)]) -> HeaderList {
         let mut b = Vec::new();
