@@ -341,9 +341,11 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         self.list.shrink();
     }
 
-    /// Queues GOAWAY (once): no stream past the last one opened will be served.
+    /// Queues GOAWAY: no stream past the last one opened will be served. A graceful one
+    /// (NO_ERROR) goes once; an error's goes even after it (RFC 9113 6.8 allows more
+    /// than one).
     fn goaway(&mut self, code: u32, debug: &str) {
-        if self.goaway_sent {
+        if self.goaway_sent && code == wire::NO_ERROR {
             return;
         }
         self.goaway_sent = true;
@@ -359,11 +361,25 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             self.peer
         );
         count_error(self.stats(), code);
-        self.goaway_sent = false;
-        self.goaway(code, why);
+        self.end_connection(code, why)
+    }
+
+    /// GOAWAY with `code`; every stream fails; the connection ends once it is written.
+    fn end_connection(&mut self, code: u32, debug: &str) -> ConnError {
+        self.goaway(code, debug);
         self.fail_streams();
         self.closing = true;
         ConnError
+    }
+
+    /// The index of stream `id` in the table, None for a stream already closed; a
+    /// frame (`what`) on a stream the client never opened is a connection error.
+    fn known(&mut self, id: u32, what: &'static str) -> Result<Option<usize>, ConnError> {
+        let i = self.st.inner.borrow().find(id);
+        if i.is_none() && id > self.last_id {
+            return Err(self.conn_error(wire::PROTOCOL_ERROR, what));
+        }
+        Ok(i)
     }
 
     /// Every stream fails from now on (the connection is ending).
@@ -372,12 +388,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         inner.dead = true;
         for s in &mut inner.streams {
             s.reset = true;
-            if let Some(w) = s.reader.take() {
-                w.wake();
-            }
-            if let Some(w) = s.writer.take() {
-                w.wake();
-            }
+            s.wake_all();
         }
     }
 
@@ -458,7 +469,8 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
                 Poll::Ready(Ok(0)) => {
                     self.read_eof = true;
                     activity = true;
-                    self.fail_pending_block();
+                    // A header block left unfinished: nothing more comes for it.
+                    self.block = None;
                 }
                 Poll::Ready(Ok(_)) => {
                     activity = true;
@@ -479,11 +491,6 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             return Poll::Ready(Drive::Activity);
         }
         Poll::Pending
-    }
-
-    /// The client closed with a header block unfinished: nothing to do for it.
-    fn fail_pending_block(&mut self) {
-        self.block = None;
     }
 
     /// Handles the complete frames in the read buffer.
@@ -620,12 +627,9 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             inner.conn_recv -= total as i64;
         }
         let pad = self.unpad(&head, &mut payload)?;
+        let known = self.known(id, "DATA on an idle stream")?;
         let mut inner = self.st.inner.borrow_mut();
-        let Some(i) = inner.find(id) else {
-            if id > self.last_id {
-                drop(inner);
-                return Err(self.conn_error(wire::PROTOCOL_ERROR, "DATA on an idle stream"));
-            }
+        let Some(i) = known else {
             // A stream already closed (reset, or answered): its bytes are dropped.
             inner.release_conn(total);
             return Ok(());
@@ -633,28 +637,26 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         inner.release_conn(pad);
         let len = payload.len();
         let s = &mut inner.streams[i];
-        if s.remote_end {
+        // Bytes the stream will not take: Some(code) resets it, None drops them.
+        let refused = if s.remote_end {
+            Some(Some(wire::STREAM_CLOSED))
+        } else if s.reset {
+            Some(None)
+        } else if len as i64 > s.recv_window {
+            Some(Some(wire::FLOW_CONTROL_ERROR))
+        } else if s.expect_len.is_some_and(|n| s.received + len as u64 > n) {
+            // More body than its content-length: malformed (RFC 9113 8.1.1).
+            Some(Some(wire::PROTOCOL_ERROR))
+        } else {
+            None
+        };
+        if let Some(code) = refused {
             inner.release_conn(len);
             drop(inner);
-            return self.stream_error(id, wire::STREAM_CLOSED);
-        }
-        if s.reset {
-            inner.release_conn(len);
-            return Ok(());
-        }
-        if len as i64 > s.recv_window {
-            inner.release_conn(len);
-            drop(inner);
-            return self.stream_error(id, wire::FLOW_CONTROL_ERROR);
+            return code.map_or(Ok(()), |code| self.stream_error(id, code));
         }
         s.recv_window -= len as i64;
         s.received += len as u64;
-        if s.expect_len.is_some_and(|n| s.received > n) {
-            // More body than its content-length: malformed (RFC 9113 8.1.1).
-            inner.release_conn(len);
-            drop(inner);
-            return self.stream_error(id, wire::PROTOCOL_ERROR);
-        }
         if len > 0 {
             s.recv_len += len;
             s.recv.push_back(payload.freeze());
@@ -744,13 +746,12 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
                 return Err(self.conn_error(wire::ENHANCE_YOUR_CALM, "header_list_way_too_large"));
             }
         }
-        let known = self.st.inner.borrow().find(id).is_some();
-        if known {
+        let remote_end = {
+            let inner = self.st.inner.borrow();
+            inner.find(id).map(|i| inner.streams[i].remote_end)
+        };
+        if let Some(remote_end) = remote_end {
             // Trailers: they end the request (their fields are not used).
-            let remote_end = {
-                let inner = self.st.inner.borrow();
-                inner.find(id).is_some_and(|i| inner.streams[i].remote_end)
-            };
             if remote_end {
                 return self.stream_error(id, wire::STREAM_CLOSED);
             }
@@ -832,11 +833,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
                 self.peer,
                 self.st.streams.get()
             );
-            self.goaway_sent = false;
-            self.goaway(wire::ENHANCE_YOUR_CALM, "");
-            self.fail_streams();
-            self.closing = true;
-            return Err(ConnError);
+            return Err(self.end_connection(wire::ENHANCE_YOUR_CALM, ""));
         }
         Ok(())
     }
@@ -865,14 +862,10 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         if payload.len() != 4 {
             return Err(self.conn_error(wire::FRAME_SIZE_ERROR, "RST_STREAM size"));
         }
-        let mut inner = self.st.inner.borrow_mut();
-        let Some(i) = inner.find(head.stream) else {
-            if head.stream > self.last_id {
-                drop(inner);
-                return Err(self.conn_error(wire::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
-            }
+        let Some(i) = self.known(head.stream, "RST_STREAM on an idle stream")? else {
             return Ok(());
         };
+        let mut inner = self.st.inner.borrow_mut();
         let s = &mut inner.streams[i];
         if !s.local_end {
             // The response was not complete.
@@ -881,8 +874,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             st.resets_unreported.set(st.resets_unreported.get() + 1);
         }
         s.remote_end = true;
-        s.local_end = true;
-        inner.reset_stream(i, wire::CANCEL);
+        inner.abandon(i);
         Ok(())
     }
 
@@ -959,15 +951,11 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             }
             return Ok(());
         }
-        let Some(i) = inner.find(head.stream) else {
-            if head.stream > self.last_id {
-                drop(inner);
-                return Err(
-                    self.conn_error(wire::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
-                );
-            }
+        drop(inner);
+        let Some(i) = self.known(head.stream, "WINDOW_UPDATE on an idle stream")? else {
             return Ok(());
         };
+        let mut inner = self.st.inner.borrow_mut();
         if inc == 0 {
             drop(inner);
             return self.stream_error(head.stream, wire::PROTOCOL_ERROR);

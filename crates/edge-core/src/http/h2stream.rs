@@ -6,7 +6,7 @@
 //! connection's task ([`super::h2`]) writes to the socket.
 
 use super::head::{BodyIn, BodyLen, HeadSlot, PendingHead};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use edge_http::h2::{self as wire, hpack};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -86,7 +86,7 @@ impl Stream {
         }
     }
 
-    fn wake_all(&mut self) {
+    pub(super) fn wake_all(&mut self) {
         if let Some(w) = self.reader.take() {
             w.wake();
         }
@@ -195,14 +195,13 @@ impl Inner {
                 i += 1;
                 continue;
             }
-            let data = std::mem::take(&mut s.pending);
+            let mut data = std::mem::take(&mut s.pending);
             let end = s.pending_end;
             let n = self.frame_data(i, &data, end);
             let s = &mut self.streams[i];
             if n < data.len() {
-                let mut rest = data;
-                let _ = rest.split_to(n);
-                s.pending = rest;
+                data.advance(n);
+                s.pending = data;
                 still = true;
             } else {
                 s.pending_end = false;
@@ -222,12 +221,19 @@ impl Inner {
         !self.out.is_empty() || self.blocked
     }
 
-    /// Resets stream `i` with `code` (a stream error, or our own end of it).
+    /// Resets stream `i` with `code` (a stream error, or our own end of it): RST_STREAM
+    /// unless our side of it is already over, then [`Inner::abandon`].
     pub fn reset_stream(&mut self, i: usize, code: u32) {
-        let s = &mut self.streams[i];
+        let s = &self.streams[i];
         if !s.local_end {
             wire::put_rst(&mut self.out, s.id, code);
         }
+        self.abandon(i);
+    }
+
+    /// Stream `i` is reset (by either side): nothing more goes out on it, what it
+    /// holds is dropped, its I/O fails from now on; removed once its I/O is gone.
+    pub fn abandon(&mut self, i: usize) {
         let s = &mut self.streams[i];
         s.local_end = true;
         s.reset = true;
@@ -236,6 +242,17 @@ impl Inner {
         s.wake_all();
         self.drop_recv(i);
         self.reap(i);
+    }
+
+    /// The response body of stream `i` is complete: END_STREAM now, or after the bytes
+    /// still pending (as the windows open).
+    fn end_body(&mut self, i: usize) {
+        if self.streams[i].pending.is_empty() {
+            self.frame_data(i, &[], true);
+        } else {
+            self.streams[i].pending_end = true;
+            self.blocked = true;
+        }
     }
 
     /// Gives back the connection window of request body bytes stream `i` will never
@@ -286,14 +303,12 @@ impl Inner {
         for (name, value) in lines.by_ref() {
             self.enc.field(&mut self.out, name, value);
         }
+        // Sent even when there were too many fields: the encoder's table took some of
+        // them, and the client's must follow. The caller then resets the stream.
+        self.finish_headers(start, id, end);
         if lines.overflowed() {
-            // The encoder's table took some fields: the connection cannot go on
-            // consistently without sending this block; it is sent, then the stream
-            // reset by the caller.
-            self.finish_headers(start, id, end);
             return Err(broken("response head has too many fields"));
         }
-        self.finish_headers(start, id, end);
         Ok(())
     }
 
@@ -301,8 +316,7 @@ impl Inner {
         let len = self.out.len() - start - 9;
         let flags = if end { wire::END_STREAM } else { 0 };
         if len <= self.peer_frame {
-            let mut head = Vec::with_capacity(9);
-            wire::put_head(&mut head, len, wire::HEADERS, flags | wire::END_HEADERS, id);
+            let head = wire::frame_head(len, wire::HEADERS, flags | wire::END_HEADERS, id);
             self.out[start..start + 9].copy_from_slice(&head);
             return;
         }
@@ -624,15 +638,9 @@ impl StreamIo {
         self.out_done = true;
         let mut inner = self.state.inner.borrow_mut();
         let i = self.index(&inner)?;
-        if inner.streams[i].local_end {
-            return Ok(());
-        }
-        if inner.streams[i].pending.is_empty() {
-            inner.frame_data(i, &[], true);
+        if !inner.streams[i].local_end {
+            inner.end_body(i);
             inner.wake_conn();
-        } else {
-            inner.streams[i].pending_end = true;
-            inner.blocked = true;
         }
         Ok(())
     }
@@ -749,12 +757,7 @@ impl Drop for StreamIo {
         if !s.local_end && !s.pending_end {
             if self.head_sent && self.body_complete() && !inner.dead {
                 // What is pending goes out as the window opens, then END_STREAM.
-                if inner.streams[i].pending.is_empty() {
-                    inner.frame_data(i, &[], true);
-                } else {
-                    inner.streams[i].pending_end = true;
-                    inner.blocked = true;
-                }
+                inner.end_body(i);
             } else {
                 inner.reset_stream(i, wire::INTERNAL_ERROR);
             }

@@ -80,11 +80,11 @@ impl FrameHead {
     }
 }
 
-/// Appends a frame head.
-pub fn put_head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, stream: u32) {
+/// A frame head's nine bytes.
+pub fn frame_head(len: usize, ty: u8, flags: u8, stream: u32) -> [u8; 9] {
     debug_assert!(len < 1 << 24);
     let s = stream.to_be_bytes();
-    out.extend_from_slice(&[
+    [
         (len >> 16) as u8,
         (len >> 8) as u8,
         len as u8,
@@ -94,7 +94,12 @@ pub fn put_head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, stream: u32) {
         s[1],
         s[2],
         s[3],
-    ]);
+    ]
+}
+
+/// Appends a frame head.
+pub fn put_head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, stream: u32) {
+    out.extend_from_slice(&frame_head(len, ty, flags, stream));
 }
 
 /// Appends a whole frame.
