@@ -5,6 +5,7 @@
 //! own HPACK codec and needs neither: `edge_http::h2`.)
 
 use bytes::Bytes;
+use edge_http::h2::hpack::{field_kind, FieldKind};
 use std::cell::RefCell;
 use std::io;
 
@@ -60,15 +61,15 @@ pub fn request_head(
 }
 
 /// The fields HEADERS carries for a response head's field lines `block`: valid names
-/// only, connection-specific fields dropped (HTTP/2 frames the body itself), values
+/// only, connection-specific fields dropped (HTTP/3 frames the body itself), values
 /// slices of `block`. `memo` is the connection's memo of field names. At most
-/// [`MAX_RESPONSE_HEADERS`] lines (the fuzz target `h2_response_head` drives it).
+/// [`MAX_RESPONSE_HEADERS`] lines (the fuzz target `h3_response_head` drives it).
 pub fn response_fields(block: &Bytes, memo: &NameMemo) -> io::Result<http::HeaderMap> {
     let mut fields = http::HeaderMap::with_capacity(16);
     let mut memo = memo.cursor();
     let mut lines = edge_http::FieldLines::new(block, MAX_RESPONSE_HEADERS);
     for (name, value) in lines.by_ref() {
-        // A name that is not a valid field name is left out, as before HTTP/2.
+        // A name that is not a valid field name is left out, as over HTTP/1.1.
         let Some(Name::Field(name, churns)) = memo.lookup(name) else {
             continue;
         };
@@ -86,23 +87,23 @@ pub fn response_fields(block: &Bytes, memo: &NameMemo) -> io::Result<http::Heade
     Ok(fields)
 }
 
-/// What a response field name is to HTTP/2.
+/// What a response field name is to HTTP/3.
 #[derive(Clone)]
 enum Name {
     /// Connection-specific (framing included): not sent.
     Hop,
-    /// Sent; `true` when its values churn (see [`churns_hpack`]).
+    /// Sent; `true` when its values churn (never indexed: see
+    /// [`edge_http::h2::hpack::field_kind`]).
     Field(http::HeaderName, bool),
 }
 
 impl Name {
     fn of(raw: &[u8]) -> Option<Name> {
         let name = http::HeaderName::from_bytes(raw).ok()?;
-        Some(match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "upgrade" | "transfer-encoding" => {
-                Name::Hop
-            }
-            n => Name::Field(name.clone(), churns_hpack(n)),
+        // One classification for HTTP/2 and HTTP/3 (the name is lowercase here).
+        Some(match field_kind(name.as_str().as_bytes()) {
+            FieldKind::Hop => Name::Hop,
+            kind => Name::Field(name, kind == FieldKind::Churning),
         })
     }
 }
@@ -156,25 +157,6 @@ impl MemoCursor<'_> {
     }
 }
 
-/// Response fields whose values change from one response to the next (per object):
-/// entering them in the connection's HPACK dynamic table would evict the fields that do
-/// repeat (server, content-type, cache-control, x-cache-status) for entries that are
-/// rarely used again, and cost a table search and insert per response. They are sent
-/// as literals that are never indexed instead (3-5% less CPU per 1 KiB HTTP/2 hit,
-/// `edgebench tls` h2-1k, A/B twice). `content-length` is not among them: objects of
-/// one size repeat it; nor is `date`, the same for every response of a second: indexed,
-/// it is one byte instead of a Huffman-coded literal each time.
-fn churns_hpack(name: &str) -> bool {
-    const CHURN: [&str; 6] = [
-        "age",
-        "etag",
-        "last-modified",
-        "expires",
-        "cache-status",
-        "x-checksum",
-    ];
-    CHURN.iter().any(|c| name.eq_ignore_ascii_case(c))
-}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,24 +164,6 @@ mod tests {
     fn head_of(req: http::Request<()>, has_body: bool) -> Result<edge_http::RequestHead, u16> {
         let (parts, ()) = req.into_parts();
         request_head(&parts, has_body, &edge_http::Limits::default(), None).map(|(h, _)| *h)
-    }
-
-    /// Per-response values stay out of the HPACK table; fields that repeat go in.
-    #[test]
-    fn only_churning_fields_skip_the_hpack_table() {
-        for n in ["age", "ETag", "x-checksum", "cache-status", "last-modified"] {
-            assert!(churns_hpack(n), "{n}");
-        }
-        for n in [
-            "server",
-            "content-type",
-            "content-length",
-            "cache-control",
-            "x-cache-status",
-            "date",
-        ] {
-            assert!(!churns_hpack(n), "{n}");
-        }
     }
 
     fn fields(block: &str, memo: &NameMemo) -> io::Result<http::HeaderMap> {

@@ -133,6 +133,13 @@ impl Dynamic {
         self.size += size;
     }
 
+    /// The HPACK index (after the static table's) of the entry inserted `abs`-th
+    /// (1-based), if it is still in the table.
+    fn index_of(&self, abs: u64) -> Option<usize> {
+        let pos = (self.inserted - abs) as usize;
+        (pos < self.entries.len()).then_some(STATIC.len() + 1 + pos)
+    }
+
     fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
         let (e, n) = self.entries.get(i)?;
         Some((&e[..*n], &e[*n..]))
@@ -388,6 +395,15 @@ pub fn put_str(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
+/// The name part of a literal field (RFC 7541 6.2): the static table's index of the
+/// name in an `n`-bit prefix after `pattern`, or 0 there and the name as a string.
+fn put_name(out: &mut Vec<u8>, n: u32, pattern: u8, static_index: u8, lower: &[u8]) {
+    put_int(out, n, pattern, static_index as usize);
+    if static_index == 0 {
+        put_str(out, lower);
+    }
+}
+
 /// What a response field is to the encoder.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum FieldKind {
@@ -422,9 +438,9 @@ const MEMO_NAME_LEN: usize = 64;
 
 /// The encoder of one connection's response header blocks.
 pub struct Encoder {
-    table: Dynamic,
-    /// The client's SETTINGS_HEADER_TABLE_SIZE as we use it (at most
+    /// The client's table, as large as its SETTINGS_HEADER_TABLE_SIZE allows (at most
     /// [`Encoder::MAX_TABLE`]).
+    table: Dynamic,
     /// A size update to send at the start of the next block: the smallest size since
     /// the last block, then the current one (RFC 7541 4.2).
     update: Option<(usize, usize)>,
@@ -440,12 +456,13 @@ impl Default for Encoder {
 }
 
 impl Encoder {
-    /// The most dynamic table we use, whatever the client allows.
+    /// The most dynamic table we use, whatever the client allows: also the size every
+    /// client starts with (RFC 7541's default).
     pub const MAX_TABLE: usize = 4096;
 
     pub fn new() -> Encoder {
         Encoder {
-            table: Dynamic::new(Encoder::MAX_TABLE.min(4096)),
+            table: Dynamic::new(Encoder::MAX_TABLE),
             update: None,
             names: Vec::new(),
             cursor: 0,
@@ -505,12 +522,10 @@ impl Encoder {
             let Some(lower) = lowercase_name(raw_name) else {
                 return false;
             };
-            let kind = kind_of(&lower);
-            if kind == FieldKind::Hop {
+            if field_kind(&lower) == FieldKind::Hop {
                 return false;
             }
-            out.push(0x00);
-            put_str(out, &lower);
+            put_name(out, 4, 0x00, 0, &lower);
             put_str(out, value);
             return true;
         };
@@ -518,15 +533,10 @@ impl Encoder {
         if n.lower.is_empty() || n.kind == FieldKind::Hop {
             return false;
         }
-        let dynamic_index = |abs: u64, t: &Dynamic| -> Option<usize> {
-            // Entry `abs` (1-based insertion count) is at position inserted - abs.
-            let pos = (t.inserted - abs) as usize;
-            (pos < t.entries.len()).then_some(STATIC.len() + 1 + pos)
-        };
         if n.kind == FieldKind::Indexed {
             if let Some((v, abs)) = &n.last {
                 if **v == *value {
-                    if let Some(idx) = dynamic_index(*abs, &self.table) {
+                    if let Some(idx) = self.table.index_of(*abs) {
                         put_int(out, 7, 0x80, idx);
                         return true;
                     }
@@ -535,27 +545,16 @@ impl Encoder {
             let size = n.lower.len() + value.len() + ENTRY_OVERHEAD;
             if size <= self.table.max / 2 {
                 // Literal with incremental indexing.
-                if n.static_index > 0 {
-                    put_int(out, 6, 0x40, n.static_index as usize);
-                } else {
-                    out.push(0x40);
-                    put_str(out, &n.lower);
-                }
+                put_name(out, 6, 0x40, n.static_index, &n.lower);
                 put_str(out, value);
-                let lower = n.lower.clone();
-                self.table.insert(&lower, value);
+                self.table.insert(&n.lower, value);
                 let abs = self.table.inserted;
                 self.names[i].last = Some((value.into(), abs));
                 return true;
             }
         }
         // Literal without indexing.
-        if n.static_index > 0 {
-            put_int(out, 4, 0x00, n.static_index as usize);
-        } else {
-            out.push(0x00);
-            put_str(out, &n.lower);
-        }
+        put_name(out, 4, 0x00, n.static_index, &n.lower);
         put_str(out, value);
         true
     }
@@ -574,7 +573,7 @@ impl Encoder {
             return None;
         }
         let lower = lowercase_name(raw).unwrap_or_default();
-        let kind = kind_of(&lower);
+        let kind = field_kind(&lower);
         let static_index = STATIC
             .iter()
             .position(|(n, _)| n.as_bytes() == &*lower)
@@ -607,7 +606,9 @@ fn lowercase_name(raw: &[u8]) -> Option<Vec<u8>> {
     Some(raw.to_ascii_lowercase())
 }
 
-fn kind_of(lower: &[u8]) -> FieldKind {
+/// What a response field is to HTTP/2 and HTTP/3 (`lower`: its lowercase name): the
+/// one list of connection-specific and churning fields for HPACK and QPACK alike.
+pub fn field_kind(lower: &[u8]) -> FieldKind {
     match lower {
         b"connection" | b"keep-alive" | b"proxy-connection" | b"upgrade" | b"transfer-encoding" => {
             FieldKind::Hop
@@ -826,6 +827,35 @@ mod tests {
             let b = encode(&mut e, 200, resp);
             d.decode(&b, &mut l, 16384).unwrap();
             assert_eq!(fields(&l), want);
+        }
+    }
+
+    /// Per-response values stay out of the table; fields that repeat go in;
+    /// connection-specific ones are not sent.
+    #[test]
+    fn field_kinds() {
+        for n in [
+            "age",
+            "etag",
+            "x-checksum",
+            "cache-status",
+            "last-modified",
+            "set-cookie",
+        ] {
+            assert_eq!(field_kind(n.as_bytes()), FieldKind::Churning, "{n}");
+        }
+        for n in [
+            "server",
+            "content-type",
+            "content-length",
+            "cache-control",
+            "x-cache-status",
+            "date",
+        ] {
+            assert_eq!(field_kind(n.as_bytes()), FieldKind::Indexed, "{n}");
+        }
+        for n in ["connection", "keep-alive", "transfer-encoding", "upgrade"] {
+            assert_eq!(field_kind(n.as_bytes()), FieldKind::Hop, "{n}");
         }
     }
 
