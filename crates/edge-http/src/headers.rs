@@ -188,7 +188,7 @@ impl HeaderMap {
     /// Whether at least one field is called `name`.
     #[inline]
     pub fn contains(&self, name: &str) -> bool {
-        self.may_have(name.as_bytes()) && self.get_scan(name).is_some()
+        self.get(name).is_some()
     }
 
     /// Adds a field at the end, keeping existing fields of the same name.
