@@ -392,6 +392,15 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
         }
     }
 
+    /// The socket failed (`what`: a read or a write): counted, every stream fails, the
+    /// connection is over.
+    fn io_failed(&mut self, what: &str, e: std::io::Error) -> Drive {
+        tracing::debug!("client {}: HTTP/2: {what}: {e}", self.peer);
+        self.stats().errors[IO_ERROR].fetch_add(1, Relaxed);
+        self.fail_streams();
+        Drive::Closed
+    }
+
     /// Writes the output buffer; Ready(Ok) once it is all written and flushed.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         loop {
@@ -437,12 +446,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
             }
             let flushed = match self.poll_write_out(cx) {
                 Poll::Ready(Ok(())) => true,
-                Poll::Ready(Err(e)) => {
-                    tracing::debug!("client {}: HTTP/2: write: {e}", self.peer);
-                    self.stats().errors[IO_ERROR].fetch_add(1, Relaxed);
-                    self.fail_streams();
-                    return Poll::Ready(Drive::Closed);
-                }
+                Poll::Ready(Err(e)) => return Poll::Ready(self.io_failed("write", e)),
                 Poll::Pending => false,
             };
             let active = self.st.active.get();
@@ -476,12 +480,7 @@ impl<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin> Driver<S, T> {
                     activity = true;
                     let _ = self.process();
                 }
-                Poll::Ready(Err(e)) => {
-                    tracing::debug!("client {}: HTTP/2: read: {e}", self.peer);
-                    self.stats().errors[IO_ERROR].fetch_add(1, Relaxed);
-                    self.fail_streams();
-                    return Poll::Ready(Drive::Closed);
-                }
+                Poll::Ready(Err(e)) => return Poll::Ready(self.io_failed("read", e)),
                 Poll::Pending => break,
             }
         }
