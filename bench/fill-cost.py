@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args()
-    servers = [tuple(x.split("=", 1)) for x in a.edgecache.split(",")]
+    servers = [(n, os.path.abspath(b)) for n, b in (x.split("=", 1) for x in a.edgecache.split(","))]
     if not a.no_nginx and shutil.which("nginx"):
         servers.append(("nginx", None))
     results = {}

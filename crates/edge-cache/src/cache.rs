@@ -16,7 +16,7 @@
 //! - `cache/lifecycle.rs`: [`Cache::open`], reloads, [`Cache::stats`],
 //!   [`Cache::shutdown`].
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -33,7 +33,7 @@ mod write;
 pub use lookup::{HitBody, HitEntry, Lookup};
 pub use open::{BlockingOpener, FileOpener, OpenedFile};
 pub use purge::purge_all;
-pub use write::{CommitIo, ObjectWriter};
+pub use write::{CommitIo, ObjectWriter, SPARE_BATCH, SPARE_LOW, SPARE_RETRY};
 
 /// One cache directory. Create with [`Cache::open`]; share as `Arc<Cache>`.
 #[derive(Debug)]
@@ -46,6 +46,17 @@ pub struct Cache {
     threads: Mutex<Vec<JoinHandle<()>>>,
     inflight: Inflight,
     uses: UseCounter,
+    spares: Spares,
+}
+
+/// A cache's spare temp files (`cache/write.rs`: [`SPARE_LOW`]).
+#[derive(Debug, Default)]
+struct Spares {
+    files: Mutex<Vec<crate::storage::SpareFile>>,
+    /// A refill is under way.
+    refilling: AtomicBool,
+    /// After a failed refill, none before this.
+    retry_at: Mutex<Option<std::time::Instant>>,
 }
 
 #[cfg(test)]

@@ -107,7 +107,8 @@ fn load_file(zone: &Zone, path: &Path, at_leaf: bool, ino: u64) {
         let token = name[pos + TMP_MARKER.len()..]
             .rsplit_once('.')
             .map(|(t, _)| t);
-        if parse_hash_hex(&name[..pos]).is_some() && token != Some(zone.token()) {
+        let ours = parse_hash_hex(&name[..pos]).is_some() || &name[..pos] == storage::SPARE_PREFIX;
+        if ours && token != Some(zone.token()) {
             remove(zone, path, "leftover temp file");
         }
         return;

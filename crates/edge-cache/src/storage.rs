@@ -409,39 +409,55 @@ impl TempObject {
         token: &str,
         seq: u64,
     ) -> io::Result<TempObject> {
-        let mut meta = meta;
-        meta.normalize_times();
         let dir = layout.dir_for(hash);
-        let final_path = layout.path_for(hash);
         let tmp_path = dir.join(format!("{}{TMP_MARKER}{token}.{seq}", hash_hex(hash)));
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&tmp_path)
-        };
-        let file = match open() {
+        let file = match create_new(&tmp_path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::create_dir_all(&dir)?;
-                open()?
+                create_new(&tmp_path)?
             }
             Err(e) => return Err(e),
         };
-        let header = encode_header(hash, &meta, None)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
-        Ok(TempObject {
+        TempObject::new(layout, hash, meta, file, tmp_path)
+    }
+
+    /// The object written to a [`SpareFile`] made ahead of time: no file system call
+    /// (the commit makes the object's directories if they are missing).
+    pub fn on_spare(
+        layout: &Layout,
+        hash: KeyHash,
+        meta: ObjectMeta,
+        mut spare: SpareFile,
+    ) -> io::Result<TempObject> {
+        let (file, path) = spare.0.take().ok_or_else(closed)?;
+        TempObject::new(layout, hash, meta, file, path)
+    }
+
+    fn new(
+        layout: &Layout,
+        hash: KeyHash,
+        mut meta: ObjectMeta,
+        file: File,
+        tmp_path: PathBuf,
+    ) -> io::Result<TempObject> {
+        meta.normalize_times();
+        // From here the name is ours to remove, whatever fails.
+        let mut obj = TempObject {
             file: Some(Arc::new(file)),
             tmp_path,
-            final_path,
+            final_path: layout.path_for(hash),
             hash,
             meta,
-            body_offset: header.len() as u64,
+            body_offset: 0,
             written: 0,
             hasher: Xxh3::new(),
             committed: false,
-        })
+        };
+        let header = encode_header(hash, &obj.meta, None)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
+        obj.body_offset = header.len() as u64;
+        Ok(obj)
     }
 
     /// Append body bytes (a positioned write at [`TempObject::next_offset`]).
@@ -498,7 +514,7 @@ impl TempObject {
         let file = self.file.as_ref().ok_or_else(closed)?;
         file.write_all_at(&plan.header, 0)?;
         let ino = file.metadata()?.ino();
-        fs::rename(&plan.tmp_path, &plan.final_path)?;
+        rename_into_place(&plan.tmp_path, &plan.final_path)?;
         Ok(self.committed(ino))
     }
 
@@ -537,6 +553,59 @@ impl TempObject {
             ino: ino_key(ino),
         }
     }
+}
+
+/// Renames a temp file to its object's path, making the object's directories when they
+/// are missing (a temp file made ahead of time lives in the cache's root).
+pub fn rename_into_place(tmp: &Path, fin: &Path) -> io::Result<()> {
+    match fs::rename(tmp, fin) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = fin.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::rename(tmp, fin)
+        }
+        r => r,
+    }
+}
+
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// The name prefix of spare temp files (in the cache's root, before [`TMP_MARKER`]).
+pub const SPARE_PREFIX: &str = "spare";
+
+/// An empty temp file made ahead of a miss ([`make_spares`]), so that starting an
+/// object costs no file system call when it is needed. Removed when dropped unused.
+#[derive(Debug)]
+pub struct SpareFile(Option<(File, PathBuf)>);
+
+impl Drop for SpareFile {
+    fn drop(&mut self) {
+        if let Some((_, path)) = self.0.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Creates `n` spare temp files in `root` (numbered from `seq`), each named like any
+/// temp file of this process (`spare.tmp.<token>.<seq>`), so the loader of a later
+/// process removes what a crash leaves. Returns those made before an error, if any.
+pub fn make_spares(root: &Path, token: &str, seq: u64, n: u64) -> (Vec<SpareFile>, io::Result<()>) {
+    let mut out = Vec::with_capacity(n as usize);
+    for i in seq..seq + n {
+        let path = root.join(format!("{SPARE_PREFIX}{TMP_MARKER}{token}.{i}"));
+        match create_new(&path) {
+            Ok(f) => out.push(SpareFile(Some((f, path)))),
+            Err(e) => return (out, Err(e)),
+        }
+    }
+    (out, Ok(()))
 }
 
 /// What [`TempObject::prepare_commit`] leaves to its caller.

@@ -218,6 +218,11 @@ impl Proc {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal (e.g. `libc::SIGTERM` = 15) through `kill(1)`.
     pub fn signal(&self, sig: &str) {
         let st = Command::new("kill")

@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::{cached_config, edgecache, files, get_text, json_number, origin, origin_requests};
+use common::{
+    cached_config, edgecache, get_text, json_number, object_files, origin, origin_requests,
+};
 use edge_testkit::{get, Proc, Response};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::SocketAddr;
@@ -103,13 +105,6 @@ impl Node {
         assert_eq!(f.len(), 1, "{f:?}");
         PathBuf::from(&f[0].0)
     }
-}
-
-fn object_files(dir: &Path) -> Vec<(String, u64)> {
-    files(dir)
-        .into_iter()
-        .filter(|(p, _)| !p.contains(".tmp."))
-        .collect()
 }
 
 /// The body's xxh3 matches the origin's `X-Checksum`: the right bytes.

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{cached_config, edgecache, files, get_text, origin, LOCAL};
+use common::{cached_config, edgecache, get_text, object_files, origin, LOCAL};
 use edge_testkit::{get, Client, Proc, Response};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -87,7 +87,7 @@ impl Node {
 
     /// The object file of `path`'s only stored object (the test stores one at a time).
     fn only_file(&self) -> PathBuf {
-        let f = files(&self.cache_dir());
+        let f = object_files(&self.cache_dir());
         assert_eq!(f.len(), 1, "one object stored: {f:?}");
         PathBuf::from(&f[0].0)
     }
@@ -304,7 +304,7 @@ fn mappings_go_with_the_open_file_cache() {
 /// (a tmpfs, whose pages are the file).
 fn evict(dir: &Path) -> bool {
     let mut all = true;
-    for (path, _) in files(dir) {
+    for (path, _) in object_files(dir) {
         let Ok(f) = std::fs::File::open(&path) else {
             continue;
         };

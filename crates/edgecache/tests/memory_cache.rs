@@ -174,8 +174,9 @@ impl Edge {
         self.dir.path().join("cache")
     }
 
-    /// The server's descriptors that point into the cache directory (objects kept open),
-    /// as `/proc/<pid>/fd` shows them (a deleted file ends with ` (deleted)`).
+    /// The server's descriptors that point into the cache directory (objects kept open,
+    /// not the spare temp files its cache keeps for misses), as `/proc/<pid>/fd` shows
+    /// them (a deleted file ends with ` (deleted)`).
     fn cache_fds(&self) -> Vec<String> {
         let dir = self.cache_dir().to_string_lossy().into_owned();
         let fd_dir = format!("/proc/{}/fd", self.cache.child.id());
@@ -183,7 +184,8 @@ impl Edge {
         for e in std::fs::read_dir(&fd_dir).unwrap().flatten() {
             if let Ok(target) = std::fs::read_link(e.path()) {
                 let t = target.to_string_lossy().into_owned();
-                if t.starts_with(&dir) && !std::path::Path::new(&t).is_dir() {
+                let spare = t.contains("/spare.tmp.");
+                if t.starts_with(&dir) && !spare && !std::path::Path::new(&t).is_dir() {
                     out.push(t);
                 }
             }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{edgecache, files, json_number, origin, origin_requests, setup, Setup};
+use common::{edgecache, files, json_number, object_files, origin, origin_requests, setup, Setup};
 use edge_testkit::{get, Response};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ fn a_restart_only_key_logs_one_line_with_file_and_line_and_keeps_serving() {
     assert_eq!(status(&s.get("/obj/10k/1", &[])), "HIT");
     assert_eq!(status(&s.get("/obj/10k/2", &[])), "MISS");
     let root = s.dir.path().join("cache");
-    for (path, _) in files(&root) {
+    for (path, _) in object_files(&root) {
         let depth = std::path::Path::new(&path)
             .strip_prefix(&root)
             .unwrap()

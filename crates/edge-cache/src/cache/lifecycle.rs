@@ -35,6 +35,7 @@ impl Cache {
             seed,
             inflight: Inflight::new(),
             uses: UseCounter::default(),
+            spares: Default::default(),
             threads: Mutex::new(vec![loader, manager]),
         }))
     }
@@ -107,6 +108,7 @@ impl Cache {
     /// Lookups and writes keep working; nothing is evicted afterwards.
     pub fn shutdown(&self) {
         self.zone.stop();
+        self.drop_spares();
         let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
         let me = std::thread::current().id();
         for t in threads {

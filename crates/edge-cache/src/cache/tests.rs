@@ -1095,3 +1095,73 @@ fn a_snapshot_restores_the_index_and_the_walk_corrects_a_stale_one() {
     assert_eq!(c.purge_prefix("http://h/s/", false), 29);
     assert_eq!(c.stats().entries, 1);
 }
+
+/// Spare temp files: made in the root by one refill, an object begun on one (no file
+/// system call) is committed into directories that did not exist yet, and what is
+/// left is removed at shutdown.
+#[test]
+fn an_object_begun_on_a_spare_commits_into_new_directories() {
+    let d = tempfile::tempdir().unwrap();
+    let c = open(d.path());
+    assert!(c.take_spare().is_none(), "none before a refill");
+    assert!(c.spares_low(), "the first caller refills");
+    assert!(!c.spares_low(), "one refill at a time");
+    c.refill_spares();
+    let spares = |dir: &Path| {
+        files(dir)
+            .into_iter()
+            .filter(|(p, _)| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("spare.tmp.")
+            })
+            .count()
+    };
+    assert_eq!(spares(d.path()), SPARE_LOW + SPARE_BATCH);
+    assert!(!c.spares_low(), "full");
+    let key = "http://h/spare";
+    let dir = c.path_for(key_hash(key)).parent().unwrap().to_path_buf();
+    assert!(!dir.exists());
+    let mut m = meta(600);
+    m.key = key.into();
+    m.body_len = 5;
+    let mut w = c.begin_write_spare(m, c.take_spare().unwrap()).unwrap();
+    w.write(b"hello").unwrap();
+    w.finish().unwrap();
+    assert_eq!(get(&c, key).unwrap(), b"hello");
+    assert!(dir.exists());
+    assert_eq!(
+        spares(d.path()),
+        SPARE_LOW + SPARE_BATCH - 1,
+        "renamed away"
+    );
+    // An object begun on a spare and dropped takes its spare's name with it.
+    let mut m = meta(600);
+    m.key = "http://h/dropped".into();
+    drop(c.begin_write_spare(m, c.take_spare().unwrap()).unwrap());
+    assert_eq!(spares(d.path()), SPARE_LOW + SPARE_BATCH - 2);
+    c.shutdown();
+    assert_eq!(spares(d.path()), 0, "shutdown removes the rest");
+    assert_eq!(get(&c, key).unwrap(), b"hello");
+}
+
+/// A killed process's spare temp files are removed by the next one's loader.
+#[test]
+fn the_loader_removes_spares_of_an_earlier_process_only() {
+    let d = tempfile::tempdir().unwrap();
+    let old = d.path().join("spare.tmp.999-1.7");
+    fs::write(&old, b"").unwrap();
+    let c = open(d.path());
+    assert!(!old.exists());
+    assert!(c.spares_low());
+    c.refill_spares();
+    let before = files(d.path()).len();
+    // A second open of the directory (another token, as a restarted process has)
+    // removes them: what a crash of this one would leave.
+    let c2 = open(d.path());
+    assert_eq!(files(d.path()).len(), before - SPARE_LOW - SPARE_BATCH);
+    c2.shutdown();
+    c.shutdown();
+}

@@ -12,20 +12,36 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use edge_http::HeaderMap;
 
 use super::lookup::HitEntry;
 use super::Cache;
 use crate::key::{key_hash, variant_key};
 use crate::meta::ObjectMeta;
-use crate::storage::{self, Committed, RewriteError, TempObject};
+use crate::storage::{self, Committed, RewriteError, SpareFile, TempObject};
+use crate::sync::lock;
+
+/// Spare temp files a cache keeps ready for misses ([`Cache::take_spare`]): a miss then
+/// starts its object with no file system call, where making the temp file would be a
+/// round trip to the file I/O pool. Refilled [`SPARE_BATCH`] at a time by one pool job
+/// when fewer than [`SPARE_LOW`] are left.
+pub const SPARE_LOW: usize = 16;
+/// Spare temp files made by one refill.
+pub const SPARE_BATCH: usize = 32;
+/// How long a failed refill (a full disk, say) keeps the next one from being tried.
+pub const SPARE_RETRY: Duration = Duration::from_secs(1);
 
 /// Writes one object; see [`Cache::begin_write`]. Dropping it without
 /// [`ObjectWriter::finish`] discards the temp file (a failed or aborted fetch).
 #[derive(Debug)]
 pub struct ObjectWriter {
     cache: Arc<Cache>,
-    obj: TempObject,
+    /// Boxed: a temp object is near a kilobyte (its streaming body hasher alone is 576
+    /// bytes, 64-byte aligned), and a writer is moved through every future of a fill
+    /// (each move a copy, each future as large as what it holds).
+    obj: Box<TempObject>,
 }
 
 impl ObjectWriter {
@@ -140,8 +156,36 @@ impl Cache {
 
     /// [`Cache::begin_write`] with `meta.key` already the variant key (see
     /// [`crate::variant_key`]): only file system work is left (directories, the temp
-    /// file, its provisional header), so a server can run it off its event loop.
-    pub fn begin_write_keyed(self: &Arc<Self>, mut meta: ObjectMeta) -> io::Result<ObjectWriter> {
+    /// file), so a server can run it off its event loop.
+    pub fn begin_write_keyed(self: &Arc<Self>, meta: ObjectMeta) -> io::Result<ObjectWriter> {
+        self.begin_with(meta, |layout, hash, meta, token, seq| {
+            TempObject::create(layout, hash, meta, token, seq)
+        })
+    }
+
+    /// [`Cache::begin_write_keyed`] on a spare temp file from [`Cache::take_spare`]:
+    /// no file system call, so it runs on the event loop.
+    pub fn begin_write_spare(
+        self: &Arc<Self>,
+        meta: ObjectMeta,
+        spare: SpareFile,
+    ) -> io::Result<ObjectWriter> {
+        self.begin_with(meta, |layout, hash, meta, _, _| {
+            TempObject::on_spare(layout, hash, meta, spare)
+        })
+    }
+
+    fn begin_with(
+        self: &Arc<Self>,
+        mut meta: ObjectMeta,
+        make: impl FnOnce(
+            &storage::Layout,
+            crate::KeyHash,
+            ObjectMeta,
+            &str,
+            u64,
+        ) -> io::Result<TempObject>,
+    ) -> io::Result<ObjectWriter> {
         let hash = key_hash(&meta.key);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         if meta.body_id == 0 {
@@ -153,16 +197,56 @@ impl Cache {
             h.update(&hash.to_le_bytes());
             meta.body_id = h.digest().max(1);
         }
-        match TempObject::create(self.zone.layout(), hash, meta, self.zone.token(), seq) {
+        match make(self.zone.layout(), hash, meta, self.zone.token(), seq) {
             Ok(obj) => Ok(ObjectWriter {
                 cache: self.clone(),
-                obj,
+                obj: Box::new(obj),
             }),
             Err(e) => {
                 self.zone.note_write_error("create", &e);
                 Err(e)
             }
         }
+    }
+
+    /// A spare temp file for [`Cache::begin_write_spare`], if one is left.
+    pub fn take_spare(&self) -> Option<SpareFile> {
+        lock(&self.spares.files).pop()
+    }
+
+    /// Whether the spare temp files should be refilled now: true for one caller at a
+    /// time (until its [`Cache::refill_spares`] returns), and not within
+    /// [`SPARE_RETRY`] of a refill that failed (a full disk).
+    pub fn spares_low(&self) -> bool {
+        if lock(&self.spares.files).len() >= SPARE_LOW {
+            return false;
+        }
+        if lock(&self.spares.retry_at).is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        !self.spares.refilling.swap(true, Ordering::AcqRel)
+    }
+
+    /// Makes spare temp files up to [`SPARE_LOW`] + [`SPARE_BATCH`] in the cache's
+    /// root. Blocking (a file creation can wait on the disk): run it off the event
+    /// loop, after [`Cache::spares_low`] said so.
+    pub fn refill_spares(&self) {
+        let have = lock(&self.spares.files).len();
+        let n = (SPARE_LOW + SPARE_BATCH).saturating_sub(have) as u64;
+        let seq = self.seq.fetch_add(n, Ordering::Relaxed);
+        let root = &self.zone.layout().root;
+        let (made, res) = storage::make_spares(root, self.zone.token(), seq, n);
+        lock(&self.spares.files).extend(made);
+        if let Err(e) = res {
+            self.zone.note_write_error("create", &e);
+            *lock(&self.spares.retry_at) = Some(Instant::now() + SPARE_RETRY);
+        }
+        self.spares.refilling.store(false, Ordering::Release);
+    }
+
+    /// Removes the spare temp files (at shutdown).
+    pub(super) fn drop_spares(&self) {
+        lock(&self.spares.files).clear();
     }
 
     /// Indexes an object just renamed into place (the caller holds its stripe); the

@@ -308,6 +308,32 @@ impl FileBackend {
         self.engine.blocking(f).await
     }
 
+    /// Opens the writer of `meta`'s object (its key the variant key) on one of the
+    /// cache's spare temp files when one is left, with no hand-off; else the temp file
+    /// is made on the pool. A low stock of spares is refilled by one pool job in the
+    /// background. `None` (counted and logged by the cache): serve uncached.
+    pub async fn begin_write(
+        &self,
+        cache: &Arc<edge_cache::Cache>,
+        meta: edge_cache::ObjectMeta,
+    ) -> Option<edge_cache::ObjectWriter> {
+        let spare = cache.take_spare();
+        if cache.spares_low() {
+            let (engine, c) = (self.engine.clone(), cache.clone());
+            tokio::task::spawn_local(async move {
+                let _ = engine.blocking(move || c.refill_spares()).await;
+            });
+        }
+        if let Some(spare) = spare {
+            return cache.begin_write_spare(meta, spare).ok();
+        }
+        let cache = cache.clone();
+        self.blocking(move || cache.begin_write_keyed(meta))
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// `file` (shared, e.g. from `ObjectWriter::reader`: the same descriptor, no `dup`)
     /// for the writes of a whole fill, through the backend: an op in flight keeps it
     /// open even if the fill is abandoned.
@@ -389,8 +415,9 @@ pub struct Committer<'a> {
     pub files: &'a FileBackend,
     /// Our handle on the temp file.
     pub out: &'a edge_aio::AioFile,
-    /// A packed small object's body, written right after the header in the same write
-    /// (the header ends where the body starts).
+    /// A held body (`Store`: a known length up to `HOLD_MAX`), written right after the
+    /// header in the same write (the header, padding included, ends where the body
+    /// starts: packed in its block, or at the aligned offset).
     pub body: Option<&'a [u8]>,
 }
 
@@ -412,7 +439,7 @@ impl edge_cache::CommitIo for Committer<'_> {
                 .blocking(move || -> io::Result<u64> {
                     file.write_all_at(&block, 0)?;
                     let ino = file.metadata()?.ino();
-                    std::fs::rename(&tmp, &fin)?;
+                    edge_cache::storage::rename_into_place(&tmp, &fin)?;
                     Ok(ino)
                 })
                 .await?;
@@ -420,7 +447,16 @@ impl edge_cache::CommitIo for Committer<'_> {
         let (r, _) = e.write_all_at(self.out, 0, block).await;
         r?;
         let ino = e.stat(self.out).await?.ino;
-        e.rename(&plan.tmp_path, &plan.final_path).await?;
+        match e.rename(&plan.tmp_path, &plan.final_path).await {
+            // A spare temp file's object whose directories are not made yet.
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
+                self.files
+                    .blocking(move || edge_cache::storage::rename_into_place(&tmp, &fin))
+                    .await??;
+            }
+            r => r?,
+        }
         Ok(ino)
     }
 }

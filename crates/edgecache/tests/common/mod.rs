@@ -579,6 +579,15 @@ pub fn files(dir: &std::path::Path) -> Vec<(String, u64)> {
     out
 }
 
+/// [`files`] without temp files (fills in progress, and the spare temp files a cache
+/// keeps in its root once it has had a miss): the stored objects.
+pub fn object_files(dir: &std::path::Path) -> Vec<(String, u64)> {
+    files(dir)
+        .into_iter()
+        .filter(|(p, _)| !p.contains(".tmp."))
+        .collect()
+}
+
 /// `edgecache -t` on `text` written to a file: (exit code, stderr, the file's path).
 pub fn check_config(text: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();

@@ -260,13 +260,7 @@ pub async fn begin_store(
             meta.header_block = b;
         }
     }
-    let cache = ctx.cache.clone();
-    ctx.w
-        .file_io
-        .blocking(move || cache.begin_write_keyed(meta))
-        .await
-        .ok()?
-        .ok()
+    ctx.w.file_io.begin_write(ctx.cache, meta).await
 }
 
 /// Relays the upstream body to the client (when there is one) and into the store (when
@@ -454,7 +448,9 @@ pub async fn pump(
         };
     }
     if let Some(s) = store {
-        s.finish(&ctx.w.file_io).await;
+        if let (Err(Some(body)), Some(l)) = (s.commit(&ctx.w.file_io).await, lead.as_mut()) {
+            l.held_not_stored(&body).await;
+        }
     }
     if let Some(l) = lead {
         l.end().await;
@@ -488,6 +484,8 @@ struct LeadRelay {
     /// has the whole body can count on the object being in the index (as `Store`
     /// publishes the last byte to followers only then).
     held: Option<Bytes>,
+    /// Body bytes sent through the relay before `Behind`.
+    relayed: u64,
 }
 
 impl LeadRelay {
@@ -497,6 +495,7 @@ impl LeadRelay {
             behind: false,
             paced: false,
             held: None,
+            relayed: 0,
         }
     }
 
@@ -523,6 +522,7 @@ impl LeadRelay {
             return;
         }
         let msg = if tx.capacity() > 1 {
+            self.relayed += b.len() as u64;
             Relay::Data(b)
         } else {
             self.behind = true;
@@ -560,6 +560,13 @@ impl LeadRelay {
                 self.tx = None;
             }
         }
+    }
+
+    /// A body `Store` held in memory is not in the file (its commit failed, and so did
+    /// writing it there for the file's readers). A client reading the file gets the
+    /// rest from the relay, from where the relay left off (as after a failed write).
+    async fn held_not_stored(&mut self, body: &[u8]) {
+        self.store_failed(self.relayed, 0, body).await;
     }
 
     /// The body ended cleanly and the commit is over: the held chunk, then `End`. While
@@ -738,6 +745,44 @@ mod tests {
         rt.block_on(l.give(Bytes::from_static(b"more")));
         rt.block_on(l.end());
         assert_eq!(drain(&mut rx), ["from 100", "data 20", "data 4", "end"]);
+    }
+
+    /// A held body's commit failed (nothing of it in the file): a client that fell
+    /// behind gets the rest from where the relay left it, never bytes twice.
+    #[test]
+    fn a_held_body_not_stored_reaches_a_client_behind_from_where_it_was() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH);
+        let mut l = LeadRelay::new(tx);
+        for _ in 0..RELAY_DEPTH {
+            l.offer(Bytes::from_static(&[1u8; 10]), false);
+        }
+        assert!(l.behind);
+        let rt = rt();
+        let mut got = drain(&mut rx);
+        assert_eq!(got.len(), RELAY_DEPTH);
+        assert_eq!(got.pop().as_deref(), Some("behind"));
+        // The whole body (RELAY_DEPTH chunks of 10 and the 10 never offered).
+        rt.block_on(l.held_not_stored(&[1u8; (RELAY_DEPTH + 1) * 10]));
+        rt.block_on(l.end());
+        let at = (RELAY_DEPTH - 1) * 10;
+        assert_eq!(
+            drain(&mut rx),
+            [format!("from {at}"), "data 20".into(), "end".into()]
+        );
+    }
+
+    /// The same failure for a client that kept up: it has every chunk but the held last
+    /// one, which comes with the end.
+    #[test]
+    fn a_held_body_not_stored_still_ends_a_client_that_kept_up() {
+        let (tx, mut rx) = mpsc::channel(RELAY_DEPTH);
+        let mut l = LeadRelay::new(tx);
+        l.offer(Bytes::from_static(b"abc"), false);
+        l.offer(Bytes::from_static(b"de"), true);
+        let rt = rt();
+        rt.block_on(l.held_not_stored(b"abcde"));
+        rt.block_on(l.end());
+        assert_eq!(drain(&mut rx), ["data 3", "data 2", "end"]);
     }
 
     #[test]

@@ -20,11 +20,21 @@ pub struct Store {
     out: Option<edge_aio::AioFile>,
     /// The buffer each write hands to the backend and gets back.
     scratch: Vec<u8>,
-    /// A body that will be packed in the header's block (its length is known and fits):
-    /// kept here and written with the final header in one write at the commit, instead
-    /// of a body write and a header write. Followers learn of it when it is done.
+    /// A body of a known length up to [`HOLD_MAX`]: kept here and written with the
+    /// final header in one write at the commit, instead of a write per read and a
+    /// header write. Followers learn of it when it is done.
     pending: Option<Vec<u8>>,
 }
+
+/// Bodies of a known length up to this are held in memory and written with their
+/// header in the commit's one write: a small miss makes one file I/O hand-off for its
+/// body and commit instead of two or more (each a pool thread's wake-up and a switch
+/// back, on the worker's CPU). A fill's upstream read buffer is already up to 256 KiB,
+/// so holding at most 128 KiB until the body is whole adds no new order of memory per
+/// fill. The leader's client is not delayed (it gets the origin's bytes through the
+/// relay as they come); followers get the body when it is committed, as every follower
+/// does under nginx's `proxy_cache_lock`.
+pub const HOLD_MAX: u64 = 128 * 1024;
 
 impl Store {
     /// Append body bytes (through the file I/O backend, so a throttled write never
@@ -32,7 +42,7 @@ impl Store {
     /// fill fails (followers abort) and the caller continues uncached.
     pub(super) async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
         if let Some(p) = &mut self.pending {
-            if p.len() + data.len() <= edge_cache::storage::BODY_ALIGN as usize {
+            if (p.len() + data.len()) as u64 <= self.writer.meta().body_len {
                 p.extend_from_slice(data);
                 self.writer.record_written(data);
                 return true;
@@ -88,16 +98,37 @@ impl Store {
         }
     }
 
+    /// Writes the body to the file as it comes (each write tells the followers)
+    /// instead of holding it, unless it is packed in the header's block: for a fill
+    /// whose own client reads the file (a slice's), so that its first byte does not
+    /// wait for the whole body.
+    pub fn streamed(mut self) -> Store {
+        let len = self.writer.meta().body_len;
+        let packed =
+            self.writer.body_offset().saturating_add(len) <= edge_cache::storage::BODY_ALIGN;
+        if !packed {
+            self.pending = None;
+        }
+        self
+    }
+
     /// Commit the object (through the file I/O backend) and release followers.
     /// Returns whether the object was stored.
     pub(super) async fn finish(self, files: &FileBackend) -> bool {
+        self.commit(files).await.is_ok()
+    }
+
+    /// [`Store::finish`], giving back a held body that is not in the file (the fill
+    /// failed, so a client reading the file needs it from elsewhere).
+    pub(super) async fn commit(self, files: &FileBackend) -> Result<(), Option<Vec<u8>>> {
         let len = self.writer.written();
         let declared = self.writer.meta().body_len;
+        let body_offset = self.writer.body_offset();
         let Store {
             writer,
             handle,
             out,
-            pending,
+            mut pending,
             ..
         } = self;
         let out = match out {
@@ -114,26 +145,37 @@ impl Store {
             (None, None) => writer.finish(),
             (None, Some(_)) => Err(std::io::Error::other("no handle on the temp file")),
         };
-        let stored = res.is_ok();
-        match (res, handle) {
-            (Ok(()), Some(h)) => h.done(len),
-            (Err(e), h) => {
-                // Counted and rate-limit logged by the cache. A whole body still
-                // reaches every client (from the open file) when it was written
-                // there; it is only not stored.
-                tracing::debug!("cache commit failed: {e}");
-                if let Some(h) = h {
-                    let in_file = pending.is_none();
-                    if in_file && (declared == edge_cache::BODY_LEN_UNKNOWN || declared == len) {
-                        h.done(len);
-                    } else {
-                        h.fail();
-                    }
-                }
+        let Err(e) = res else {
+            if let Some(h) = handle {
+                h.done(len);
             }
-            (Ok(()), None) => {}
+            return Ok(());
+        };
+        // Counted and rate-limit logged by the cache. A whole body still reaches every
+        // client (from the open file) when it is there; it is only not stored.
+        tracing::debug!("cache commit failed: {e}");
+        let in_file = match (pending.take(), &out) {
+            (None, _) => true,
+            // A held body: the commit's write may not have happened (a failed rename
+            // comes after it), so it is written again for the readers of the file.
+            (Some(body), Some(out)) => {
+                let (r, body) = files.write_all_at(out, body_offset, body).await;
+                pending = r.is_err().then_some(body);
+                r.is_ok()
+            }
+            (Some(body), None) => {
+                pending = Some(body);
+                false
+            }
+        };
+        if let Some(h) = handle {
+            if in_file && (declared == edge_cache::BODY_LEN_UNKNOWN || declared == len) {
+                h.done(len);
+            } else {
+                h.fail();
+            }
         }
-        stored
+        Err(pending)
     }
 }
 
@@ -159,15 +201,14 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
         },
         None => None,
     };
-    let m = writer.meta();
-    let packed = m.body_len != edge_cache::BODY_LEN_UNKNOWN
-        && writer.body_offset().saturating_add(m.body_len) <= edge_cache::storage::BODY_ALIGN;
+    let len = writer.meta().body_len;
+    let held = len != edge_cache::BODY_LEN_UNKNOWN && len <= HOLD_MAX;
     Some(Store {
         writer,
         handle,
         out: None,
         scratch: Vec::new(),
-        pending: packed.then(Vec::new),
+        pending: held.then(|| Vec::with_capacity(len as usize)),
     })
 }
 
@@ -225,26 +266,72 @@ mod tests {
         let c = cache(dir.path());
         let key = "http://h/a";
         let (handle, f) = leader(&c, key);
-        // Larger than a block: the body streams to followers as it is written.
+        // Larger than a held body: it streams to followers as it is written.
+        let (first, rest) = (3000, HOLD_MAX as usize);
         let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10_000))
+            .begin_write(
+                key,
+                &edge_http::HeaderMap::new(),
+                meta(key, (first + rest) as u64),
+            )
             .unwrap();
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
         assert!(store.pending.is_none());
         assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
-        assert!(rt_write(&mut store, &[b'a'; 3000]));
+        assert!(rt_write(&mut store, &vec![b'a'; first]));
         assert!(matches!(
             f.state(),
             FillState::Streaming { written: 3000, .. }
         ));
-        assert!(rt_write(&mut store, &[b'b'; 7000]));
+        assert!(rt_write(&mut store, &vec![b'b'; rest]));
         rt_finish(store);
-        assert!(matches!(f.state(), FillState::Done { len: 10_000, .. }));
+        let total = (first + rest) as u64;
+        assert!(matches!(f.state(), FillState::Done { len, .. } if len == total));
         let now = SystemTime::now();
         assert!(matches!(
             c.lookup(key, &edge_http::HeaderMap::new(), now),
             edge_cache::Lookup::Fresh(_)
         ));
+        c.shutdown();
+    }
+
+    /// A body up to `HOLD_MAX` is held, then written with its header in one write:
+    /// packed in the header's block when it fits there, else at the aligned offset.
+    #[test]
+    fn a_held_body_is_written_once_with_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        for (key, len) in [
+            ("http://h/held", 10_000usize),
+            ("http://h/max", HOLD_MAX as usize),
+        ] {
+            let (handle, f) = leader(&c, key);
+            let writer = c
+                .begin_write(key, &edge_http::HeaderMap::new(), meta(key, len as u64))
+                .unwrap();
+            let mut store = publish(Some(writer), Some(handle)).expect("storing");
+            assert!(store.pending.is_some(), "{len} bytes are held");
+            let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let (a, b) = body.split_at(len / 3);
+            assert!(rt_write(&mut store, a));
+            assert!(rt_write(&mut store, b));
+            // Nothing in the file yet, so nothing published: followers wait for the end.
+            assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
+            rt_finish(store);
+            assert!(matches!(f.state(), FillState::Done { len: l, .. } if l == len as u64));
+            let now = SystemTime::now();
+            match c.lookup(key, &edge_http::HeaderMap::new(), now) {
+                edge_cache::Lookup::Fresh(hit) => {
+                    let file = hit.file().expect("on disk");
+                    assert_eq!(hit.body_offset % 4096, 0, "aligned");
+                    assert_eq!(file.metadata().unwrap().len(), hit.body_offset + len as u64);
+                    let got =
+                        edge_cache::storage::read_body(file, hit.body_offset, len as u64).unwrap();
+                    assert!(got == body, "{key}: body bytes");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
         c.shutdown();
     }
 
@@ -276,6 +363,54 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        c.shutdown();
+    }
+
+    /// A held body whose commit fails (here the rename: the object's directory name is
+    /// taken by a plain file) is written to the temp file all the same: followers and a
+    /// leader's client reading the file get the whole body; it is only not stored.
+    #[test]
+    fn a_held_body_whose_commit_fails_still_reaches_the_files_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let key = "http://h/blocked";
+        let level1 = c.path_for(edge_cache::key_hash(key));
+        let level1 = level1
+            .strip_prefix(dir.path())
+            .unwrap()
+            .components()
+            .next()
+            .unwrap();
+        std::fs::write(dir.path().join(level1), b"not a directory").unwrap();
+        let (handle, f) = leader(&c, key);
+        assert!(c.spares_low());
+        c.refill_spares();
+        let spare = c.take_spare().unwrap();
+        let mut m = meta(key, 6000);
+        m.key = key.into();
+        let writer = c.begin_write_spare(m, spare).unwrap();
+        let mut store = publish(Some(writer), Some(handle)).expect("storing");
+        let body: Vec<u8> = (0..6000).map(|i| (i % 199) as u8).collect();
+        assert!(rt_write(&mut store, &body));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let res = rt.block_on(store.commit(&FileBackend::off()));
+        assert!(matches!(res, Err(None)), "not stored, but in the file");
+        let FillState::Done { head, len } = f.state() else {
+            panic!("{:?}", f.state())
+        };
+        assert_eq!(len, 6000);
+        let got = edge_cache::storage::read_body(&head.file, head.body_offset, len).unwrap();
+        assert!(got == body, "the body bytes, from the open temp file");
+        assert!(matches!(
+            c.lookup(
+                key,
+                &edge_http::HeaderMap::new(),
+                std::time::SystemTime::now()
+            ),
+            edge_cache::Lookup::Miss
+        ));
         c.shutdown();
     }
 

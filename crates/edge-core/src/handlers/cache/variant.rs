@@ -245,14 +245,7 @@ async fn produce_or_follow(
     let hash = edge_cache::key_hash(&copy.key);
     match ctx.cache.inflight().join(hash) {
         Join::Leader(handle) => {
-            let cache = ctx.cache.clone();
-            let writer = ctx
-                .w
-                .file_io
-                .blocking(move || cache.begin_write_keyed(copy))
-                .await
-                .ok()
-                .and_then(Result::ok);
+            let writer = ctx.w.file_io.begin_write(ctx.cache, copy).await;
             let filter = match ctx.p.compress.as_ref() {
                 Some(pol) => ctx.w.compress.encoder(pol, c, ctx.w.stats()),
                 None => None,

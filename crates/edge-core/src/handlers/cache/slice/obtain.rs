@@ -448,19 +448,12 @@ async fn begin_fill(
     meta: ObjectMeta,
     handle: edge_cache::FillHandle,
 ) -> Result<(Store, Arc<Fill>, Arc<FillHead>, OwnedCtx), Option<ObjectMeta>> {
-    let cache = sc.cache.clone();
-    let writer =
-        sc.w.file_io
-            .blocking(move || cache.begin_write_keyed(meta.clone()).map(|w| (w, meta)))
-            .await;
-    let (writer, meta) = match writer {
-        Ok(Ok((w, m))) => (Some(w), m),
-        _ => (
-            None,
-            ObjectMeta::new(sc.key.clone(), 206, SystemTime::now()),
-        ),
+    let writer = sc.w.file_io.begin_write(sc.cache, meta.clone()).await;
+    let meta = match writer {
+        Some(_) => meta,
+        None => ObjectMeta::new(sc.key.clone(), 206, SystemTime::now()),
     };
-    let Some(store) = publish(writer, Some(handle)) else {
+    let Some(store) = publish(writer, Some(handle)).map(Store::streamed) else {
         return Err(Some(meta));
     };
     let fill = store.handle.as_ref().map(|h| h.fill().clone());

@@ -99,14 +99,7 @@ impl Cutter {
             Some((_, values)) => format!("{}\0{values}", sc.key),
             None => sc.key.clone(),
         };
-        let cache = sc.cache.clone();
-        let w = ctx
-            .w
-            .file_io
-            .blocking(move || cache.begin_write_keyed(meta))
-            .await
-            .ok()?
-            .ok()?;
+        let w = ctx.w.file_io.begin_write(sc.cache, meta).await?;
         publish(Some(w), None)
     }
 
