@@ -1149,7 +1149,7 @@ fn an_object_begun_on_a_spare_commits_into_new_directories() {
 
 /// A killed process's spare temp files are removed by the next one's loader.
 #[test]
-fn the_loader_removes_spares_of_an_earlier_process_only() {
+fn the_loader_removes_spares_of_earlier_processes() {
     let d = tempfile::tempdir().unwrap();
     let old = d.path().join("spare.tmp.999-1.7");
     fs::write(&old, b"").unwrap();

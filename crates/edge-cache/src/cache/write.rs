@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
 use std::time::{Duration, Instant};
 
 use edge_http::HeaderMap;

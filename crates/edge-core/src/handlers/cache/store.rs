@@ -156,14 +156,14 @@ impl Store {
         tracing::debug!("cache commit failed: {e}");
         let in_file = match (pending.take(), &out) {
             (None, _) => true,
-            // A held body: the commit's write may not have happened (a failed rename
-            // comes after it), so it is written again for the readers of the file.
-            (Some(body), Some(out)) => {
+            // A whole held body: the commit's write may not have happened (a failed
+            // rename comes after it), so it is written again for the file's readers.
+            (Some(body), Some(out)) if declared == len => {
                 let (r, body) = files.write_all_at(out, body_offset, body).await;
                 pending = r.is_err().then_some(body);
                 r.is_ok()
             }
-            (Some(body), None) => {
+            (Some(body), _) => {
                 pending = Some(body);
                 false
             }
