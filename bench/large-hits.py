@@ -135,7 +135,9 @@ def parse_build(text):
     name, _, rest = text.partition("=")
     directory, _, keys = rest.partition(":")
     aio = dict(kv.split("=", 1) for kv in keys.split(",") if kv)
-    return {"name": name, "kind": "edgecache", "dir": directory or BIN, "aio": aio}
+    # Absolute: each server runs in its own work directory.
+    return {"name": name, "kind": "edgecache", "dir": os.path.abspath(directory or BIN),
+            "aio": aio}
 
 
 def main():
