@@ -24,10 +24,10 @@ use crate::sync::lock;
 
 /// Spare temp files a cache keeps ready for misses ([`Cache::take_spare`]): a miss then
 /// starts its object with no file system call, where making the temp file would be a
-/// round trip to the file I/O pool. Refilled [`SPARE_BATCH`] at a time by one pool job
-/// when fewer than [`SPARE_LOW`] are left.
+/// round trip to the file I/O pool. When fewer than this are left, one pool job tops
+/// them up to `SPARE_LOW` + [`SPARE_BATCH`].
 pub const SPARE_LOW: usize = 16;
-/// Spare temp files made by one refill.
+/// Spare temp files a refill makes at least (it tops up to `SPARE_LOW` + this).
 pub const SPARE_BATCH: usize = 32;
 /// How long a failed refill (a full disk, say) keeps the next one from being tried.
 pub const SPARE_RETRY: Duration = Duration::from_secs(1);

@@ -424,10 +424,10 @@ pub struct Committer<'a> {
 impl edge_cache::CommitIo for Committer<'_> {
     async fn commit(&self, plan: &edge_cache::CommitPlan) -> io::Result<u64> {
         let e = &self.files.engine;
-        let mut block = plan.header.clone();
-        if let Some(body) = self.body {
-            block.extend_from_slice(body);
-        }
+        let body = self.body.unwrap_or_default();
+        let mut block = Vec::with_capacity(plan.header.len() + body.len());
+        block.extend_from_slice(&plan.header);
+        block.extend_from_slice(body);
         if self.files.mode() != Mode::IoUring {
             // On the pool (or inline under `off`), the write, the fstat and the rename
             // are one hand-off, not three round trips (on the plan's shared handle).

@@ -278,7 +278,8 @@ pub async fn pump(
     let mut lead = relay.map(LeadRelay::new);
     let group = &ctx.p.upstream;
     let send = ctx.shared.timeouts.send;
-    let mut out = Vec::with_capacity(FLUSH_AT + 1024);
+    // What goes to the client, gathered up to FLUSH_AT (the fill task has no client).
+    let mut out = Vec::with_capacity(if client.is_some() { FLUSH_AT + 1024 } else { 0 });
     let mut framing = Framing::default();
     let mut to_client = false;
     // The part of the body the client gets (all of it unless it asked for one range).
