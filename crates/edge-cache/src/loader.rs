@@ -97,6 +97,31 @@ fn run(weak: Weak<Zone>, root: PathBuf, depth: usize) {
     );
 }
 
+/// Whether a temp file token (`<pid>-<nanos>`, see `Zone`) names another process that
+/// is still running: during a binary upgrade the old process keeps serving (its fills
+/// in progress, its spare temp files) while the new one loads the same directory. A
+/// zombie is not running; a pid reused by an unrelated process keeps that file until
+/// the next start's loader, which is harmless.
+fn another_live_process(token: &str) -> bool {
+    let Some(pid) = token
+        .split_once('-')
+        .and_then(|(p, _)| p.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    if pid == std::process::id() {
+        return false; // an earlier cache of this process (a test, a reload)
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// Examine one file: index it, skip it, or delete it.
 fn load_file(zone: &Zone, path: &Path, at_leaf: bool, ino: u64) {
     zone.note_scanned();
@@ -108,7 +133,7 @@ fn load_file(zone: &Zone, path: &Path, at_leaf: bool, ino: u64) {
             .rsplit_once('.')
             .map(|(t, _)| t);
         let ours = parse_hash_hex(&name[..pos]).is_some() || &name[..pos] == storage::SPARE_PREFIX;
-        if ours && token != Some(zone.token()) {
+        if ours && token != Some(zone.token()) && !token.is_some_and(another_live_process) {
             remove(zone, path, "leftover temp file");
         }
         return;

@@ -204,7 +204,7 @@ fn restart_rebuilds_index_and_removes_damaged_files() {
     let f = fs::OpenOptions::new().write(true).open(&cut).unwrap();
     f.set_len(f.metadata().unwrap().len() - 1).unwrap();
     let tmp = flip.with_file_name(format!(
-        "{}.tmp.999-1.0",
+        "{}.tmp.4294967295-1.0",
         crate::key::hash_hex(key_hash("x"))
     ));
     fs::write(&tmp, b"partial").unwrap();
@@ -1147,11 +1147,13 @@ fn an_object_begun_on_a_spare_commits_into_new_directories() {
     assert_eq!(get(&c, key).unwrap(), b"hello");
 }
 
-/// A killed process's spare temp files are removed by the next one's loader.
+/// A killed process's spare temp files are removed by the next one's loader; those of
+/// a process still running (the old one of a binary upgrade) are left to it.
 #[test]
 fn the_loader_removes_spares_of_earlier_processes() {
     let d = tempfile::tempdir().unwrap();
-    let old = d.path().join("spare.tmp.999-1.7");
+    // Pid 4294967295 cannot exist: a process that is gone.
+    let old = d.path().join("spare.tmp.4294967295-1.7");
     fs::write(&old, b"").unwrap();
     let c = open(d.path());
     assert!(!old.exists());
@@ -1164,4 +1166,11 @@ fn the_loader_removes_spares_of_earlier_processes() {
     assert_eq!(files(d.path()).len(), before - SPARE_LOW - SPARE_BATCH);
     c2.shutdown();
     c.shutdown();
+    // A live process's: this test's parent (cargo, or the shell) is running.
+    let parent = std::os::unix::process::parent_id();
+    let live = d.path().join(format!("spare.tmp.{parent}-1.7"));
+    fs::write(&live, b"").unwrap();
+    let c3 = open(d.path());
+    assert!(live.exists(), "a running process's spare is left alone");
+    c3.shutdown();
 }
