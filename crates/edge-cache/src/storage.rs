@@ -559,14 +559,18 @@ impl TempObject {
 /// are missing (a temp file made ahead of time lives in the cache's root).
 pub fn rename_into_place(tmp: &Path, fin: &Path) -> io::Result<()> {
     match fs::rename(tmp, fin) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(dir) = fin.parent() {
-                fs::create_dir_all(dir)?;
-            }
-            fs::rename(tmp, fin)
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => rename_making_dirs(tmp, fin),
         r => r,
     }
+}
+
+/// The second half of [`rename_into_place`], for a caller whose own rename found the
+/// object's directories missing: makes them, then renames.
+pub fn rename_making_dirs(tmp: &Path, fin: &Path) -> io::Result<()> {
+    if let Some(dir) = fin.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::rename(tmp, fin)
 }
 
 fn create_new(path: &Path) -> io::Result<File> {

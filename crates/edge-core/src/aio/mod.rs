@@ -452,7 +452,7 @@ impl edge_cache::CommitIo for Committer<'_> {
             Err(err) if err.kind() == io::ErrorKind::NotFound => {
                 let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
                 self.files
-                    .blocking(move || edge_cache::storage::rename_into_place(&tmp, &fin))
+                    .blocking(move || edge_cache::storage::rename_making_dirs(&tmp, &fin))
                     .await??;
             }
             r => r?,
