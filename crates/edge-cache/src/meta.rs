@@ -128,7 +128,26 @@ impl ObjectMeta {
         self.key.split('\0').next().unwrap_or("")
     }
 
-    /// Serialise into `out` (appends).
+    /// How many bytes [`ObjectMeta::encode`] appends, without encoding (a writer sizes
+    /// its header region and its commit's buffer from it).
+    pub fn encoded_len(&self) -> usize {
+        let bytes = |b: &[u8]| 4 + b.len();
+        let list = |l: &[String]| 4 + l.iter().map(|s| bytes(s.as_bytes())).sum::<usize>();
+        let opt_time = |t: Option<SystemTime>| if t.is_some() { 9 } else { 1 };
+        2 + 1
+            + bytes(self.key.as_bytes())
+            + bytes(&self.header_block)
+            + self.etag.as_ref().map_or(1, |e| 1 + bytes(e.as_bytes()))
+            + opt_time(self.last_modified)
+            + opt_time(self.date)
+            + 8 * 2 // request and response times
+            + 8 * 4 // the freshness durations
+            + list(&self.vary)
+            + list(&self.tags)
+            + 8 * 3 // body length, hash and id
+    }
+
+    /// Serialise into `out` (appends [`ObjectMeta::encoded_len`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.status.to_le_bytes());
         let mut flags = 0u8;
@@ -411,7 +430,18 @@ mod tests {
         let m = sample();
         let mut buf = Vec::new();
         m.encode(&mut buf);
+        assert_eq!(buf.len(), m.encoded_len());
         assert_eq!(ObjectMeta::decode(&buf).unwrap(), m);
+        // Every optional field absent, and lists of several items.
+        let mut e = ObjectMeta::new("k", 204, SystemTime::UNIX_EPOCH);
+        let mut out = Vec::new();
+        e.encode(&mut out);
+        assert_eq!(out.len(), e.encoded_len());
+        e.vary = vec!["accept-encoding".into(), "origin".into()];
+        e.tags = vec!["a".into(), String::new(), "ccc".into()];
+        out.clear();
+        e.encode(&mut out);
+        assert_eq!(out.len(), e.encoded_len());
         assert_eq!(m.primary_key(), "http://example.com/a?b=1");
     }
 

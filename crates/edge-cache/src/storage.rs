@@ -192,14 +192,34 @@ pub fn encode_header(
     meta: &ObjectMeta,
     body_offset: Option<u64>,
 ) -> Result<Vec<u8>, NoRoom> {
-    let mut buf = vec![0u8; PREFIX_LEN];
-    meta.encode(&mut buf);
-    let meta_len = buf.len() - PREFIX_LEN;
+    encode_block(hash, meta, body_offset, &[])
+}
+
+/// The body offset [`encode_header`] picks for `meta` (`None`), computed without
+/// encoding.
+pub fn header_region_len(meta: &ObjectMeta) -> u64 {
+    body_offset_for(PREFIX_LEN + meta.encoded_len(), meta.body_len)
+}
+
+/// [`encode_header`] followed by `body` (the bytes from the body offset on): a new
+/// object's whole first write, encoded once into one buffer of its final size.
+pub fn encode_block(
+    hash: KeyHash,
+    meta: &ObjectMeta,
+    body_offset: Option<u64>,
+    body: &[u8],
+) -> Result<Vec<u8>, NoRoom> {
+    let meta_len = meta.encoded_len();
+    let header_len = PREFIX_LEN + meta_len;
     let offset = match body_offset {
-        Some(off) if (buf.len() as u64) <= off => off,
+        Some(off) if (header_len as u64) <= off => off,
         Some(_) => return Err(NoRoom),
-        None => body_offset_for(buf.len(), meta.body_len),
+        None => body_offset_for(header_len, meta.body_len),
     };
+    let mut buf = Vec::with_capacity(offset as usize + body.len());
+    buf.extend_from_slice(&[0u8; PREFIX_LEN]);
+    meta.encode(&mut buf);
+    debug_assert_eq!(buf.len(), header_len, "ObjectMeta::encoded_len");
     buf[0..8].copy_from_slice(MAGIC);
     buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     buf[12..16].copy_from_slice(&(meta_len as u32).to_le_bytes());
@@ -209,6 +229,7 @@ pub fn encode_header(
     let sum = header_checksum(&buf[..56], &buf[PREFIX_LEN..]);
     buf[56..64].copy_from_slice(&sum.to_le_bytes());
     buf.resize(offset as usize, 0);
+    buf.extend_from_slice(body);
     Ok(buf)
 }
 
@@ -454,9 +475,8 @@ impl TempObject {
             hasher: Xxh3::new(),
             committed: false,
         };
-        let header = encode_header(hash, &obj.meta, None)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "header too large"))?;
-        obj.body_offset = header.len() as u64;
+        // The header is encoded once, by the commit; only its length matters now.
+        obj.body_offset = header_region_len(&obj.meta);
         Ok(obj)
     }
 
@@ -510,19 +530,22 @@ impl TempObject {
     /// Check the length, write the final header (length, body checksum) and rename the
     /// file into place. On any error the temp file is removed.
     pub fn commit(mut self) -> io::Result<Committed> {
-        let plan = self.prepare_commit()?;
+        let plan = self.prepare_commit(&[])?;
         let file = self.file.as_ref().ok_or_else(closed)?;
-        file.write_all_at(&plan.header, 0)?;
+        file.write_all_at(&plan.block, 0)?;
         let ino = file.metadata()?.ino();
         rename_into_place(&plan.tmp_path, &plan.final_path)?;
         Ok(self.committed(ino))
     }
 
     /// The first half of a commit made by a caller doing its own I/O: checks the
-    /// length and returns what to do: write `header` at offset 0 of `file`,
+    /// length and returns what to do: write `block` at offset 0 of `file`,
     /// `fstat` it for its inode, rename `tmp_path` to `final_path`; then call
     /// [`TempObject::committed`]. Dropped before that, the temp file is removed.
-    pub fn prepare_commit(&mut self) -> io::Result<CommitPlan> {
+    /// `held` is body bytes from the start that the caller kept in memory instead of
+    /// writing them (already [`TempObject::record`]ed): the block carries them after
+    /// the header, so one write stores both.
+    pub fn prepare_commit(&mut self, held: &[u8]) -> io::Result<CommitPlan> {
         let declared = self.meta.body_len;
         if declared != BODY_LEN_UNKNOWN && declared != self.written {
             return Err(io::Error::new(
@@ -532,10 +555,10 @@ impl TempObject {
         }
         self.meta.body_len = self.written;
         self.meta.body_hash = self.hasher.digest();
-        let header = encode_header(self.hash, &self.meta, Some(self.body_offset))
+        let block = encode_block(self.hash, &self.meta, Some(self.body_offset), held)
             .map_err(|_| io::Error::other("header grew while writing"))?;
         Ok(CommitPlan {
-            header,
+            block,
             file: self.file.clone().ok_or_else(closed)?,
             tmp_path: self.tmp_path.clone(),
             final_path: self.final_path.clone(),
@@ -545,8 +568,14 @@ impl TempObject {
     /// The renamed file (inode `ino`) is in place.
     pub fn committed(mut self, ino: u64) -> Committed {
         self.committed = true;
+        // Moved out, not cloned: nothing reads a committed object's meta (an empty one
+        // allocates nothing).
+        let meta = std::mem::replace(
+            &mut self.meta,
+            ObjectMeta::new(String::new(), 0, std::time::UNIX_EPOCH),
+        );
         Committed {
-            meta: self.meta.clone(),
+            meta,
             hash: self.hash,
             body_offset: self.body_offset,
             disk_size: disk_size_of(self.body_offset + self.written),
@@ -615,7 +644,8 @@ pub fn make_spares(root: &Path, token: &str, seq: u64, n: u64) -> (Vec<SpareFile
 /// What [`TempObject::prepare_commit`] leaves to its caller.
 #[derive(Debug)]
 pub struct CommitPlan {
-    pub header: Vec<u8>,
+    /// The header region, then any held body bytes: written at offset 0.
+    pub block: Vec<u8>,
     /// The temp file (its one descriptor, shared).
     pub file: Arc<File>,
     pub tmp_path: PathBuf,

@@ -99,10 +99,13 @@ impl ObjectWriter {
     /// writers of one key (only possible without the collapse lock) rename in one order
     /// and index in the other, the index names an inode the file no longer has: a
     /// lookup then sees the mismatch, answers a miss, and the next fill repairs it.
-    pub async fn finish_with<W: CommitIo>(mut self, io: &W) -> io::Result<()> {
+    ///
+    /// `held`: the body, kept in memory by the caller instead of written (each part
+    /// passed to [`ObjectWriter::record_written`]); the commit's write carries it.
+    pub async fn finish_with<W: CommitIo>(mut self, io: &W, held: &[u8]) -> io::Result<()> {
         let res = async {
-            let plan = self.obj.prepare_commit()?;
-            let ino = io.commit(&plan).await?;
+            let plan = self.obj.prepare_commit(held)?;
+            let ino = io.commit(plan).await?;
             Ok::<_, io::Error>(ino)
         }
         .await;
@@ -350,9 +353,9 @@ impl Cache {
     }
 }
 
-/// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.header` at offset 0
+/// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.block` at offset 0
 /// of the temp file, `fstat` it, rename it to `plan.final_path`; returns its inode.
 #[allow(async_fn_in_trait)]
 pub trait CommitIo {
-    async fn commit(&self, plan: &storage::CommitPlan) -> io::Result<u64>;
+    async fn commit(&self, plan: storage::CommitPlan) -> io::Result<u64>;
 }

@@ -415,31 +415,30 @@ pub struct Committer<'a> {
     pub files: &'a FileBackend,
     /// Our handle on the temp file.
     pub out: &'a edge_aio::AioFile,
-    /// A held body (`Store`: a known length up to `HOLD_MAX`), written right after the
-    /// header in the same write (the header, padding included, ends where the body
-    /// starts: packed in its block, or at the aligned offset).
-    pub body: Option<&'a [u8]>,
 }
 
 impl edge_cache::CommitIo for Committer<'_> {
-    async fn commit(&self, plan: &edge_cache::CommitPlan) -> io::Result<u64> {
+    async fn commit(&self, plan: edge_cache::CommitPlan) -> io::Result<u64> {
         let e = &self.files.engine;
-        let body = self.body.unwrap_or_default();
-        let mut block = Vec::with_capacity(plan.header.len() + body.len());
-        block.extend_from_slice(&plan.header);
-        block.extend_from_slice(body);
+        // `plan.block` is the header region, then a held body (`Store`: a known length
+        // up to `HOLD_MAX`): one write (the header, padding included, ends where the
+        // body starts: packed in its block, or at the aligned offset).
+        let edge_cache::CommitPlan {
+            block,
+            file,
+            tmp_path,
+            final_path,
+        } = plan;
         if self.files.mode() != Mode::IoUring {
             // On the pool (or inline under `off`), the write, the fstat and the rename
             // are one hand-off, not three round trips (on the plan's shared handle).
             use std::os::unix::fs::{FileExt, MetadataExt};
-            let file = plan.file.clone();
-            let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
             return self
                 .files
                 .blocking(move || -> io::Result<u64> {
                     file.write_all_at(&block, 0)?;
                     let ino = file.metadata()?.ino();
-                    edge_cache::storage::rename_into_place(&tmp, &fin)?;
+                    edge_cache::storage::rename_into_place(&tmp_path, &final_path)?;
                     Ok(ino)
                 })
                 .await?;
@@ -447,12 +446,13 @@ impl edge_cache::CommitIo for Committer<'_> {
         let (r, _) = e.write_all_at(self.out, 0, block).await;
         r?;
         let ino = e.stat(self.out).await?.ino;
-        match e.rename(&plan.tmp_path, &plan.final_path).await {
+        match e.rename(&tmp_path, &final_path).await {
             // A spare temp file's object whose directories are not made yet.
             Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                let (tmp, fin) = (plan.tmp_path.clone(), plan.final_path.clone());
                 self.files
-                    .blocking(move || edge_cache::storage::rename_making_dirs(&tmp, &fin))
+                    .blocking(move || {
+                        edge_cache::storage::rename_making_dirs(&tmp_path, &final_path)
+                    })
                     .await??;
             }
             r => r?,

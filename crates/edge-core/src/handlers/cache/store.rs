@@ -137,9 +137,9 @@ impl Store {
         };
         let res = match (&out, &pending) {
             (Some(out), _) => {
-                let body = pending.as_deref();
+                let held = pending.as_deref().unwrap_or_default();
                 writer
-                    .finish_with(&crate::aio::Committer { files, out, body })
+                    .finish_with(&crate::aio::Committer { files, out }, held)
                     .await
             }
             (None, None) => writer.finish(),
