@@ -293,6 +293,8 @@ struct Tiny {
     addr: SocketAddr,
     version: Arc<AtomicU64>,
     ignore_range: Arc<AtomicBool>,
+    /// Answer without a length, ending the body by closing the connection.
+    close_delimited: Arc<AtomicBool>,
     requests: Arc<AtomicU64>,
 }
 
@@ -304,23 +306,25 @@ fn tiny_origin() -> Tiny {
         addr: l.local_addr().unwrap(),
         version: Arc::new(AtomicU64::new(1)),
         ignore_range: Arc::new(AtomicBool::new(false)),
+        close_delimited: Arc::new(AtomicBool::new(false)),
         requests: Arc::new(AtomicU64::new(0)),
     };
-    let (v, ig, n) = (
+    let (v, ig, cd, n) = (
         t.version.clone(),
         t.ignore_range.clone(),
+        t.close_delimited.clone(),
         t.requests.clone(),
     );
     std::thread::spawn(move || {
         for conn in l.incoming().flatten() {
-            let (v, ig, n) = (v.clone(), ig.clone(), n.clone());
-            std::thread::spawn(move || serve_tiny(conn, &v, &ig, &n));
+            let (v, ig, cd, n) = (v.clone(), ig.clone(), cd.clone(), n.clone());
+            std::thread::spawn(move || serve_tiny(conn, &v, &ig, &cd, &n));
         }
     });
     t
 }
 
-fn serve_tiny(conn: TcpStream, v: &AtomicU64, ig: &AtomicBool, n: &AtomicU64) {
+fn serve_tiny(conn: TcpStream, v: &AtomicU64, ig: &AtomicBool, cd: &AtomicBool, n: &AtomicU64) {
     let mut w = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
     loop {
@@ -366,6 +370,13 @@ fn serve_tiny(conn: TcpStream, v: &AtomicU64, ig: &AtomicBool, n: &AtomicU64) {
             Some(p) => ("206 Partial Content", &body[p]),
             None => ("200 OK", &body[..]),
         };
+        if cd.load(SeqCst) {
+            let out = format!("HTTP/1.1 {st}\r\n{head}Connection: close\r\n\r\n");
+            let _ = w
+                .write_all(out.as_bytes())
+                .and_then(|()| w.write_all(bytes));
+            return; // the close ends the body
+        }
         let out = format!(
             "HTTP/1.1 {st}\r\n{head}Content-Length: {}\r\n\r\n",
             bytes.len()
@@ -440,6 +451,44 @@ fn an_object_changed_between_slices_is_never_served_mixed() {
     assert!(r.body == v3);
     let status_json = get_text(admin, "/status");
     assert_eq!(json_number(&status_json, "slice_mismatches"), Some(2));
+}
+
+/// Bodies that end with the origin's close (no Content-Length) are as complete as any:
+/// a slice's 206 is stored and served like one with a length.
+#[test]
+fn close_delimited_origin_responses_are_whole_slices() {
+    let t = tiny_origin();
+    t.close_delimited.store(true, SeqCst);
+    let (_p, addr, admin, dir) = tiny_setup(&t);
+    let cache = dir.path().join("cache");
+    let len = 3 * K64 as usize + 100;
+    let path = format!("/t/{len}");
+    let all = versioned(len, 1);
+    // A range across slices 0 and 1: each fetched with its own Range request.
+    let r = get(addr, &path, &["Range: bytes=65000-66000"]);
+    assert!((r.status, r.body.len()) == (206, 1001) && r.body == all[65000..66001]);
+    wait_stored(admin, &cache, 2);
+    // The whole object: slices 2 and 3 from the origin, the rest stored.
+    let r = get(addr, &path, &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == all, "every byte");
+    wait_stored(admin, &cache, 4);
+    let before = t.requests.load(SeqCst);
+    let r = get(addr, &path, &[]);
+    assert!((r.status, r.header("x-cache-status")) == (200, Some("HIT")) && r.body == all);
+    assert_eq!(t.requests.load(SeqCst), before, "all four slices stored");
+    t.ignore_range.store(true, SeqCst);
+    let path = format!("/t/{len}?whole");
+    // A 200 of unknown length ignoring Range cannot be cut (every slice carries the
+    // object's total length): it is relayed whole, as the origin sent it, and not stored.
+    for range in [&["Range: bytes=200000-200099"][..], &[]] {
+        let before = t.requests.load(SeqCst);
+        let r = get(addr, &path, range);
+        assert_eq!((r.status, r.header("x-cache-status")), (200, Some("MISS")));
+        assert!(r.body == all, "{} bytes", r.body.len());
+        assert_eq!(t.requests.load(SeqCst), before + 1);
+    }
+    assert_eq!(objects_in(&cache).len(), 4, "only the first URL's slices");
 }
 
 #[test]

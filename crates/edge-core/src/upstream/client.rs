@@ -15,7 +15,7 @@ use super::{PooledConn, UpstreamGroup, UpstreamIo, UpstreamPool};
 use crate::http::{Conn, Exchange};
 use crate::metrics::WorkerStats;
 use bytes::{Buf, BytesMut};
-use edge_http::{BodyKind, Limits, Method, ResponseHead};
+use edge_http::{BodyDecoder, BodyKind, Limits, Method, ResponseHead};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -84,32 +84,100 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
-/// An upstream response whose head has been read.
+/// An upstream response whose head has been read, and the reading of its body: every
+/// consumer of a body (the proxy's relay, a fill, a partial object's completion, a
+/// slice's relay) takes it piece by piece with [`UpstreamResponse::next_piece`] and
+/// [`UpstreamResponse::read_body`], so framing errors, a close that ends a body and a
+/// close that cuts one mean the same everywhere.
 pub struct UpstreamResponse {
     pub head: ResponseHead,
     pub conn: PooledConn,
-    /// Bytes after the head already read.
+    /// Bytes after the head already read (and not yet taken as body pieces).
     pub buf: BytesMut,
     pub(super) group_id: usize,
+    /// The body's framing (`head.body`), decoding `buf`.
+    dec: BodyDecoder,
+}
+
+/// A piece of the body decoded from the front of [`UpstreamResponse::buf`]: its payload
+/// is `buf[start..start + len]` (none when only framing was read); the caller then
+/// advances `buf` (or splits it) by `consumed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    pub start: usize,
+    pub len: usize,
+    pub consumed: usize,
+}
+
+impl Piece {
+    /// The payload's range in the buffer the piece was decoded from.
+    pub fn data(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len
+    }
 }
 
 impl UpstreamResponse {
+    /// The next piece of the body from the bytes read so far. `None`: they hold no
+    /// more of it (see [`UpstreamResponse::read_body`]), or the body is complete
+    /// ([`UpstreamResponse::body_done`]). `Err`: the origin's framing is broken (the
+    /// log text every body consumer uses).
+    pub fn next_piece(&mut self) -> Result<Option<Piece>, String> {
+        if self.buf.is_empty() || self.body_done() {
+            return Ok(None);
+        }
+        let d = self
+            .dec
+            .decode(&self.buf)
+            .map_err(|e| format!("upstream body: {e}"))?;
+        if d.consumed == 0 {
+            return Ok(None);
+        }
+        // A payload is a sub-slice of the buffer; framing alone (a chunk's size line,
+        // the last chunk) has none, and its empty slice may point anywhere.
+        let start = if d.data.is_empty() {
+            d.consumed
+        } else {
+            d.data.as_ptr() as usize - self.buf.as_ptr() as usize
+        };
+        Ok(Some(Piece {
+            start,
+            len: d.data.len(),
+            consumed: d.consumed,
+        }))
+    }
+
+    /// Whether the whole body has been taken (a bodiless response at once).
+    pub fn body_done(&self) -> bool {
+        self.dec.is_done() || self.head.body == BodyKind::Empty
+    }
+
+    /// Payload bytes of the body taken so far.
+    pub fn body_taken(&self) -> u64 {
+        self.dec.decoded_len()
+    }
+
     /// Reads more of the body into `buf` (growing it by `grow` when less than 4 KiB is
-    /// free), each read bounded by the group's `read_timeout`. `Ok(0)`: the origin
-    /// closed. A timeout is counted in `stats.upstream_timeouts`. The errors are the log
-    /// text every body relay uses.
-    pub async fn read_more(
+    /// free), the read bounded by the group's `read_timeout` (a timeout is counted in
+    /// `stats.upstream_timeouts`). `Ok(true)`: more bytes to take. `Ok(false)`: the
+    /// origin closed where its body may end (a close-delimited body is then complete).
+    /// `Err`: a close before the body's end, a failed read or a timeout (the log text
+    /// every body consumer uses).
+    pub async fn read_body(
         &mut self,
         group: &UpstreamGroup,
         grow: usize,
         stats: &WorkerStats,
-    ) -> Result<usize, String> {
+    ) -> Result<bool, String> {
         if self.buf.capacity() - self.buf.len() < 4096 {
             self.buf.reserve(grow);
         }
         let read = self.conn.stream.read_buf(&mut self.buf);
         match tokio::time::timeout(group.read_timeout, read).await {
-            Ok(Ok(n)) => Ok(n),
+            Ok(Ok(0)) => match self.dec.on_eof() {
+                Ok(()) => Ok(false),
+                Err(_) => Err("upstream closed before the body ended".into()),
+            },
+            Ok(Ok(_)) => Ok(true),
             Ok(Err(e)) => Err(format!("upstream read failed: {e}")),
             Err(_) => {
                 stats.upstream_timeouts.fetch_add(1, Relaxed);
@@ -224,6 +292,7 @@ pub async fn fetch_with(
                 group.mark_ok(server);
                 up.uses += 1;
                 return Ok(UpstreamResponse {
+                    dec: BodyDecoder::new(resp.body, None).upstream(),
                     head: resp,
                     conn: up,
                     buf,

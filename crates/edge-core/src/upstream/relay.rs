@@ -15,7 +15,7 @@ use crate::http::exchange::{BodyLen, Framing};
 use crate::http::respond::{error_page, respond};
 use crate::http::{Conn, Exchange, ExchangeError, Timeouts};
 use bytes::Buf;
-use edge_http::{BodyDecoder, BodyKind, HeaderMap, ResponseHead};
+use edge_http::{BodyKind, HeaderMap, ResponseHead};
 use std::sync::Arc;
 
 /// Bytes gathered before a write to the client (head plus the first body bytes go out in
@@ -180,39 +180,36 @@ pub async fn relay_response(
     let framing = client_head_planned(&mut out, ex, &up.head, plan);
     let head_len = out.len();
     let mut coded = Vec::new();
-    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut sent: u64 = 0;
     let to_client = !ex.is_head();
+    let aborted = |ex: &mut Exchange, sent, why| {
+        ex.body_bytes_sent = sent;
+        ExchangeError::Aborted(why)
+    };
     loop {
-        while !up.buf.is_empty() && !dec.is_done() {
-            let d = dec
-                .decode(&up.buf)
-                .map_err(|e| ExchangeError::Aborted(format!("upstream body: {e}")))?;
-            if !d.data.is_empty() && to_client {
+        while let Some(p) = up.next_piece().map_err(ExchangeError::Aborted)? {
+            let data = &up.buf[p.data()];
+            if !data.is_empty() && to_client {
                 match filter.as_mut() {
                     Some(f) => {
                         coded.clear();
-                        f.push(d.data, &mut coded).await.map_err(filter_failed)?;
+                        f.push(data, &mut coded).await.map_err(filter_failed)?;
                         framing.frame(&mut out, &coded);
                         sent += coded.len() as u64;
                     }
                     None => {
-                        framing.frame(&mut out, d.data);
-                        sent += d.data.len() as u64;
+                        framing.frame(&mut out, data);
+                        sent += data.len() as u64;
                     }
                 }
             }
-            let n = d.consumed;
-            up.buf.advance(n);
+            up.buf.advance(p.consumed);
             if out.len() >= FLUSH_AT {
                 conn.write_all(&out, send).await?;
                 out.clear();
             }
-            if n == 0 {
-                break;
-            }
         }
-        if dec.is_done() || up.head.body == BodyKind::Empty {
+        if up.body_done() {
             break;
         }
         // Flush what we have before waiting on the origin, so the client (and collapsed
@@ -221,21 +218,10 @@ pub async fn relay_response(
             conn.write_all(&out, send).await?;
             out.clear();
         }
-        match up.read_more(group, UP_BUF, w.stats).await {
-            Ok(0) => {
-                if dec.on_eof().is_err() {
-                    ex.body_bytes_sent = sent;
-                    return Err(ExchangeError::Aborted(
-                        "upstream closed before the body ended".into(),
-                    ));
-                }
-                break;
-            }
-            Ok(_) => {}
-            Err(why) => {
-                ex.body_bytes_sent = sent;
-                return Err(ExchangeError::Aborted(why));
-            }
+        match up.read_body(group, UP_BUF, w.stats).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(why) => return Err(aborted(ex, sent, why)),
         }
     }
     if let Some(f) = filter.as_mut() {
@@ -250,12 +236,7 @@ pub async fn relay_response(
         conn.write_all(&out, send).await?;
     }
     ex.body_bytes_sent = sent;
-    let reusable = up.head.keep_alive
-        && dec.is_done()
-        && up.buf.is_empty()
-        && up.head.body != BodyKind::CloseDelimited;
-    if reusable && group.keepalive > 0 {
-        w.pool.put(up.group_id, up.conn, group.keepalive);
-    }
+    let done = up.body_done();
+    up.release(w.pool, group, done);
     Ok(())
 }

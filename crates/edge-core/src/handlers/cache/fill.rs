@@ -29,7 +29,7 @@ use crate::upstream::relay::{self as proxy, client_head_planned};
 use crate::upstream::{fetch_with, UpstreamError, UpstreamResponse};
 use bytes::Bytes;
 use edge_cache::{policy, FillHandle, FillState, ObjectWriter};
-use edge_http::{BodyDecoder, BodyKind, Method, RangeOutcome};
+use edge_http::{BodyKind, Method, RangeOutcome};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
 use tokio::sync::mpsc;
@@ -309,32 +309,32 @@ pub async fn pump(
         to_client = !ex.is_head();
     }
     let mut coded = Vec::new();
-    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut pos: u64 = 0; // body bytes decoded so far
     let mut sent: u64 = 0;
     let mut client_error: Option<std::io::Error> = None;
     let result: Result<(), String> = loop {
         let mut bad = None;
-        while !up.buf.is_empty() && !dec.is_done() {
-            let d = match dec.decode(&up.buf) {
-                Ok(d) => d,
+        loop {
+            let p = match up.next_piece() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
                 Err(e) => {
-                    bad = Some(format!("upstream body: {e}"));
+                    bad = Some(e);
                     break;
                 }
             };
-            let (n, len) = (d.consumed, d.data.len());
-            // The decoded bytes end where the consumed input ends. The leader's client
-            // gets them as a slice of the read buffer itself (no copy).
+            let len = p.len;
+            // The leader's client gets the decoded bytes as a slice of the read buffer
+            // itself (no copy).
             let chunk = match &lead {
                 Some(l) if len > 0 && l.wants() => {
-                    Some(up.buf.split_to(n).freeze().slice(n - len..))
+                    Some(up.buf.split_to(p.consumed).freeze().slice(p.data()))
                 }
                 _ => None,
             };
             let data: &[u8] = match &chunk {
                 Some(c) => c,
-                None => &up.buf[n - len..n],
+                None => &up.buf[p.data()],
             };
             if !data.is_empty() {
                 let end = pos + len as u64;
@@ -381,13 +381,10 @@ pub async fn pump(
                 pos = end;
             }
             if chunk.is_none() {
-                bytes::Buf::advance(&mut up.buf, n);
+                bytes::Buf::advance(&mut up.buf, p.consumed);
             }
             if out.len() >= FLUSH_AT {
                 flush(&mut client, &mut out, send, &mut client_error).await;
-            }
-            if n == 0 {
-                break;
             }
         }
         if let Some(b) = bad {
@@ -402,21 +399,16 @@ pub async fn pump(
             // range, and the object is not being stored (the connection is closed).
             break Ok(());
         }
-        if dec.is_done() || up.head.body == BodyKind::Empty {
+        if up.body_done() {
             break Ok(());
         }
         // Send what we have before waiting on the origin, so the client sees bytes as
         // they arrive (followers were already told by `progress`).
         flush(&mut client, &mut out, send, &mut client_error).await;
         let grow = if store.is_some() { STORE_BUF } else { UP_BUF };
-        match up.read_more(group, grow, ctx.w.stats()).await {
-            Ok(0) => {
-                if dec.on_eof().is_err() {
-                    break Err("upstream closed before the body ended".into());
-                }
-                break Ok(());
-            }
-            Ok(_) => {}
+        match up.read_body(group, grow, ctx.w.stats()).await {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
             Err(why) => break Err(why),
         }
     };
@@ -460,7 +452,7 @@ pub async fn pump(
         framing.finish(&mut out);
     }
     flush(&mut client, &mut out, send, &mut client_error).await;
-    let done = dec.is_done();
+    let done = up.body_done();
     up.release(&ctx.w.pool, group, done);
     match client_error {
         Some(e) => Err(ExchangeError::Client(e)),

@@ -38,7 +38,7 @@ use crate::upstream::UpstreamResponse;
 use edge_cache::hit::{not_modified, validators};
 use edge_cache::part::{self, Need, Part};
 use edge_cache::{policy, HitBody, HitEntry, ObjectWriter};
-use edge_http::{BodyDecoder, BodyKind, HeaderMap, Method, RangeOutcome};
+use edge_http::{HeaderMap, Method, RangeOutcome};
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
@@ -617,28 +617,21 @@ async fn copy_origin(
     fetch: &Range<u64>,
     sink: &mut Sink,
 ) -> Result<(), String> {
-    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut at = fetch.start;
     loop {
-        while !up.buf.is_empty() && !dec.is_done() {
-            let d = dec
-                .decode(&up.buf)
-                .map_err(|e| format!("upstream body: {e}"))?;
-            if !d.data.is_empty() {
-                let end = at + d.data.len() as u64;
+        while let Some(p) = up.next_piece()? {
+            if p.len > 0 {
+                let end = at + p.len as u64;
                 if end > fetch.end {
                     return Err("the origin sent more than its Content-Range".into());
                 }
-                sink.put(ctx, conn.as_deref_mut(), at, d.data).await;
+                sink.put(ctx, conn.as_deref_mut(), at, &up.buf[p.data()])
+                    .await;
                 at = end;
             }
-            let n = d.consumed;
-            bytes::Buf::advance(&mut up.buf, n);
-            if n == 0 {
-                break;
-            }
+            bytes::Buf::advance(&mut up.buf, p.consumed);
         }
-        if dec.is_done() || up.head.body == BodyKind::Empty {
+        if up.body_done() {
             break;
         }
         let send = ctx.shared.timeouts.send;
@@ -649,13 +642,10 @@ async fn copy_origin(
             &mut sink.client_error,
         )
         .await;
-        if up
-            .read_more(&ctx.p.upstream, 64 * 1024, ctx.w.stats())
+        if !up
+            .read_body(&ctx.p.upstream, 64 * 1024, ctx.w.stats())
             .await?
-            == 0
         {
-            dec.on_eof()
-                .map_err(|_| "upstream closed before the body ended".to_string())?;
             break;
         }
     }

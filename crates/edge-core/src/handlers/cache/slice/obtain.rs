@@ -297,7 +297,10 @@ pub(super) async fn take(
                 let cr = up.head.headers.get_str("content-range").unwrap_or("none");
                 return Got::Bad(format!("slice {n}: the origin sent Content-Range {cr}"));
             };
-            if !matches!(up.head.body, BodyKind::Length(l) if l == part.len()) {
+            // A chunked or close-delimited 206 is as good: its length is checked as it
+            // arrives (a stored slice must be exactly its range; a client gets no more
+            // than it asked for, and a short body is an error).
+            if matches!(up.head.body, BodyKind::Length(l) if l != part.len()) {
                 return Got::Bad(format!("slice {n}: a 206 whose length is not its range's"));
             }
             let meta = slice_meta(sc, req, &up, t0, t1, part);

@@ -14,7 +14,6 @@ use crate::http::exchange::{Exchange, ExchangeError};
 use crate::upstream::UpstreamResponse;
 use edge_cache::part::Part;
 use edge_cache::ObjectMeta;
-use edge_http::BodyDecoder;
 use std::ops::Range;
 
 /// Upstream read buffer growth when relaying an origin response.
@@ -126,28 +125,29 @@ pub(super) async fn relay(
     let group = &ctx.p.upstream;
     let send = ctx.shared.timeouts.send;
     ex.cache.fwd_status = Some(up.head.status);
-    let mut dec = BodyDecoder::new(up.head.body, None).upstream();
     let mut pos = at;
     let mut sent = 0u64;
     let mut client: Option<std::io::Error> = None;
     let result: Result<(), String> = loop {
         let mut bad = None;
-        while !up.buf.is_empty() && !dec.is_done() {
-            let d = match dec.decode(&up.buf) {
-                Ok(d) => d,
+        loop {
+            let p = match up.next_piece() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
                 Err(e) => {
-                    bad = Some(format!("upstream body: {e}"));
+                    bad = Some(e);
                     break;
                 }
             };
-            if !d.data.is_empty() {
+            let data = &up.buf[p.data()];
+            if !data.is_empty() {
                 if let Some(c) = cut.as_mut() {
-                    c.write(ctx, pos, d.data).await;
+                    c.write(ctx, pos, data).await;
                 }
-                let end = pos + d.data.len() as u64;
+                let end = pos + data.len() as u64;
                 let (lo, hi) = (pos.max(want.start), end.min(want.end));
                 if client.is_none() && lo < hi {
-                    let part = &d.data[(lo - pos) as usize..(hi - pos) as usize];
+                    let part = &data[(lo - pos) as usize..(hi - pos) as usize];
                     match conn.write_all(part, send).await {
                         Ok(()) => sent += part.len() as u64,
                         Err(e) => client = Some(e),
@@ -155,26 +155,23 @@ pub(super) async fn relay(
                 }
                 pos = end;
             }
-            let n = d.consumed;
-            bytes::Buf::advance(&mut up.buf, n);
-            if n == 0 {
-                break;
-            }
+            bytes::Buf::advance(&mut up.buf, p.consumed);
         }
         if let Some(b) = bad {
             break Err(b);
         }
         let storing = cut.as_ref().is_some_and(Cutter::writing);
-        if dec.is_done() || (!storing && (client.is_some() || pos >= want.end)) {
+        if up.body_done() || (!storing && (client.is_some() || pos >= want.end)) {
             break Ok(());
         }
-        match up.read_more(group, UP_BUF, ctx.w.stats()).await {
-            Ok(0) => break Err("upstream closed before the body ended".into()),
-            Ok(_) => {}
+        match up.read_body(group, UP_BUF, ctx.w.stats()).await {
+            Ok(true) => {}
+            // A body that ends with the origin's close.
+            Ok(false) => break Ok(()),
             Err(why) => break Err(why),
         }
     };
-    let done = dec.is_done();
+    let done = up.body_done();
     up.release(&ctx.w.pool, group, done);
     let r = match (client, result) {
         (Some(e), _) => Err(ExchangeError::Client(e)),
