@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Cost of one cache miss (the fill path): syscalls (strace -c -f -p) per miss,
-edgecache (one or more binaries: before/after a change) against nginx proxy_cache, same
-load. (CPU per miss is `edgebench fill`'s: pinned, interleaved, repeated.)
+"""Cost of one cache miss (the fill path): syscalls (strace -c -f -p) per miss, or with
+`--cpu` CPU time and context switches per miss, edgecache (one or more binaries:
+before/after a change) against nginx proxy_cache, same load. (Req/s per CPU under
+load is `edgebench fill`'s: pinned, interleaved, repeated.)
 
 Usage (root not needed; strace and nginx installed, binaries built with
 `cargo build --release`):
@@ -16,6 +17,15 @@ around N misses over 16 connections (edgeload `--paths 4294967295`: every reques
 id, so a miss; the origin's request count checks it); calls per miss (calls made fewer
 than N/20 times are left out as housekeeping).
 The origin (edgeorigin) checks nothing; edgeload counts answers.
+
+`--cpu [--rounds 3] [--perf DIR]`: no strace; every thread of the server pinned to CPU 0,
+this script and edgeload to CPU 1 (the origin unpinned). Per miss over N misses after
+N/4 warm ones: the server's CPU time (user + system, all its threads, /proc) and
+its threads' context switches (voluntary + involuntary); the servers take turns,
+`--rounds` times, and the median (min-max) is printed. With `--perf DIR`, the first
+round runs `perf record -e cpu-clock -g -C 0` around each measurement into
+DIR/<server>-<size>.data and prints where CPU 0's samples went by thread name (pool
+threads summed) and object (kernel, binary, libc).
 """
 
 import argparse
@@ -78,6 +88,110 @@ def stop(p):
     p.wait()
 
 
+def proc_cpu_ctxsw(pid):
+    """(CPU seconds, context switches) of every thread of `pid` so far."""
+    cpu, sw = 0.0, 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                sw += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            pass  # a thread that ended
+    return cpu, sw
+
+
+def all_pids(p):
+    """The server's processes (nginx: master and workers)."""
+    out = subprocess.run(["pgrep", "-g", str(os.getpgid(p.pid))], capture_output=True,
+                         text=True).stdout
+    return [int(x) for x in out.split()] or [p.pid]
+
+
+def cpu_per_miss(p, port, size, n, perf_out):
+    pids = all_pids(p)
+    for pid in pids:
+        subprocess.run(["taskset", "-apc", "0", str(pid)], stdout=subprocess.DEVNULL,
+                       check=True)
+    misses(port, size, max(n // 4, 1))
+    rec = None
+    if perf_out:
+        rec = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-g", "-C", "0",
+                                "-o", perf_out], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+    before = [proc_cpu_ctxsw(pid) for pid in pids]
+    t0 = time.monotonic()
+    done = misses(port, size, n)
+    wall = time.monotonic() - t0
+    after = [proc_cpu_ctxsw(pid) for pid in pids]
+    if rec:
+        rec.send_signal(signal.SIGINT)
+        rec.wait()
+    cpu = sum(a[0] - b[0] for a, b in zip(after, before))
+    sw = sum(a[1] - b[1] for a, b in zip(after, before))
+    return {"cpu_us": cpu / done * 1e6, "ctxsw": sw / done, "req_s": done / wall}
+
+
+def perf_split(path):
+    """CPU 0's samples by thread name (numbered pool threads summed) and object."""
+    out = subprocess.run(["perf", "report", "-i", path, "--no-children", "--sort",
+                          "comm,dso", "--stdio", "-g", "none"], capture_output=True,
+                         text=True).stdout
+    split = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].endswith("%") and not line.startswith("#"):
+            comm = parts[1].rstrip("0123456789").rstrip("-") or parts[1]
+            key = f"{comm} {parts[2]}"
+            split[key] = split.get(key, 0.0) + float(parts[0][:-1])
+    return dict(sorted(split.items(), key=lambda kv: -kv[1]))
+
+
+def median_span(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2], xs[0], xs[-1]
+
+
+def cpu_main(a, servers, origin_port):
+    os.sched_setaffinity(0, {1})  # edgeload inherits it
+    if a.perf:
+        os.makedirs(a.perf, exist_ok=True)
+    results = {}
+    for size in a.sizes.split(","):
+        n = a.requests // 10 if size.endswith(("m", "g")) else a.requests
+        for rnd in range(a.rounds):
+            for name, binary in servers:
+                work = tempfile.mkdtemp(prefix=f"fillcpu-{name}-")
+                perf_out = (os.path.join(a.perf, f"{name}-{size}.data")
+                            if a.perf and rnd == 0 else None)
+                p, port = start(name, binary, work, origin_port)
+                try:
+                    r = cpu_per_miss(p, port, size, n, perf_out)
+                finally:
+                    stop(p)
+                    shutil.rmtree(work, ignore_errors=True)
+                results.setdefault(size, {}).setdefault(name, []).append(r)
+                print(size, name, f"round {rnd + 1}:",
+                      {k: round(v, 2) for k, v in r.items()}, flush=True)
+                if perf_out:
+                    for k, v in list(perf_split(perf_out).items())[:8]:
+                        print(f"    {v:6.2f}%  {k}")
+    print("\n| size | server | CPU us/miss | context switches/miss | req/s |")
+    print("|---|---|---|---|---|")
+    for size, rs in results.items():
+        for name, runs in rs.items():
+            cols = []
+            for k, fmt in (("cpu_us", "{:.0f}"), ("ctxsw", "{:.2f}"), ("req_s", "{:.0f}")):
+                m, lo, hi = median_span([r[k] for r in runs])
+                cols.append(f"{fmt.format(m)} ({fmt.format(lo)}-{fmt.format(hi)})")
+            print(f"| {size} | {name} | " + " | ".join(cols) + " |")
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="4k,100k,10m")
@@ -86,6 +200,10 @@ def main():
     ap.add_argument("--edgecache", default=f"edgecache={os.path.join(BIN, 'edgecache')}",
                     help="NAME=BINARY[,NAME=BINARY...]")
     ap.add_argument("--no-nginx", action="store_true")
+    ap.add_argument("--cpu", action="store_true",
+                    help="CPU time and context switches per miss instead of syscalls")
+    ap.add_argument("--rounds", type=int, default=3, help="--cpu: turns of every server")
+    ap.add_argument("--perf", help="--cpu: perf record the first round into this directory")
     ap.add_argument("--out")
     a = ap.parse_args()
     servers = [(n, os.path.abspath(b)) for n, b in (x.split("=", 1) for x in a.edgecache.split(","))]
@@ -96,6 +214,12 @@ def main():
     origin = spawn_origin(origin_port)
     try:
         wait_port(origin_port, timeout=60)
+        if a.cpu:
+            results = cpu_main(a, servers, origin_port)
+            if a.out:
+                with open(a.out, "w") as f:
+                    json.dump({"requests": a.requests, "cpu": results}, f, indent=1)
+            return 0
         for size in a.sizes.split(","):
             n = a.requests // 10 if size.endswith(("m", "g")) else a.requests
             for name, binary in servers:
