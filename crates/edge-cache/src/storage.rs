@@ -192,7 +192,9 @@ pub fn encode_header(
     meta: &ObjectMeta,
     body_offset: Option<u64>,
 ) -> Result<Vec<u8>, NoRoom> {
-    encode_block(hash, meta, body_offset, &[])
+    let (mut buf, offset) = encode_unpadded(hash, meta, body_offset, true)?;
+    buf.resize(offset as usize, 0);
+    Ok(buf)
 }
 
 /// The body offset [`encode_header`] picks for `meta` (`None`), computed without
@@ -201,14 +203,24 @@ pub fn header_region_len(meta: &ObjectMeta) -> u64 {
     body_offset_for(PREFIX_LEN + meta.encoded_len(), meta.body_len)
 }
 
-/// [`encode_header`] followed by `body` (the bytes from the body offset on): a new
-/// object's whole first write, encoded once into one buffer of its final size.
-pub fn encode_block(
+/// [`encode_header`] into `room`, the first `room.len()` bytes (the body offset) of a
+/// buffer whose body follows: a new object's whole first write, encoded in place. The
+/// padding after the meta is left as it is: nothing reads or checks it (a fresh room
+/// is zeros).
+pub fn encode_header_into(hash: KeyHash, meta: &ObjectMeta, room: &mut [u8]) -> Result<(), NoRoom> {
+    let (header, _) = encode_unpadded(hash, meta, Some(room.len() as u64), false)?;
+    room[..header.len()].copy_from_slice(&header);
+    Ok(())
+}
+
+/// The prefix and the meta (without the padding up to the body offset), in a buffer
+/// with room for the padding when `to_offset`; and the offset.
+fn encode_unpadded(
     hash: KeyHash,
     meta: &ObjectMeta,
     body_offset: Option<u64>,
-    body: &[u8],
-) -> Result<Vec<u8>, NoRoom> {
+    to_offset: bool,
+) -> Result<(Vec<u8>, u64), NoRoom> {
     let meta_len = meta.encoded_len();
     let header_len = PREFIX_LEN + meta_len;
     let offset = match body_offset {
@@ -216,7 +228,12 @@ pub fn encode_block(
         Some(_) => return Err(NoRoom),
         None => body_offset_for(header_len, meta.body_len),
     };
-    let mut buf = Vec::with_capacity(offset as usize + body.len());
+    // One allocation (the meta's length is known without encoding).
+    let mut buf = Vec::with_capacity(if to_offset {
+        offset as usize
+    } else {
+        header_len
+    });
     buf.extend_from_slice(&[0u8; PREFIX_LEN]);
     meta.encode(&mut buf);
     debug_assert_eq!(buf.len(), header_len, "ObjectMeta::encoded_len");
@@ -228,9 +245,7 @@ pub fn encode_block(
     buf[32..48].copy_from_slice(&hash.to_le_bytes());
     let sum = header_checksum(&buf[..56], &buf[PREFIX_LEN..]);
     buf[56..64].copy_from_slice(&sum.to_le_bytes());
-    buf.resize(offset as usize, 0);
-    buf.extend_from_slice(body);
-    Ok(buf)
+    Ok((buf, offset))
 }
 
 /// The new header does not fit before the existing body.
@@ -530,7 +545,7 @@ impl TempObject {
     /// Check the length, write the final header (length, body checksum) and rename the
     /// file into place. On any error the temp file is removed.
     pub fn commit(mut self) -> io::Result<Committed> {
-        let plan = self.prepare_commit(&[])?;
+        let plan = self.prepare_commit(&mut Vec::new())?;
         let file = self.file.as_ref().ok_or_else(closed)?;
         file.write_all_at(&plan.block, 0)?;
         let ino = file.metadata()?.ino();
@@ -542,10 +557,12 @@ impl TempObject {
     /// length and returns what to do: write `block` at offset 0 of `file`,
     /// `fstat` it for its inode, rename `tmp_path` to `final_path`; then call
     /// [`TempObject::committed`]. Dropped before that, the temp file is removed.
-    /// `held` is body bytes from the start that the caller kept in memory instead of
-    /// writing them (already [`TempObject::record`]ed): the block carries them after
-    /// the header, so one write stores both.
-    pub fn prepare_commit(&mut self, held: &[u8]) -> io::Result<CommitPlan> {
+    /// `held`: empty, or [`TempObject::body_offset`] bytes of room followed by body
+    /// bytes from the start that the caller kept in memory instead of writing them
+    /// (already [`TempObject::record`]ed). The header is encoded into that room and
+    /// the plan's block is `held` itself (taken, no copy), so one write stores both;
+    /// the caller gets it back from the [`CommitIo`](crate::CommitIo).
+    pub fn prepare_commit(&mut self, held: &mut Vec<u8>) -> io::Result<CommitPlan> {
         let declared = self.meta.body_len;
         if declared != BODY_LEN_UNKNOWN && declared != self.written {
             return Err(io::Error::new(
@@ -555,8 +572,17 @@ impl TempObject {
         }
         self.meta.body_len = self.written;
         self.meta.body_hash = self.hasher.digest();
-        let block = encode_block(self.hash, &self.meta, Some(self.body_offset), held)
-            .map_err(|_| io::Error::other("header grew while writing"))?;
+        let grew = |_| io::Error::other("header grew while writing");
+        let block = if held.is_empty() {
+            encode_header(self.hash, &self.meta, Some(self.body_offset)).map_err(grew)?
+        } else {
+            let room = usize::try_from(self.body_offset)
+                .ok()
+                .and_then(|off| held.get_mut(..off))
+                .ok_or_else(|| io::Error::other("held body without its header's room"))?;
+            encode_header_into(self.hash, &self.meta, room).map_err(grew)?;
+            std::mem::take(held)
+        };
         Ok(CommitPlan {
             block,
             file: self.file.clone().ok_or_else(closed)?,
@@ -872,6 +898,40 @@ mod tests {
         // No temp file left behind.
         let names: Vec<_> = fs::read_dir(l.dir_for(c.hash)).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    /// A held body's commit: the header encoded into the room before it (whatever the
+    /// padding holds) reads back as the header `encode_header` makes, and the body
+    /// after it; a meta grown past the room is refused with the room untouched.
+    #[test]
+    fn a_header_encoded_into_its_room_reads_back() {
+        for (len, off) in [(300u64, None), (10_000, None), (0, None), (5, Some(8192))] {
+            let mut m = meta("http://x/room", len);
+            m.normalize_times(); // the encoding's resolution
+            let h = key_hash("http://x/room");
+            let room = off.unwrap_or_else(|| header_region_len(&m)) as usize;
+            assert_eq!(
+                room as u64,
+                off.unwrap_or(encode_header(h, &m, None).unwrap().len() as u64)
+            );
+            let body: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let mut block = vec![0xAA; room];
+            block.extend_from_slice(&body);
+            encode_header_into(h, &m, &mut block[..room]).unwrap();
+            let hdr = decode_header(&block, h, block.len() as u64).unwrap();
+            assert_eq!((hdr.meta, hdr.body_offset), (m.clone(), room as u64));
+            assert_eq!(&block[room..], &body[..]);
+            let plain = encode_header(h, &m, Some(room as u64)).unwrap();
+            let used = PREFIX_LEN + m.encoded_len();
+            assert_eq!(block[..used], plain[..used]);
+        }
+        let m = meta("http://x/room", 10);
+        let mut small = vec![7u8; PREFIX_LEN];
+        assert_eq!(
+            encode_header_into(key_hash("k"), &m, &mut small),
+            Err(NoRoom)
+        );
+        assert!(small.iter().all(|&b| b == 7));
     }
 
     #[test]

@@ -100,15 +100,24 @@ impl ObjectWriter {
     /// and index in the other, the index names an inode the file no longer has: a
     /// lookup then sees the mismatch, answers a miss, and the next fill repairs it.
     ///
-    /// `held`: the body, kept in memory by the caller instead of written (each part
-    /// passed to [`ObjectWriter::record_written`]); the commit's write carries it.
-    pub async fn finish_with<W: CommitIo>(mut self, io: &W, held: &[u8]) -> io::Result<()> {
-        let res = async {
-            let plan = self.obj.prepare_commit(held)?;
-            let ino = io.commit(plan).await?;
-            Ok::<_, io::Error>(ino)
-        }
-        .await;
+    /// `held`: empty, or [`ObjectWriter::body_offset`] bytes of room followed by the
+    /// body, kept in memory by the caller instead of written (each part passed to
+    /// [`ObjectWriter::record_written`]): the header is encoded into the room and the
+    /// commit's one write carries both. `held` comes back as it was written (header
+    /// included) whatever the outcome, for a caller whose readers still need the body.
+    pub async fn finish_with<W: CommitIo>(mut self, io: &W, held: &mut Vec<u8>) -> io::Result<()> {
+        let holding = !held.is_empty();
+        // On an error here `held` is untouched; past it, it is the plan's block.
+        let res = match self.obj.prepare_commit(held) {
+            Ok(plan) => {
+                let (r, block) = io.commit(plan).await;
+                if holding {
+                    *held = block;
+                }
+                r
+            }
+            Err(e) => Err(e),
+        };
         let ObjectWriter { cache, obj } = self;
         match res {
             Ok(ino) => {
@@ -354,8 +363,9 @@ impl Cache {
 }
 
 /// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.block` at offset 0
-/// of the temp file, `fstat` it, rename it to `plan.final_path`; returns its inode.
+/// of the temp file, `fstat` it, rename it to `plan.final_path`; returns its inode, and
+/// the block back (empty if it was lost on the way).
 #[allow(async_fn_in_trait)]
 pub trait CommitIo {
-    async fn commit(&self, plan: storage::CommitPlan) -> io::Result<u64>;
+    async fn commit(&self, plan: storage::CommitPlan) -> (io::Result<u64>, Vec<u8>);
 }

@@ -418,7 +418,7 @@ pub struct Committer<'a> {
 }
 
 impl edge_cache::CommitIo for Committer<'_> {
-    async fn commit(&self, plan: edge_cache::CommitPlan) -> io::Result<u64> {
+    async fn commit(&self, plan: edge_cache::CommitPlan) -> (io::Result<u64>, Vec<u8>) {
         let e = &self.files.engine;
         // `plan.block` is the header region, then a held body (`Store`: a known length
         // up to `HOLD_MAX`): one write (the header, padding included, ends where the
@@ -433,31 +433,38 @@ impl edge_cache::CommitIo for Committer<'_> {
             // On the pool (or inline under `off`), the write, the fstat and the rename
             // are one hand-off, not three round trips (on the plan's shared handle).
             use std::os::unix::fs::{FileExt, MetadataExt};
-            return self
-                .files
-                .blocking(move || -> io::Result<u64> {
+            let job = move || {
+                let r = (|| {
                     file.write_all_at(&block, 0)?;
                     let ino = file.metadata()?.ino();
                     edge_cache::storage::rename_into_place(&tmp_path, &final_path)?;
                     Ok(ino)
-                })
-                .await?;
+                })();
+                (r, block)
+            };
+            return match self.files.blocking(job).await {
+                Ok(done) => done,
+                Err(err) => (Err(err), Vec::new()),
+            };
         }
-        let (r, _) = e.write_all_at(self.out, 0, block).await;
-        r?;
-        let ino = e.stat(self.out).await?.ino;
-        match e.rename(&tmp_path, &final_path).await {
+        let (r, block) = e.write_all_at(self.out, 0, block).await;
+        if let Err(err) = r {
+            return (Err(err), block);
+        }
+        let ino = match e.stat(self.out).await {
+            Ok(md) => md.ino,
+            Err(err) => return (Err(err), block),
+        };
+        let r = match e.rename(&tmp_path, &final_path).await {
             // A spare temp file's object whose directories are not made yet.
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                self.files
-                    .blocking(move || {
-                        edge_cache::storage::rename_making_dirs(&tmp_path, &final_path)
-                    })
-                    .await??;
-            }
-            r => r?,
-        }
-        Ok(ino)
+            Err(err) if err.kind() == io::ErrorKind::NotFound => self
+                .files
+                .blocking(move || edge_cache::storage::rename_making_dirs(&tmp_path, &final_path))
+                .await
+                .and_then(|r| r),
+            r => r,
+        };
+        (r.map(|()| ino), block)
     }
 }
 

@@ -20,9 +20,11 @@ pub struct Store {
     out: Option<edge_aio::AioFile>,
     /// The buffer each write hands to the backend and gets back.
     scratch: Vec<u8>,
-    /// A body of a known length up to [`HOLD_MAX`]: kept here and written with the
-    /// final header in one write at the commit, instead of a write per read and a
-    /// header write. Followers learn of it when it is done.
+    /// A body of a known length up to [`HOLD_MAX`]: kept here, after room for the
+    /// header (the writer's body offset, zeros until the commit encodes the header
+    /// into it), and written with the header in one write at the commit, instead of a
+    /// write per read and a header write, with no copy. Followers learn of it when it
+    /// is done.
     pending: Option<Vec<u8>>,
 }
 
@@ -42,7 +44,8 @@ impl Store {
     /// fill fails (followers abort) and the caller continues uncached.
     pub(super) async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
         if let Some(p) = &mut self.pending {
-            if (p.len() + data.len()) as u64 <= self.writer.meta().body_len {
+            let room = self.writer.body_offset() as usize;
+            if (p.len() - room + data.len()) as u64 <= self.writer.meta().body_len {
                 p.extend_from_slice(data);
                 self.writer.record_written(data);
                 return true;
@@ -51,7 +54,7 @@ impl Store {
             // written out like any body.
             let held = std::mem::take(p);
             self.pending = None;
-            if !held.is_empty() && !Box::pin(self.write(files, &held)).await {
+            if held.len() > room && !Box::pin(self.write(files, &held[room..])).await {
                 return false;
             }
         }
@@ -135,9 +138,10 @@ impl Store {
             Some(o) => Some(o),
             None => writer.reader().map(|f| files.own(f)).ok(),
         };
-        let res = match (&out, &pending) {
-            (Some(out), _) => {
-                let held = pending.as_deref().unwrap_or_default();
+        let res = match (&out, &mut pending) {
+            (Some(out), held) => {
+                let mut none = Vec::new();
+                let held = held.as_mut().unwrap_or(&mut none);
                 writer
                     .finish_with(&crate::aio::Committer { files, out }, held)
                     .await
@@ -154,17 +158,21 @@ impl Store {
         // Counted and rate-limit logged by the cache. A whole body still reaches every
         // client (from the open file) when it is there; it is only not stored.
         tracing::debug!("cache commit failed: {e}");
+        let room = body_offset as usize;
         let in_file = match (pending.take(), &out) {
             (None, _) => true,
             // A whole held body: the commit's write may not have happened (a failed
-            // rename comes after it), so it is written again for the file's readers.
-            (Some(body), Some(out)) if declared == len => {
-                let (r, body) = files.write_all_at(out, body_offset, body).await;
-                pending = r.is_err().then_some(body);
+            // rename comes after it), so it is written again for the file's readers,
+            // with its room (the header, or zeros: nothing reads a temp file's header).
+            (Some(block), Some(out))
+                if declared == len && block.len() as u64 == body_offset + len =>
+            {
+                let (r, block) = files.write_all_at(out, 0, block).await;
+                pending = r.is_err().then_some(block);
                 r.is_ok()
             }
-            (Some(body), _) => {
-                pending = Some(body);
+            (Some(block), _) => {
+                pending = Some(block);
                 false
             }
         };
@@ -175,7 +183,11 @@ impl Store {
                 h.fail();
             }
         }
-        Err(pending)
+        // The body without its room (a failure's rare copy).
+        Err(pending.map(|mut b| {
+            b.drain(..room.min(b.len()));
+            b
+        }))
     }
 }
 
@@ -203,12 +215,17 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
     };
     let len = writer.meta().body_len;
     let held = len != edge_cache::BODY_LEN_UNKNOWN && len <= HOLD_MAX;
+    let room = writer.body_offset() as usize;
     Some(Store {
         writer,
         handle,
         out: None,
         scratch: Vec::new(),
-        pending: held.then(|| Vec::with_capacity(len as usize)),
+        pending: held.then(|| {
+            let mut block = Vec::with_capacity(room + len as usize);
+            block.resize(room, 0);
+            block
+        }),
     })
 }
 
