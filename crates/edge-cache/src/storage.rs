@@ -572,6 +572,8 @@ impl TempObject {
         }
         self.meta.body_len = self.written;
         self.meta.body_hash = self.hasher.digest();
+        // Every check before `held` is taken: on an error it stays the caller's.
+        let file = self.file.clone().ok_or_else(closed)?;
         let grew = |_| io::Error::other("header grew while writing");
         let block = if held.is_empty() {
             encode_header(self.hash, &self.meta, Some(self.body_offset)).map_err(grew)?
@@ -585,7 +587,7 @@ impl TempObject {
         };
         Ok(CommitPlan {
             block,
-            file: self.file.clone().ok_or_else(closed)?,
+            file,
             tmp_path: self.tmp_path.clone(),
             final_path: self.final_path.clone(),
         })
@@ -594,8 +596,8 @@ impl TempObject {
     /// The renamed file (inode `ino`) is in place.
     pub fn committed(mut self, ino: u64) -> Committed {
         self.committed = true;
-        // Moved out, not cloned: nothing reads a committed object's meta (an empty one
-        // allocates nothing).
+        // Moved out, not cloned: nothing reads this writer's meta once it is committed
+        // (the empty one put back allocates nothing).
         let meta = std::mem::replace(
             &mut self.meta,
             ObjectMeta::new(String::new(), 0, std::time::UNIX_EPOCH),

@@ -321,10 +321,28 @@ fn disk_fallback_runs_through_the_opener_and_waits_for_the_gate_off_the_loop() {
     c.shutdown();
     drop(c);
     let c = Cache::open(slow_loader(d.path())).unwrap();
-    let key = (0..4)
-        .map(|i| format!("http://h/{i}"))
+    // The loader indexes one file, then sleeps: wait for that one, so that the key
+    // chosen is not the one it is about to index (on a busy machine it may not have
+    // started yet).
+    let keys: Vec<String> = (0..4).map(|i| format!("http://h/{i}")).collect();
+    let indexed = || {
+        keys.iter()
+            .filter(|k| c.zone.index().contains(key_hash(k)))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while indexed() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loader indexes its first file"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let key = keys
+        .iter()
         .find(|k| !c.zone.index().contains(key_hash(k)))
-        .expect("the loader stops after one file");
+        .expect("the loader stops after one file")
+        .clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -151,11 +151,6 @@ impl UpstreamResponse {
         self.dec.is_done() || self.head.body == BodyKind::Empty
     }
 
-    /// Payload bytes of the body taken so far.
-    pub fn body_taken(&self) -> u64 {
-        self.dec.decoded_len()
-    }
-
     /// Reads more of the body into `buf` (growing it by `grow` when less than 4 KiB is
     /// free), the read bounded by the group's `read_timeout` (a timeout is counted in
     /// `stats.upstream_timeouts`). `Ok(true)`: more bytes to take. `Ok(false)`: the
