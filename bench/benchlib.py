@@ -172,6 +172,25 @@ def group_cpu_s(pgid):
     return total / tick
 
 
+def group_ctxsw(pgid):
+    """Context switches (voluntary and involuntary) of every thread of every process of
+    the group so far, from /proc/<pid>/task/<tid>/status (a process's own status counts
+    its first thread only)."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+            except OSError:
+                pass  # a thread that ended
+    return total
+
+
 def cpu_busy():
     """Per CPU, (busy seconds so far: all but idle, iowait and steal; of which softirq),
     from /proc/stat."""

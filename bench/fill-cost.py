@@ -47,8 +47,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import (BIN, edgeload_requests, free_port, origin_requests, spawn_origin,
-                      strace_counts, wait_port)
+from benchlib import (BIN, edgeload_requests, free_port, group_cpu_s, group_ctxsw,
+                      group_pids, origin_requests, spawn_origin, strace_counts, wait_port)
 
 _spec = importlib.util.spec_from_file_location(
     "hit_cost", os.path.join(os.path.dirname(os.path.abspath(__file__)), "hit-cost.py"))
@@ -96,32 +96,8 @@ def stop(p):
     p.wait()
 
 
-def proc_cpu_ctxsw(pid):
-    """(CPU seconds, context switches) of every thread of `pid` so far."""
-    cpu, sw = 0.0, 0
-    tick = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu += (int(fields[11]) + int(fields[12])) / tick
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                sw += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-        except OSError:
-            pass  # a thread that ended
-    return cpu, sw
-
-
-def all_pids(p):
-    """The server's processes (nginx: master and workers)."""
-    out = subprocess.run(["pgrep", "-g", str(os.getpgid(p.pid))], capture_output=True,
-                         text=True).stdout
-    return [int(x) for x in out.split()] or [p.pid]
-
-
 def cpu_per_miss(p, port, size, n, perf_out):
-    pids = all_pids(p)
-    for pid in pids:
+    for pid in group_pids(p.pid):  # nginx: master and workers
         subprocess.run(["taskset", "-apc", "0", str(pid)], stdout=subprocess.DEVNULL,
                        check=True)
     misses(port, size, max(n // 4, 1))
@@ -131,16 +107,14 @@ def cpu_per_miss(p, port, size, n, perf_out):
                                 "-o", perf_out], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         time.sleep(1.0)
-    before = [proc_cpu_ctxsw(pid) for pid in pids]
+    cpu0, sw0 = group_cpu_s(p.pid), group_ctxsw(p.pid)
     t0 = time.monotonic()
     done = misses(port, size, n)
     wall = time.monotonic() - t0
-    after = [proc_cpu_ctxsw(pid) for pid in pids]
+    cpu, sw = group_cpu_s(p.pid) - cpu0, group_ctxsw(p.pid) - sw0
     if rec:
         rec.send_signal(signal.SIGINT)
         rec.wait()
-    cpu = sum(a[0] - b[0] for a, b in zip(after, before))
-    sw = sum(a[1] - b[1] for a, b in zip(after, before))
     return {"cpu_us": cpu / done * 1e6, "ctxsw": sw / done, "req_s": done / wall}
 
 

@@ -455,7 +455,7 @@ impl TempObject {
             }
             Err(e) => return Err(e),
         };
-        TempObject::new(layout, hash, meta, file, tmp_path)
+        Ok(TempObject::new(layout, hash, meta, file, tmp_path))
     }
 
     /// The object written to a [`SpareFile`] made ahead of time: no file system call
@@ -467,32 +467,30 @@ impl TempObject {
         mut spare: SpareFile,
     ) -> io::Result<TempObject> {
         let (file, path) = spare.0.take().ok_or_else(closed)?;
-        TempObject::new(layout, hash, meta, file, path)
+        Ok(TempObject::new(layout, hash, meta, file, path))
     }
 
+    /// From here the temp file's name is ours to remove (when dropped uncommitted).
     fn new(
         layout: &Layout,
         hash: KeyHash,
         mut meta: ObjectMeta,
         file: File,
         tmp_path: PathBuf,
-    ) -> io::Result<TempObject> {
+    ) -> TempObject {
         meta.normalize_times();
-        // From here the name is ours to remove, whatever fails.
-        let mut obj = TempObject {
+        TempObject {
             file: Some(Arc::new(file)),
             tmp_path,
             final_path: layout.path_for(hash),
             hash,
+            // The header is encoded once, by the commit; only its length matters now.
+            body_offset: header_region_len(&meta),
             meta,
-            body_offset: 0,
             written: 0,
             hasher: Xxh3::new(),
             committed: false,
-        };
-        // The header is encoded once, by the commit; only its length matters now.
-        obj.body_offset = header_region_len(&obj.meta);
-        Ok(obj)
+        }
     }
 
     /// Append body bytes (a positioned write at [`TempObject::next_offset`]).

@@ -1121,8 +1121,9 @@ fn a_snapshot_restores_the_index_and_the_walk_corrects_a_stale_one() {
 fn an_object_begun_on_a_spare_commits_into_new_directories() {
     let d = tempfile::tempdir().unwrap();
     let c = open(d.path());
-    assert!(c.take_spare().is_none(), "none before a refill");
-    assert!(c.spares_low(), "the first caller refills");
+    let (none, refill) = c.take_spare();
+    assert!(none.is_none(), "none before a refill");
+    assert!(refill, "the first taker refills");
     assert!(!c.spares_low(), "one refill at a time");
     c.refill_spares();
     let spares = |dir: &Path| {
@@ -1145,7 +1146,7 @@ fn an_object_begun_on_a_spare_commits_into_new_directories() {
     let mut m = meta(600);
     m.key = key.into();
     m.body_len = 5;
-    let mut w = c.begin_write_spare(m, c.take_spare().unwrap()).unwrap();
+    let mut w = c.begin_write_spare(m, c.take_spare().0.unwrap()).unwrap();
     w.write(b"hello").unwrap();
     w.finish().unwrap();
     assert_eq!(get(&c, key).unwrap(), b"hello");
@@ -1158,7 +1159,7 @@ fn an_object_begun_on_a_spare_commits_into_new_directories() {
     // An object begun on a spare and dropped takes its spare's name with it.
     let mut m = meta(600);
     m.key = "http://h/dropped".into();
-    drop(c.begin_write_spare(m, c.take_spare().unwrap()).unwrap());
+    drop(c.begin_write_spare(m, c.take_spare().0.unwrap()).unwrap());
     assert_eq!(spares(d.path()), SPARE_LOW + SPARE_BATCH - 2);
     c.shutdown();
     assert_eq!(spares(d.path()), 0, "shutdown removes the rest");

@@ -220,16 +220,27 @@ impl Cache {
         }
     }
 
-    /// A spare temp file for [`Cache::begin_write_spare`], if one is left.
-    pub fn take_spare(&self) -> Option<SpareFile> {
-        lock(&self.spares.files).pop()
+    /// A spare temp file for [`Cache::begin_write_spare`], if one is left, and whether
+    /// the caller should now refill them (as [`Cache::spares_low`] says, from the same
+    /// look at the stock: a miss takes the lock once).
+    pub fn take_spare(&self) -> (Option<SpareFile>, bool) {
+        let (spare, left) = {
+            let mut files = lock(&self.spares.files);
+            (files.pop(), files.len())
+        };
+        (spare, self.refill_due(left))
     }
 
     /// Whether the spare temp files should be refilled now: true for one caller at a
     /// time (until its [`Cache::refill_spares`] returns), and not within
     /// [`SPARE_RETRY`] of a refill that failed (a full disk).
     pub fn spares_low(&self) -> bool {
-        if lock(&self.spares.files).len() >= SPARE_LOW {
+        let left = lock(&self.spares.files).len();
+        self.refill_due(left)
+    }
+
+    fn refill_due(&self, left: usize) -> bool {
+        if left >= SPARE_LOW {
             return false;
         }
         if lock(&self.spares.retry_at).is_some_and(|t| Instant::now() < t) {

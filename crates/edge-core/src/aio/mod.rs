@@ -317,8 +317,8 @@ impl FileBackend {
         cache: &Arc<edge_cache::Cache>,
         meta: edge_cache::ObjectMeta,
     ) -> Option<edge_cache::ObjectWriter> {
-        let spare = cache.take_spare();
-        if cache.spares_low() {
+        let (spare, refill) = cache.take_spare();
+        if refill {
             let (engine, c) = (self.engine.clone(), cache.clone());
             tokio::task::spawn_local(async move {
                 let _ = engine.blocking(move || c.refill_spares()).await;

@@ -402,7 +402,7 @@ mod tests {
         let (handle, f) = leader(&c, key);
         assert!(c.spares_low());
         c.refill_spares();
-        let spare = c.take_spare().unwrap();
+        let spare = c.take_spare().0.unwrap();
         let mut m = meta(key, 6000);
         m.key = key.into();
         let writer = c.begin_write_spare(m, spare).unwrap();
