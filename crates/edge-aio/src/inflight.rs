@@ -20,6 +20,7 @@
 
 use crate::buf::Buf;
 use crate::file::AioFile;
+use crate::gather::Gather;
 use crate::stats::AioStats;
 use crate::sys::{CPath, HeapStatx, SysOp};
 use std::cell::RefCell;
@@ -40,6 +41,7 @@ pub(crate) enum Keep {
     None,
     File(AioFile),
     Buf(AioFile, Buf),
+    Gather(AioFile, Gather),
     Stat(Option<AioFile>, Option<CPath>, HeapStatx),
     Path(CPath),
     Paths(CPath, CPath),

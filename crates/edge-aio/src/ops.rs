@@ -8,9 +8,11 @@
 
 use crate::buf::{round_up, AlignedBuf, Buf, IoBuf};
 use crate::file::{AioFile, DioAlign, DirectMode, Metadata, OpenOptions};
+use crate::gather::Gather;
 use crate::inflight::Keep;
 use crate::sys::{to_result, CPath, HeapStatx, SysOp, MAX_RW};
 use crate::Engine;
+use bytes::Bytes;
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
@@ -256,6 +258,46 @@ impl Engine {
         let res = to_result(res);
         self.stats.write_done(&res);
         (res, buf)
+    }
+
+    /// Writes every byte of `parts`, in order, at `offset`, by `pwritev(2)` (one call
+    /// unless it is short or there are more than 1,024 parts), without copying them into
+    /// one buffer: a cache fill writes the slices of its upstream read buffer as they
+    /// are. Returns the parts in every case.
+    pub async fn write_all_gathered_at(
+        &self,
+        file: &AioFile,
+        offset: u64,
+        parts: Vec<Bytes>,
+    ) -> (io::Result<()>, Vec<Bytes>) {
+        let mut g = Gather::new(parts);
+        let mut done = 0;
+        while done < g.len() {
+            let (iov, cnt) = g.iovecs_from(done);
+            let op = SysOp::Writev {
+                fd: file.as_raw_fd(),
+                iov,
+                cnt,
+                off: offset + done as u64,
+            };
+            let (res, keep) = self.submit(op, Keep::Gather(file.clone(), g)).await;
+            let Keep::Gather(_, back) = keep else {
+                unreachable!("an op returns what it was given")
+            };
+            g = back;
+            let res = to_result(res);
+            self.stats.write_done(&res);
+            match res {
+                Ok(0) => {
+                    let e = io::Error::new(io::ErrorKind::WriteZero, "write returned 0");
+                    return (Err(e), g.into_parts());
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), g.into_parts()),
+            }
+        }
+        (Ok(()), g.into_parts())
     }
 
     /// fsync(2): data and metadata reach the disk.

@@ -52,6 +52,13 @@ pub(crate) enum SysOp {
         len: usize,
         off: u64,
     },
+    /// `pwritev(fd, iov, cnt, off)`.
+    Writev {
+        fd: RawFd,
+        iov: *const libc::iovec,
+        cnt: usize,
+        off: u64,
+    },
     /// `fsync(fd)`, or `fdatasync(fd)` when `datasync`.
     Fsync { fd: RawFd, datasync: bool },
     /// `renameat(AT_FDCWD, from, AT_FDCWD, to)`.
@@ -94,7 +101,8 @@ impl SysOp {
     ///
     /// # Safety
     /// Every pointer in `self` must be valid for the access the syscall makes (reads of
-    /// NUL-terminated paths, writes of `len` bytes or one `statx`) for the whole call,
+    /// NUL-terminated paths, writes of `len` bytes or one `statx`, reads of `cnt`
+    /// `iovec`s and the memory they name) for the whole call,
     /// and no Rust reference may alias the written memory meanwhile.
     pub(crate) unsafe fn run(&self) -> i64 {
         loop {
@@ -117,6 +125,9 @@ impl SysOp {
                     } => libc::pread64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64,
                     SysOp::Write { fd, buf, len, off } => {
                         libc::pwrite64(fd, buf.cast(), len.min(MAX_RW), off as i64) as i64
+                    }
+                    SysOp::Writev { fd, iov, cnt, off } => {
+                        libc::pwritev(fd, iov, cnt as libc::c_int, off as i64) as i64
                     }
                     SysOp::Fsync { fd, datasync } => {
                         if datasync {

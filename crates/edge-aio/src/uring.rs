@@ -57,11 +57,12 @@ impl fmt::Display for Fallback {
 }
 
 /// The opcodes this backend issues.
-const NEEDED: [(u8, &str); 8] = [
+const NEEDED: [(u8, &str); 9] = [
     (opcode::OpenAt::CODE, "OPENAT"),
     (opcode::Statx::CODE, "STATX"),
     (opcode::Read::CODE, "READ"),
     (opcode::Write::CODE, "WRITE"),
+    (opcode::Writev::CODE, "WRITEV"),
     (opcode::Fsync::CODE, "FSYNC"),
     (opcode::RenameAt::CODE, "RENAMEAT"),
     (opcode::UnlinkAt::CODE, "UNLINKAT"),
@@ -138,6 +139,9 @@ fn sqe(op: &SysOp) -> squeue::Entry {
                 .offset(off)
                 .build()
         }
+        SysOp::Writev { fd, iov, cnt, off } => opcode::Writev::new(types::Fd(fd), iov, cnt as u32)
+            .offset(off)
+            .build(),
         SysOp::Fsync { fd, datasync } => {
             let flags = if datasync {
                 types::FsyncFlags::DATASYNC

@@ -34,6 +34,7 @@ macro_rules! matrix {
 
 matrix!(
     read_write_stat,
+    gathered_write,
     read_exact_and_eof,
     rename_and_unlink,
     open_errors,
@@ -77,6 +78,35 @@ async fn read_write_stat(e: Engine) {
     let (r, buf) = e.read_at(&f, 99_998, 100, Vec::new()).await;
     assert_eq!(r.unwrap(), 6, "short at end of file");
     assert_eq!(buf, [&data[99_998..], b"tail"].concat());
+}
+
+async fn gathered_write(e: Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let opts = OpenOptions::new().write(true).create(true).truncate(true);
+    let f = e.open(&path, &opts).await.unwrap();
+    // Slices of one buffer (as a fill's read buffer is split), an empty part, and more
+    // parts than one pwritev takes (1,024), so the write continues in a second call.
+    let whole = bytes::Bytes::from(pattern(300_000));
+    let mut parts = vec![
+        whole.slice(..5),
+        bytes::Bytes::new(),
+        whole.slice(5..200_000),
+    ];
+    parts.extend((0..1500).map(|i| whole.slice(200_000 + i * 60..200_000 + (i + 1) * 60)));
+    parts.push(whole.slice(290_000..));
+    let (r, back) = e.write_all_gathered_at(&f, 4096, parts.clone()).await;
+    r.unwrap();
+    assert_eq!(back, parts, "the parts come back");
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len(), 4096 + 300_000);
+    assert!(on_disk[..4096].iter().all(|&b| b == 0));
+    assert!(on_disk[4096..] == whole[..], "every part in order");
+    // An error comes back with the parts (a read-only descriptor).
+    let ro = e.open(&path, &OpenOptions::new()).await.unwrap();
+    let (r, back) = e.write_all_gathered_at(&ro, 0, parts.clone()).await;
+    assert!(r.is_err());
+    assert_eq!(back.len(), parts.len());
 }
 
 async fn read_exact_and_eof(e: Engine) {

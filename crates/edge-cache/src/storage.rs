@@ -26,6 +26,7 @@
 //! body checksum, a killed process leaves either the old object, the new object, or a
 //! `.tmp.` file that the loader deletes.
 
+use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -201,16 +202,6 @@ pub fn encode_header(
 /// encoding.
 pub fn header_region_len(meta: &ObjectMeta) -> u64 {
     body_offset_for(PREFIX_LEN + meta.encoded_len(), meta.body_len)
-}
-
-/// [`encode_header`] into `room`, the first `room.len()` bytes (the body offset) of a
-/// buffer whose body follows: a new object's whole first write, encoded in place. The
-/// padding after the meta is left as it is: nothing reads or checks it (a fresh room
-/// is zeros).
-pub fn encode_header_into(hash: KeyHash, meta: &ObjectMeta, room: &mut [u8]) -> Result<(), NoRoom> {
-    let (header, _) = encode_unpadded(hash, meta, Some(room.len() as u64), false)?;
-    room[..header.len()].copy_from_slice(&header);
-    Ok(())
 }
 
 /// The prefix and the meta (without the padding up to the body offset), in a buffer
@@ -545,22 +536,24 @@ impl TempObject {
     pub fn commit(mut self) -> io::Result<Committed> {
         let plan = self.prepare_commit(&mut Vec::new())?;
         let file = self.file.as_ref().ok_or_else(closed)?;
-        file.write_all_at(&plan.block, 0)?;
+        let parts: Vec<&[u8]> = plan.parts.iter().map(|p| &p[..]).collect();
+        edge_aio::write_all_vectored_at(&**file, 0, &parts)?;
         let ino = file.metadata()?.ino();
         rename_into_place(&plan.tmp_path, &plan.final_path)?;
         Ok(self.committed(ino))
     }
 
     /// The first half of a commit made by a caller doing its own I/O: checks the
-    /// length and returns what to do: write `block` at offset 0 of `file`,
-    /// `fstat` it for its inode, rename `tmp_path` to `final_path`; then call
-    /// [`TempObject::committed`]. Dropped before that, the temp file is removed.
-    /// `held`: empty, or [`TempObject::body_offset`] bytes of room followed by body
-    /// bytes from the start that the caller kept in memory instead of writing them
-    /// (already [`TempObject::record`]ed). The header is encoded into that room and
-    /// the plan's block is `held` itself (taken, no copy), so one write stores both;
-    /// the caller gets it back from the [`CommitIo`](crate::CommitIo).
-    pub fn prepare_commit(&mut self, held: &mut Vec<u8>) -> io::Result<CommitPlan> {
+    /// length and returns what to do: write the plan's parts in order at offset 0 of
+    /// `file` (one `pwritev`), `fstat` it for its inode, rename `tmp_path` to
+    /// `final_path`; then call [`TempObject::committed`]. Dropped before that, the temp
+    /// file is removed.
+    ///
+    /// `held`: empty, or the whole body in parts, kept in memory by the caller instead
+    /// of written (each already [`TempObject::record`]ed): taken, not copied, and put
+    /// after the header and its padding, so one write stores both. The caller gets them
+    /// back from the [`CommitIo`](crate::CommitIo) ([`CommitPlan::body_parts`]).
+    pub fn prepare_commit(&mut self, held: &mut Vec<Bytes>) -> io::Result<CommitPlan> {
         let declared = self.meta.body_len;
         if declared != BODY_LEN_UNKNOWN && declared != self.written {
             return Err(io::Error::new(
@@ -572,19 +565,31 @@ impl TempObject {
         self.meta.body_hash = self.hasher.digest();
         // Every check before `held` is taken: on an error it stays the caller's.
         let file = self.file.clone().ok_or_else(closed)?;
-        let grew = |_| io::Error::other("header grew while writing");
-        let block = if held.is_empty() {
-            encode_header(self.hash, &self.meta, Some(self.body_offset)).map_err(grew)?
+        let (header, offset) =
+            encode_unpadded(self.hash, &self.meta, Some(self.body_offset), false)
+                .map_err(|_| io::Error::other("header grew while writing"))?;
+        // The padding after the meta is never read, so it is only written where the
+        // file must reach the body offset by this write: before a held body, or when
+        // there is no body. A body streamed to the file already lies past it (a hole
+        // reads as zeros).
+        let pad = !held.is_empty() || self.written == 0;
+        let mut parts = Vec::with_capacity(2 + held.len());
+        let mut gap = if pad {
+            offset as usize - header.len()
         } else {
-            let room = usize::try_from(self.body_offset)
-                .ok()
-                .and_then(|off| held.get_mut(..off))
-                .ok_or_else(|| io::Error::other("held body without its header's room"))?;
-            encode_header_into(self.hash, &self.meta, room).map_err(grew)?;
-            std::mem::take(held)
+            0
         };
+        parts.push(Bytes::from(header));
+        while gap > 0 {
+            let n = gap.min(ZEROS.len());
+            parts.push(Bytes::from_static(&ZEROS[..n]));
+            gap -= n;
+        }
+        let body_parts = held.len();
+        parts.append(held);
         Ok(CommitPlan {
-            block,
+            parts,
+            body_parts,
             file,
             tmp_path: self.tmp_path.clone(),
             final_path: self.final_path.clone(),
@@ -670,13 +675,19 @@ pub fn make_spares(root: &Path, token: &str, seq: u64, n: u64) -> (Vec<SpareFile
 /// What [`TempObject::prepare_commit`] leaves to its caller.
 #[derive(Debug)]
 pub struct CommitPlan {
-    /// The header region, then any held body bytes: written at offset 0.
-    pub block: Vec<u8>,
+    /// Written in order at offset 0 by one `pwritev`: the header (prefix and meta),
+    /// zeros up to the body offset where needed, then any held body.
+    pub parts: Vec<Bytes>,
+    /// How many of `parts`, at the end, are the held body.
+    pub body_parts: usize,
     /// The temp file (its one descriptor, shared).
     pub file: Arc<File>,
     pub tmp_path: PathBuf,
     pub final_path: PathBuf,
 }
+
+/// Padding for the commit's write, referenced, never copied.
+static ZEROS: [u8; BODY_ALIGN as usize] = [0; BODY_ALIGN as usize];
 
 fn closed() -> io::Error {
     io::Error::other("object file already closed")
@@ -900,38 +911,68 @@ mod tests {
         assert_eq!(names.len(), 1);
     }
 
-    /// A held body's commit: the header encoded into the room before it (whatever the
-    /// padding holds) reads back as the header `encode_header` makes, and the body
-    /// after it; a meta grown past the room is refused with the room untouched.
+    /// A commit plan's parts, written in order, make the file a reader accepts: the
+    /// header `encode_header` makes, then the held body at the body offset, with the
+    /// padding written only where the file must reach that offset; a streamed body is
+    /// not rewritten (only the unpadded header), and the hole before it reads as zeros.
     #[test]
-    fn a_header_encoded_into_its_room_reads_back() {
-        for (len, off) in [(300u64, None), (10_000, None), (0, None), (5, Some(8192))] {
-            let mut m = meta("http://x/room", len);
-            m.normalize_times(); // the encoding's resolution
-            let h = key_hash("http://x/room");
-            let room = off.unwrap_or_else(|| header_region_len(&m)) as usize;
-            assert_eq!(
-                room as u64,
-                off.unwrap_or(encode_header(h, &m, None).unwrap().len() as u64)
-            );
+    fn a_commit_plans_parts_read_back_as_the_object() {
+        let d = tempfile::tempdir().unwrap();
+        let l = layout(d.path());
+        for (len, held, streamed) in [
+            (300u64, true, false),
+            (10_000, true, false),
+            (0, true, false),
+            (0, false, false),
+            (10_000, false, true),
+            (300, false, true),
+        ] {
+            let key = format!("http://x/plan/{len}/{held}");
+            let h = key_hash(&key);
+            let mut t = TempObject::create(&l, h, meta(&key, len), "t", 0).unwrap();
             let body: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
-            let mut block = vec![0xAA; room];
-            block.extend_from_slice(&body);
-            encode_header_into(h, &m, &mut block[..room]).unwrap();
-            let hdr = decode_header(&block, h, block.len() as u64).unwrap();
-            assert_eq!((hdr.meta, hdr.body_offset), (m.clone(), room as u64));
-            assert_eq!(&block[room..], &body[..]);
-            let plain = encode_header(h, &m, Some(room as u64)).unwrap();
-            let used = PREFIX_LEN + m.encoded_len();
-            assert_eq!(block[..used], plain[..used]);
+            let mut parts = Vec::new();
+            for c in body.chunks(4000) {
+                if streamed {
+                    t.write(c).unwrap();
+                } else {
+                    t.record(c);
+                    parts.push(Bytes::copy_from_slice(c));
+                }
+            }
+            let plan = t.prepare_commit(&mut parts).unwrap();
+            assert!(parts.is_empty(), "held parts taken");
+            let held_parts = if streamed {
+                0
+            } else {
+                body.len().div_ceil(4000)
+            };
+            assert_eq!(plan.body_parts, held_parts);
+            let written: Vec<u8> = plan.parts.concat();
+            let header_len = PREFIX_LEN + t.meta().encoded_len();
+            let offset = t.body_offset() as usize;
+            if streamed {
+                assert_eq!(written.len(), header_len, "{key}: the header alone");
+            } else {
+                assert_eq!(written.len(), offset + body.len(), "{key}");
+                assert!(written[header_len..offset].iter().all(|&b| b == 0));
+                assert_eq!(&written[offset..], &body[..]);
+            }
+            let padded = encode_header(h, t.meta(), Some(offset as u64)).unwrap();
+            assert_eq!(written[..header_len], padded[..header_len]);
+            let file = t.reader().unwrap();
+            edge_aio::write_all_vectored_at(
+                &*file,
+                0,
+                &plan.parts.iter().map(|p| &p[..]).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let size = file.metadata().unwrap().len();
+            assert_eq!(size, (offset + body.len()) as u64, "{key}: file length");
+            let hdr = read_header(&file, h).unwrap();
+            assert_eq!(hdr.body_offset, offset as u64);
+            assert_eq!(read_body(&file, hdr.body_offset, len).unwrap(), body);
         }
-        let m = meta("http://x/room", 10);
-        let mut small = vec![7u8; PREFIX_LEN];
-        assert_eq!(
-            encode_header_into(key_hash("k"), &m, &mut small),
-            Err(NoRoom)
-        );
-        assert!(small.iter().all(|&b| b == 7));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! ([`crate::zone::Zone::stripe`]), and the zone wakes its manager when a new object
 //! puts it over budget.
 
+use bytes::Bytes;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -100,20 +101,21 @@ impl ObjectWriter {
     /// and index in the other, the index names an inode the file no longer has: a
     /// lookup then sees the mismatch, answers a miss, and the next fill repairs it.
     ///
-    /// `held`: empty, or [`ObjectWriter::body_offset`] bytes of room followed by the
-    /// body, kept in memory by the caller instead of written (each part passed to
-    /// [`ObjectWriter::record_written`]): the header is encoded into the room and the
-    /// commit's one write carries both. `held` comes back as it was written (header
-    /// included) whatever the outcome, for a caller whose readers still need the body.
-    pub async fn finish_with<W: CommitIo>(mut self, io: &W, held: &mut Vec<u8>) -> io::Result<()> {
-        let holding = !held.is_empty();
-        // On an error here `held` is untouched; past it, it is the plan's block.
+    /// `held`: empty, or the whole body in parts, kept in memory by the caller instead
+    /// of written (each part passed to [`ObjectWriter::record_written`]): the commit's
+    /// one write carries the header and them. `held` comes back as it was whatever the
+    /// outcome, for a caller whose readers still need the body.
+    pub async fn finish_with<W: CommitIo>(
+        mut self,
+        io: &W,
+        held: &mut Vec<Bytes>,
+    ) -> io::Result<()> {
+        // On an error here `held` is untouched; past it, its parts are in the plan's.
         let res = match self.obj.prepare_commit(held) {
             Ok(plan) => {
-                let (r, block) = io.commit(plan).await;
-                if holding {
-                    *held = block;
-                }
+                let body_parts = plan.body_parts;
+                let (r, mut parts) = io.commit(plan).await;
+                *held = parts.split_off(parts.len().saturating_sub(body_parts));
                 r
             }
             Err(e) => Err(e),
@@ -373,10 +375,10 @@ impl Cache {
     }
 }
 
-/// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.block` at offset 0
-/// of the temp file, `fstat` it, rename it to `plan.final_path`; returns its inode, and
-/// the block back (empty if it was lost on the way).
+/// The I/O of a commit ([`ObjectWriter::finish_with`]): write `plan.parts` in order at
+/// offset 0 of the temp file, `fstat` it, rename it to `plan.final_path`; returns its
+/// inode, and the parts back (none if they were lost on the way).
 #[allow(async_fn_in_trait)]
 pub trait CommitIo {
-    async fn commit(&self, plan: storage::CommitPlan) -> (io::Result<u64>, Vec<u8>);
+    async fn commit(&self, plan: storage::CommitPlan) -> (io::Result<u64>, Vec<Bytes>);
 }

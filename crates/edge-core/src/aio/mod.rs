@@ -24,6 +24,7 @@
 
 use crate::config::{Aio, AioMode, QueueKind};
 use crate::prom::{Kind, Prom};
+use bytes::Bytes;
 use edge_aio::{AioStats, Engine, EngineConfig, Mode, SharedPool, StatsSnapshot};
 use std::fs::File;
 use std::io;
@@ -353,6 +354,17 @@ impl FileBackend {
         self.engine.write_all_at(file, offset, buf).await
     }
 
+    /// Writes every byte of `parts`, in order, at `offset` (cache fills: slices of the
+    /// upstream read buffer, not copied), where [`FileBackend::write_all_at`] would.
+    pub async fn write_all_gathered_at(
+        &self,
+        file: &edge_aio::AioFile,
+        offset: u64,
+        parts: Vec<Bytes>,
+    ) -> (io::Result<()>, Vec<Bytes>) {
+        self.engine.write_all_gathered_at(file, offset, parts).await
+    }
+
     /// `sendfile(2)` of up to `len` bytes from `file` to the non-blocking socket `sock`
     /// on a pool thread; see `edge_aio::Engine::sendfile`.
     pub async fn sendfile(
@@ -418,42 +430,43 @@ pub struct Committer<'a> {
 }
 
 impl edge_cache::CommitIo for Committer<'_> {
-    async fn commit(&self, plan: edge_cache::CommitPlan) -> (io::Result<u64>, Vec<u8>) {
+    async fn commit(&self, plan: edge_cache::CommitPlan) -> (io::Result<u64>, Vec<Bytes>) {
         let e = &self.files.engine;
-        // `plan.block` is the header region, then a held body (`Store`: a known length
-        // up to `HOLD_MAX`): one write (the header, padding included, ends where the
-        // body starts: packed in its block, or at the aligned offset).
+        // `plan.parts` are the header, then a held body (`Store`: a known length up to
+        // `HOLD_MAX`, kept as the slices of the upstream reads): one `pwritev`.
         let edge_cache::CommitPlan {
-            block,
+            parts,
             file,
             tmp_path,
             final_path,
+            ..
         } = plan;
         if self.files.mode() != Mode::IoUring {
             // On the pool (or inline under `off`), the write, the fstat and the rename
             // are one hand-off, not three round trips (on the plan's shared handle).
-            use std::os::unix::fs::{FileExt, MetadataExt};
+            use std::os::unix::fs::MetadataExt;
             let job = move || {
                 let r = (|| {
-                    file.write_all_at(&block, 0)?;
+                    let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                    edge_aio::write_all_vectored_at(&*file, 0, &slices)?;
                     let ino = file.metadata()?.ino();
                     edge_cache::storage::rename_into_place(&tmp_path, &final_path)?;
                     Ok(ino)
                 })();
-                (r, block)
+                (r, parts)
             };
             return match self.files.blocking(job).await {
                 Ok(done) => done,
                 Err(err) => (Err(err), Vec::new()),
             };
         }
-        let (r, block) = e.write_all_at(self.out, 0, block).await;
+        let (r, parts) = e.write_all_gathered_at(self.out, 0, parts).await;
         if let Err(err) = r {
-            return (Err(err), block);
+            return (Err(err), parts);
         }
         let ino = match e.stat(self.out).await {
             Ok(md) => md.ino,
-            Err(err) => return (Err(err), block),
+            Err(err) => return (Err(err), parts),
         };
         let r = match e.rename(&tmp_path, &final_path).await {
             // A spare temp file's object whose directories are not made yet.
@@ -464,7 +477,7 @@ impl edge_cache::CommitIo for Committer<'_> {
                 .and_then(|r| r),
             r => r,
         };
-        (r.map(|()| ino), block)
+        (r.map(|()| ino), parts)
     }
 }
 

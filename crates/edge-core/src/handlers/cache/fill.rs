@@ -324,21 +324,18 @@ pub async fn pump(
                 }
             };
             let len = p.len;
-            // The leader's client gets the decoded bytes as a slice of the read buffer
-            // itself (no copy).
-            let chunk = match &lead {
-                Some(l) if len > 0 && l.wants() => {
-                    Some(up.buf.split_to(p.consumed).freeze().slice(p.data()))
-                }
-                _ => None,
-            };
+            // The leader's client and the store get the decoded bytes as a slice of the
+            // read buffer itself (no copy).
+            let wants = lead.as_ref().is_some_and(LeadRelay::wants);
+            let chunk = (len > 0 && (wants || store.is_some()))
+                .then(|| up.buf.split_to(p.consumed).freeze().slice(p.data()));
             let data: &[u8] = match &chunk {
                 Some(c) => c,
                 None => &up.buf[p.data()],
             };
             if !data.is_empty() {
                 let end = pos + len as u64;
-                if let (Some(l), Some(c)) = (lead.as_mut(), &chunk) {
+                if let (Some(l), Some(c), true) = (lead.as_mut(), &chunk, wants) {
                     match store {
                         Some(_) => {
                             let last = matches!(up.head.body, BodyKind::Length(t) if end >= t);
@@ -348,7 +345,11 @@ pub async fn pump(
                     }
                 }
                 if let Some(s) = store.as_mut() {
-                    if !s.write(&ctx.w.file_io, data).await {
+                    let stored = match &chunk {
+                        Some(c) => s.write_bytes(&ctx.w.file_io, c.clone()).await,
+                        None => s.write(&ctx.w.file_io, data).await,
+                    };
+                    if !stored {
                         let at = s.writer.written();
                         store = None; // fails the fill; the leader's client goes on
                         if let Some(l) = lead.as_mut() {

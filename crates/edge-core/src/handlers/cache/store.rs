@@ -7,6 +7,7 @@
 //! the fill streams the temp file as it grows ([`super::stream`]).
 
 use crate::aio::FileBackend;
+use bytes::{Bytes, BytesMut};
 use edge_cache::{FillHandle, ObjectWriter};
 use std::sync::Arc;
 
@@ -18,14 +19,14 @@ pub struct Store {
     /// Our handle on the temp file for body writes through the worker's file I/O
     /// backend (taken on the first write).
     out: Option<edge_aio::AioFile>,
-    /// The buffer each write hands to the backend and gets back.
+    /// The buffer each copied write hands to the backend and gets back.
     scratch: Vec<u8>,
-    /// A body of a known length up to [`HOLD_MAX`]: kept here, after room for the
-    /// header (the writer's body offset, zeros until the commit encodes the header
-    /// into it), and written with the header in one write at the commit, instead of a
-    /// write per read and a header write, with no copy. Followers learn of it when it
-    /// is done.
-    pending: Option<Vec<u8>>,
+    /// The parts list each gathered write hands to the backend and gets back.
+    parts: Vec<Bytes>,
+    /// A body of a known length up to [`HOLD_MAX`]: kept here, as it came, and written
+    /// after the header in the commit's one write, instead of a write per read and a
+    /// header write. Followers learn of it when it is done.
+    pending: Option<Held>,
 }
 
 /// Bodies of a known length up to this are held in memory and written with their
@@ -38,26 +39,121 @@ pub struct Store {
 /// does under nginx's `proxy_cache_lock`.
 pub const HOLD_MAX: u64 = 128 * 1024;
 
+/// Held pieces smaller than this are copied together (`Held::tail`) rather than kept
+/// as parts of their own, so a body that came in many small chunks is still a few
+/// parts (at most `HOLD_MAX / PART_MIN` large ones and a tail between each), far under
+/// what one `pwritev` takes.
+const PART_MIN: usize = 4096;
+
+/// A held body: its parts as they came (slices of the upstream read buffer, shared,
+/// not copied), small pieces gathered in `tail`.
+#[derive(Default)]
+struct Held {
+    parts: Vec<Bytes>,
+    tail: BytesMut,
+    len: u64,
+}
+
+impl Held {
+    fn push(&mut self, data: Bytes) {
+        self.len += data.len() as u64;
+        if data.len() < PART_MIN {
+            self.tail.extend_from_slice(&data);
+        } else {
+            self.seal();
+            self.parts.push(data);
+        }
+    }
+
+    fn push_slice(&mut self, data: &[u8]) {
+        self.len += data.len() as u64;
+        self.tail.extend_from_slice(data);
+    }
+
+    fn seal(&mut self) {
+        if !self.tail.is_empty() {
+            self.parts.push(self.tail.split().freeze());
+        }
+    }
+
+    fn into_parts(mut self) -> Vec<Bytes> {
+        self.seal();
+        self.parts
+    }
+}
+
+/// What [`Store::put`] writes: bytes to copy, or shared bytes to write as they are.
+enum Data<'a> {
+    Copy(&'a [u8]),
+    Shared(Bytes),
+}
+
+impl Data<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Copy(d) => d,
+            Data::Shared(b) => b,
+        }
+    }
+}
+
 impl Store {
     /// Append body bytes (through the file I/O backend, so a throttled write never
     /// stalls the loop) and tell followers; on a write error (ENOSPC, EIO, EFBIG) the
-    /// fill fails (followers abort) and the caller continues uncached.
+    /// fill fails (followers abort) and the caller continues uncached. The bytes are
+    /// copied once (into the held body or the write's buffer); [`Store::write_bytes`]
+    /// takes shared bytes without a copy.
     pub(super) async fn write(&mut self, files: &FileBackend, data: &[u8]) -> bool {
-        if let Some(p) = &mut self.pending {
-            let room = self.writer.body_offset() as usize;
-            if (p.len() - room + data.len()) as u64 <= self.writer.meta().body_len {
-                p.extend_from_slice(data);
-                self.writer.record_written(data);
+        self.put(files, Data::Copy(data)).await
+    }
+
+    /// [`Store::write`] of bytes the caller already shares (a slice of its read
+    /// buffer): held or written as they are.
+    pub(super) async fn write_bytes(&mut self, files: &FileBackend, data: Bytes) -> bool {
+        self.put(files, Data::Shared(data)).await
+    }
+
+    async fn put(&mut self, files: &FileBackend, data: Data<'_>) -> bool {
+        if let Some(h) = &mut self.pending {
+            let len = data.bytes().len() as u64;
+            if h.len + len <= self.writer.meta().body_len {
+                self.writer.record_written(data.bytes());
+                match data {
+                    Data::Copy(d) => h.push_slice(d),
+                    Data::Shared(b) => h.push(b),
+                }
                 return true;
             }
             // More than its length said (the commit's length check fails it anyway):
-            // written out like any body.
-            let held = std::mem::take(p);
-            self.pending = None;
-            if held.len() > room && !Box::pin(self.write(files, &held[room..])).await {
+            // what is held goes to the file where it belongs (it is recorded already),
+            // and the rest is written like any body.
+            let held = self
+                .pending
+                .take()
+                .map(Held::into_parts)
+                .unwrap_or_default();
+            let at = self.writer.next_offset() - len_of(&held);
+            if !self
+                .write_at(files, at, Data::Shared(Bytes::new()), held)
+                .await
+            {
                 return false;
             }
         }
+        let at = self.writer.next_offset();
+        let parts = std::mem::take(&mut self.parts);
+        self.write_at(files, at, data, parts).await
+    }
+
+    /// Writes `held` (already recorded), then `data` (recorded here, and published to
+    /// the followers), at `at`.
+    async fn write_at(
+        &mut self,
+        files: &FileBackend,
+        at: u64,
+        data: Data<'_>,
+        mut parts: Vec<Bytes>,
+    ) -> bool {
         if self.out.is_none() {
             match self.writer.reader().map(|f| files.own(f)) {
                 Ok(f) => self.out = Some(f),
@@ -70,13 +166,28 @@ impl Store {
         let Some(out) = &self.out else {
             return false;
         };
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        buf.extend_from_slice(data);
-        let (res, buf) = files
-            .write_all_at(out, self.writer.next_offset(), buf)
-            .await;
-        self.scratch = buf;
+        let res = match (&data, parts.is_empty()) {
+            (Data::Copy(d), true) => {
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                buf.extend_from_slice(d);
+                let (res, buf) = files.write_all_at(out, at, buf).await;
+                self.scratch = buf;
+                res
+            }
+            _ => {
+                match &data {
+                    Data::Copy(d) => parts.push(Bytes::copy_from_slice(d)),
+                    Data::Shared(b) if !b.is_empty() => parts.push(b.clone()),
+                    Data::Shared(_) => {}
+                }
+                let (res, mut back) = files.write_all_gathered_at(out, at, parts).await;
+                back.clear();
+                self.parts = back;
+                res
+            }
+        };
+        let data = data.bytes();
         match res {
             Ok(()) => {
                 self.writer.record_written(data);
@@ -131,14 +242,15 @@ impl Store {
             writer,
             handle,
             out,
-            mut pending,
+            pending,
             ..
         } = self;
         let out = match out {
             Some(o) => Some(o),
             None => writer.reader().map(|f| files.own(f)).ok(),
         };
-        let res = match (&out, &mut pending) {
+        let mut held = pending.map(Held::into_parts);
+        let res = match (&out, &mut held) {
             (Some(out), held) => {
                 let mut none = Vec::new();
                 let held = held.as_mut().unwrap_or(&mut none);
@@ -158,21 +270,18 @@ impl Store {
         // Counted and rate-limit logged by the cache. A whole body still reaches every
         // client (from the open file) when it is there; it is only not stored.
         tracing::debug!("cache commit failed: {e}");
-        let room = body_offset as usize;
-        let in_file = match (pending.take(), &out) {
+        let in_file = match (held.take(), &out) {
             (None, _) => true,
             // A whole held body: the commit's write may not have happened (a failed
             // rename comes after it), so it is written again for the file's readers,
-            // with its room (the header, or zeros: nothing reads a temp file's header).
-            (Some(block), Some(out))
-                if declared == len && block.len() as u64 == body_offset + len =>
-            {
-                let (r, block) = files.write_all_at(out, 0, block).await;
-                pending = r.is_err().then_some(block);
+            // at the body offset (nothing reads a temp file's header).
+            (Some(parts), Some(out)) if declared == len && len_of(&parts) == len => {
+                let (r, parts) = files.write_all_gathered_at(out, body_offset, parts).await;
+                held = r.is_err().then_some(parts);
                 r.is_ok()
             }
-            (Some(block), _) => {
-                pending = Some(block);
+            (Some(parts), _) => {
+                held = Some(parts);
                 false
             }
         };
@@ -183,12 +292,14 @@ impl Store {
                 h.fail();
             }
         }
-        // The body without its room (a failure's rare copy).
-        Err(pending.map(|mut b| {
-            b.drain(..room.min(b.len()));
-            b
-        }))
+        // The body in one piece (a failure's rare copy).
+        Err(held.map(|parts| parts.concat()))
     }
+}
+
+/// Total bytes of `parts`.
+fn len_of(parts: &[Bytes]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
 }
 
 /// Publishes the head to the followers (or tells them to fetch on their own).
@@ -215,17 +326,13 @@ pub fn publish(writer: Option<ObjectWriter>, handle: Option<FillHandle>) -> Opti
     };
     let len = writer.meta().body_len;
     let held = len != edge_cache::BODY_LEN_UNKNOWN && len <= HOLD_MAX;
-    let room = writer.body_offset() as usize;
     Some(Store {
         writer,
         handle,
         out: None,
         scratch: Vec::new(),
-        pending: held.then(|| {
-            let mut block = Vec::with_capacity(room + len as usize);
-            block.resize(room, 0);
-            block
-        }),
+        parts: Vec::new(),
+        pending: held.then(Held::default),
     })
 }
 
@@ -240,6 +347,14 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(store.write(&FileBackend::off(), data))
+    }
+
+    /// One shared-bytes body write through the `off` backend, to completion.
+    fn rt_write_bytes(store: &mut Store, data: Bytes) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(store.write_bytes(&FileBackend::off(), data))
     }
 
     /// The commit through the `off` backend, to completion.
@@ -300,15 +415,25 @@ mod tests {
             f.state(),
             FillState::Streaming { written: 3000, .. }
         ));
-        assert!(rt_write(&mut store, &vec![b'b'; rest]));
+        // Shared bytes (a slice of a fill's read buffer) are written as they are.
+        assert!(rt_write_bytes(&mut store, Bytes::from(vec![b'b'; rest])));
+        assert!(matches!(
+            f.state(),
+            FillState::Streaming { written, .. } if written == (first + rest - 1) as u64
+        ));
         rt_finish(store);
         let total = (first + rest) as u64;
         assert!(matches!(f.state(), FillState::Done { len, .. } if len == total));
         let now = SystemTime::now();
-        assert!(matches!(
-            c.lookup(key, &edge_http::HeaderMap::new(), now),
-            edge_cache::Lookup::Fresh(_)
-        ));
+        match c.lookup(key, &edge_http::HeaderMap::new(), now) {
+            edge_cache::Lookup::Fresh(hit) => {
+                let file = hit.file().expect("on disk");
+                let got = edge_cache::storage::read_body(file, hit.body_offset, total).unwrap();
+                assert!(got[..first].iter().all(|&b| b == b'a'));
+                assert!(got[first..].iter().all(|&b| b == b'b'));
+            }
+            other => panic!("{other:?}"),
+        }
         c.shutdown();
     }
 
@@ -329,9 +454,22 @@ mod tests {
             let mut store = publish(Some(writer), Some(handle)).expect("storing");
             assert!(store.pending.is_some(), "{len} bytes are held");
             let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            // Copied bytes, then shared ones as a fill gives them (slices of one read
+            // buffer): many small pieces, gathered, and large ones kept as they are.
             let (a, b) = body.split_at(len / 3);
             assert!(rt_write(&mut store, a));
-            assert!(rt_write(&mut store, b));
+            let shared = Bytes::copy_from_slice(b);
+            let mut at = 0;
+            for n in [1, 100, 4095, 4096, 10, 3000].into_iter().cycle() {
+                let n = n.min(b.len() - at);
+                if n == 0 {
+                    break;
+                }
+                assert!(rt_write_bytes(&mut store, shared.slice(at..at + n)));
+                at += n;
+            }
+            let held = store.pending.as_ref().unwrap();
+            assert!(held.parts.len() <= 2 * (len / PART_MIN + 1), "few parts");
             // Nothing in the file yet, so nothing published: followers wait for the end.
             assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
             rt_finish(store);
@@ -459,6 +597,34 @@ mod tests {
             c.lookup(key, &edge_http::HeaderMap::new(), now),
             edge_cache::Lookup::Miss
         ));
+        c.shutdown();
+    }
+
+    /// A held body that runs past its length goes to the file where it belongs (each
+    /// byte once, in order) before the rest is written, and the commit refuses it.
+    #[test]
+    fn a_held_body_past_its_length_is_written_in_place_then_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path());
+        let key = "http://h/long";
+        let (handle, f) = leader(&c, key);
+        let writer = c
+            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
+            .unwrap();
+        let file = writer.reader().unwrap();
+        let off = writer.body_offset();
+        let mut store = publish(Some(writer), Some(handle)).unwrap();
+        assert!(rt_write_bytes(&mut store, Bytes::from_static(b"012345")));
+        assert!(store.pending.is_some());
+        assert!(rt_write(&mut store, b"6789ab"));
+        assert!(store.pending.is_none(), "no longer held");
+        assert_eq!(store.writer.written(), 12);
+        let mut got = vec![0u8; 12];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut got, off).unwrap();
+        assert_eq!(got, b"0123456789ab");
+        assert_eq!(file.metadata().unwrap().len(), off + 12);
+        rt_finish(store);
+        assert!(matches!(f.state(), FillState::Failed { head: Some(_) }));
         c.shutdown();
     }
 }
