@@ -587,7 +587,8 @@ fn gtlsclient() -> &'static str {
 }
 
 /// Runs gtlsclient against `listen` for `paths`, saving bodies in `out`; `extra` flags.
-fn gtlsclient_get(listen: SocketAddr, paths: &[&str], out: &Path, extra: &[&str]) {
+/// Returns what it printed (for a failure's message).
+fn gtlsclient_get(listen: SocketAddr, paths: &[&str], out: &Path, extra: &[&str]) -> String {
     let urls: Vec<String> = paths
         .iter()
         .map(|p| format!("https://localhost:{}{p}", listen.port()))
@@ -600,12 +601,13 @@ fn gtlsclient_get(listen: SocketAddr, paths: &[&str], out: &Path, extra: &[&str]
         .args(&urls)
         .output()
         .unwrap();
-    assert!(
-        r.status.success(),
-        "gtlsclient failed: {}\n{}",
+    let printed = format!(
+        "{}\n{}",
         String::from_utf8_lossy(&r.stdout),
         String::from_utf8_lossy(&r.stderr)
     );
+    assert!(r.status.success(), "gtlsclient failed: {printed}");
+    printed
 }
 
 #[test]
@@ -616,7 +618,7 @@ fn gtlsclient_moves_to_a_new_address_mid_download_with_2_workers() {
     for steering in ["quic_bpf = false", ""] {
         let cache = tempfile::tempdir().unwrap();
         let cfg = h3_config(&pki, up, 2, steering, cache.path());
-        let (_p, listen, _admin) = common::edgecache(&cfg);
+        let (p, listen, admin) = common::edgecache(&cfg);
         // Cached first: the downloads below are hits (docs/http3.md: one run of this
         // test had a short body when the move came during the miss; not reproduced).
         gtlsclient_get(
@@ -630,19 +632,33 @@ fn gtlsclient_moves_to_a_new_address_mid_download_with_2_workers() {
         // kernel hashes the new 4-tuple to either worker. The connection goes on.
         for round in 0..3 {
             let out = tempfile::tempdir().unwrap();
-            gtlsclient_get(
+            let printed = gtlsclient_get(
                 listen,
                 &["/obj/8m/5"],
                 out.path(),
                 &["--change-local-addr=50ms"],
             );
             let got = std::fs::read(out.path().join("5")).unwrap();
-            assert!(
-                got == direct.body,
-                "{steering:?} round {round}: {} bytes received, the first difference at {:?}",
-                got.len(),
-                got.iter().zip(&direct.body).position(|(a, b)| a != b)
-            );
+            if got != direct.body {
+                let log = p.stderr();
+                let from = (log.len().saturating_sub(6000)..log.len())
+                    .find(|&i| log.is_char_boundary(i))
+                    .unwrap_or(0);
+                let m = metrics(admin);
+                let quic: Vec<&str> = m
+                    .lines()
+                    .filter(|l| l.starts_with("edgecache_quic") || l.starts_with("edgecache_h3"))
+                    .collect();
+                panic!(
+                    "{steering:?} round {round}: {} bytes received, the first difference at \
+                     {:?}\ngtlsclient printed:\n{printed}\nserver metrics:\n{}\nserver log \
+                     (its end):\n{}",
+                    got.len(),
+                    got.iter().zip(&direct.body).position(|(a, b)| a != b),
+                    quic.join("\n"),
+                    &log[from..]
+                );
+            }
         }
     }
 }

@@ -8,6 +8,13 @@
 //! linkable); the worker byte is shared by 1/N of all connections, so it groups no
 //! connection more than the 4-tuple hash already does.
 //!
+//! Bytes 8..16 of a CID a worker issues are a tag: the first 8 bytes of
+//! HMAC-SHA256(process key, bytes 0..8), so the process can tell, statelessly, a CID
+//! it issued itself from one it did not ([`WorkerCids::validate`]): a datagram for a
+//! CID of its own that quinn no longer routes (retired, or its connection closed) is a
+//! straggler and is dropped, never answered with a stateless reset (which would end a
+//! live connection whose peer still honours the retired CID's token).
+//!
 //! [`Layout::steer`] reads a datagram's destination CID: a short-header packet (the
 //! bulk of the traffic) carries ours right after its first byte; a long-header one
 //! names its length. A CID that is not of our layout, or names no worker, is not
@@ -91,20 +98,45 @@ impl Layout {
     }
 }
 
+/// Where the tag starts in a CID we issue (see the module doc).
+const TAG_AT: usize = 8;
+
 /// quinn's generator of a worker's CIDs.
 pub struct WorkerCids {
     layout: Layout,
     worker: usize,
     rng: ring::rand::SystemRandom,
+    /// The process's key for the tag (the same for every worker).
+    tag_key: std::sync::Arc<ring::hmac::Key>,
 }
 
 impl WorkerCids {
-    pub fn new(layout: Layout, worker: usize) -> WorkerCids {
+    pub fn new(
+        layout: Layout,
+        worker: usize,
+        tag_key: std::sync::Arc<ring::hmac::Key>,
+    ) -> WorkerCids {
         WorkerCids {
             layout,
             worker,
             rng: ring::rand::SystemRandom::new(),
+            tag_key,
         }
+    }
+
+    /// The tag of `cid`'s first [`TAG_AT`] bytes.
+    fn tag(&self, cid: &[u8]) -> [u8; CID_LEN - TAG_AT] {
+        let mac = ring::hmac::sign(&self.tag_key, &cid[..TAG_AT]);
+        let mut t = [0u8; CID_LEN - TAG_AT];
+        t.copy_from_slice(&mac.as_ref()[..CID_LEN - TAG_AT]);
+        t
+    }
+
+    /// Whether this process issued `cid` (a CID of our layout whose tag is right). A
+    /// plain comparison: what a forged tag buys (its sender's datagrams dropped instead
+    /// of answered with a reset) is not worth a timing attack's effort to guard.
+    pub fn issued_here(&self, cid: &[u8]) -> bool {
+        self.layout.worker_of_cid(cid).is_some() && cid[TAG_AT..] == self.tag(cid)
     }
 }
 
@@ -115,13 +147,27 @@ impl ConnectionIdGenerator for WorkerCids {
         // getrandom(2) does not fail once the pool is initialised (it was, for the
         // process's keys); were it to, the CID still names the worker.
         let _ = self.rng.fill(&mut random);
-        ConnectionId::new(&self.layout.cid_for(self.worker, random))
+        let mut cid = self.layout.cid_for(self.worker, random);
+        let tag = self.tag(&cid);
+        cid[TAG_AT..].copy_from_slice(&tag);
+        ConnectionId::new(&cid)
     }
 
+    /// quinn asks this only of a datagram it cannot route to a connection, to choose
+    /// between dropping it (`Err`) and answering with a stateless reset (`Ok`). Not of
+    /// our layout: dropped. Issued by this process: also dropped. quinn routes every
+    /// CID a live connection of ours may use, so the datagram is a straggler for a CID
+    /// that was just retired (the peer moved to a new one, e.g. after a migration,
+    /// while datagrams it sent earlier were still queued: one worker's socket and the
+    /// hand-off from another are read in turn, so they can be taken out of order) or
+    /// whose connection closed; a reset would end a live connection whose peer still
+    /// honours the retired CID's reset token (ngtcp2, hence curl, does), and a closed
+    /// one needs none. Of our layout with another tag: issued by an earlier process,
+    /// whose connections are gone, so the peer is told at once with a reset.
     fn validate(&self, cid: &ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
         match self.layout.worker_of_cid(cid) {
-            Some(_) => Ok(()),
-            None => Err(quinn_proto::InvalidCid),
+            Some(_) if !self.issued_here(cid) => Ok(()),
+            _ => Err(quinn_proto::InvalidCid),
         }
     }
 
@@ -138,16 +184,20 @@ impl ConnectionIdGenerator for WorkerCids {
 mod tests {
     use super::*;
 
+    fn key(b: u8) -> std::sync::Arc<ring::hmac::Key> {
+        std::sync::Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[b; 32]))
+    }
+
     #[test]
-    fn every_cid_names_its_worker_and_validates() {
+    fn every_cid_names_its_worker_and_carries_its_tag() {
         for workers in [1, 2, 16, 256, 1000] {
             let layout = Layout::new(workers);
             for w in [0, workers.min(MAX_WORKERS) - 1, workers / 2] {
-                let mut g = WorkerCids::new(layout, w);
+                let mut g = WorkerCids::new(layout, w, key(1));
                 let cid = g.generate_cid();
                 assert_eq!(cid.len(), CID_LEN);
                 assert_eq!(layout.worker_of_cid(&cid), Some(w.min(MAX_WORKERS - 1)));
-                assert!(g.validate(&cid).is_ok());
+                assert!(g.issued_here(&cid));
                 // Short header: flags then the CID; long header: flags, version,
                 // length, CID.
                 let mut short = vec![0x40];
@@ -165,10 +215,11 @@ mod tests {
     #[test]
     fn cids_differ_and_hide_the_worker_index() {
         let layout = Layout::with_secret(4, 0x5a);
-        let mut g = WorkerCids::new(layout, 3);
+        let mut g = WorkerCids::new(layout, 3, key(1));
         let a = g.generate_cid();
         let b = g.generate_cid();
         assert_ne!(a, b);
+        assert_ne!(a[TAG_AT..], b[TAG_AT..]);
         assert_eq!(a[1], 3 ^ 0x5a);
         assert_eq!(a[0] & LAYOUT_MASK, LAYOUT);
     }
@@ -198,7 +249,32 @@ mod tests {
         ] {
             assert_eq!(layout.steer(d), None);
         }
-        let g = WorkerCids::new(layout, 0);
+        let g = WorkerCids::new(layout, 0, key(1));
         assert!(g.validate(&ConnectionId::new(&[1, 2, 3])).is_err());
+    }
+
+    /// What quinn does with a datagram it cannot route: a CID this process issued (any
+    /// worker's: they share the key) is dropped, never reset; one of our layout that
+    /// another process issued (another key, e.g. before a restart) gets a reset; one
+    /// altered in its random part or its tag no longer passes as ours.
+    #[test]
+    fn unroutable_cids_of_this_process_are_dropped_and_others_reset() {
+        let layout = Layout::with_secret(2, 0x11);
+        let mut w0 = WorkerCids::new(layout, 0, key(1));
+        let w1 = WorkerCids::new(layout, 1, key(1));
+        let mut earlier = WorkerCids::new(layout, 1, key(2));
+        for _ in 0..100 {
+            let ours = w0.generate_cid();
+            assert!(w0.validate(&ours).is_err(), "ours: dropped");
+            assert!(w1.validate(&ours).is_err(), "another worker's: dropped too");
+            let before = earlier.generate_cid();
+            assert!(!w1.issued_here(&before));
+            assert!(w1.validate(&before).is_ok(), "an earlier process's: reset");
+            for at in [2, TAG_AT + 3] {
+                let mut bent = ours.to_vec();
+                bent[at] ^= 1;
+                assert!(w0.validate(&ConnectionId::new(&bent)).is_ok(), "byte {at}");
+            }
+        }
     }
 }

@@ -48,6 +48,8 @@ const RETRY_TOKEN_LIFETIME: Duration = Duration::from_secs(15);
 struct Keys {
     reset: Arc<ring::hmac::Key>,
     token: Arc<ring::hkdf::Prk>,
+    /// Tags the CIDs the workers issue, so the process knows its own ([`cid`]).
+    cid: Arc<ring::hmac::Key>,
 }
 
 fn keys() -> &'static Keys {
@@ -57,14 +59,18 @@ fn keys() -> &'static Keys {
         let rng = ring::rand::SystemRandom::new();
         let mut reset = [0u8; 64];
         let mut token = [0u8; 64];
+        let mut cid = [0u8; 32];
         // The system's random source; a failure here leaves no secure way to serve.
         rng.fill(&mut reset)
             .expect("random bytes for the QUIC reset key");
         rng.fill(&mut token)
             .expect("random bytes for the QUIC token key");
+        rng.fill(&mut cid)
+            .expect("random bytes for the QUIC CID tag key");
         Keys {
             reset: Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset)),
             token: Arc::new(ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&token)),
+            cid: Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &cid)),
         }
     })
 }
@@ -73,7 +79,8 @@ fn keys() -> &'static Keys {
 /// the worker) and the shared reset key.
 pub fn endpoint_config(layout: cid::Layout, worker: usize) -> quinn::EndpointConfig {
     let mut c = quinn::EndpointConfig::new(keys().reset.clone());
-    c.cid_generator(move || Box::new(cid::WorkerCids::new(layout, worker)));
+    let tag = keys().cid.clone();
+    c.cid_generator(move || Box::new(cid::WorkerCids::new(layout, worker, tag.clone())));
     c
 }
 
