@@ -344,12 +344,9 @@ pub async fn pump(
                         None => l.give(c.clone()).await,
                     }
                 }
-                if let Some(s) = store.as_mut() {
-                    let stored = match &chunk {
-                        Some(c) => s.write_bytes(&ctx.w.file_io, c.clone()).await,
-                        None => s.write(&ctx.w.file_io, data).await,
-                    };
-                    if !stored {
+                // (While storing, every non-empty piece is a chunk.)
+                if let (Some(s), Some(c)) = (store.as_mut(), &chunk) {
+                    if !s.write_bytes(&ctx.w.file_io, c.clone()).await {
                         let at = s.writer.written();
                         store = None; // fails the fill; the leader's client goes on
                         if let Some(l) = lead.as_mut() {
