@@ -392,6 +392,12 @@ mod tests {
         m
     }
 
+    /// A writer of `len` body bytes for `key`.
+    fn new_writer(c: &Arc<Cache>, key: &str, len: u64) -> ObjectWriter {
+        c.begin_write(key, &edge_http::HeaderMap::new(), meta(key, len))
+            .unwrap()
+    }
+
     #[test]
     fn a_stored_fill_streams_to_followers_and_commits() {
         let dir = tempfile::tempdir().unwrap();
@@ -400,13 +406,7 @@ mod tests {
         let (handle, f) = leader(&c, key);
         // Larger than a held body: it streams to followers as it is written.
         let (first, rest) = (3000, HOLD_MAX as usize);
-        let writer = c
-            .begin_write(
-                key,
-                &edge_http::HeaderMap::new(),
-                meta(key, (first + rest) as u64),
-            )
-            .unwrap();
+        let writer = new_writer(&c, key, (first + rest) as u64);
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
         assert!(store.pending.is_none());
         assert!(matches!(f.state(), FillState::Streaming { written: 0, .. }));
@@ -448,9 +448,7 @@ mod tests {
             ("http://h/max", HOLD_MAX as usize),
         ] {
             let (handle, f) = leader(&c, key);
-            let writer = c
-                .begin_write(key, &edge_http::HeaderMap::new(), meta(key, len as u64))
-                .unwrap();
+            let writer = new_writer(&c, key, len as u64);
             let mut store = publish(Some(writer), Some(handle)).expect("storing");
             assert!(store.pending.is_some(), "{len} bytes are held");
             let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
@@ -496,9 +494,7 @@ mod tests {
         let c = cache(dir.path());
         let key = "http://h/small";
         let (handle, f) = leader(&c, key);
-        let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 5))
-            .unwrap();
+        let writer = new_writer(&c, key, 5);
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
         assert!(store.pending.is_some(), "5 bytes fit beside the header");
         assert!(rt_write(&mut store, b"hel"));
@@ -585,9 +581,7 @@ mod tests {
         let c = cache(dir.path());
         let key = "http://h/c";
         let (handle, f) = leader(&c, key);
-        let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
-            .unwrap();
+        let writer = new_writer(&c, key, 10);
         let mut store = publish(Some(writer), Some(handle)).unwrap();
         assert!(rt_write(&mut store, b"only 7!"));
         rt_finish(store); // Content-Length said 10: the commit refuses
@@ -608,9 +602,7 @@ mod tests {
         let c = cache(dir.path());
         let key = "http://h/long";
         let (handle, f) = leader(&c, key);
-        let writer = c
-            .begin_write(key, &edge_http::HeaderMap::new(), meta(key, 10))
-            .unwrap();
+        let writer = new_writer(&c, key, 10);
         let file = writer.reader().unwrap();
         let off = writer.body_offset();
         let mut store = publish(Some(writer), Some(handle)).unwrap();
