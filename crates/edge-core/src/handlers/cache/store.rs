@@ -145,8 +145,8 @@ impl Store {
         self.write_at(files, at, data, parts).await
     }
 
-    /// Writes `held` (already recorded), then `data` (recorded here, and published to
-    /// the followers), at `at`.
+    /// Writes `parts` (bytes recorded already: a held body that ran past its length;
+    /// or none), then `data` (recorded here), at `at`, and tells the followers.
     async fn write_at(
         &mut self,
         files: &FileBackend,
