@@ -6,7 +6,7 @@ Usage: edgebench limits [--quick] [--duration 10s] [--repetitions 3] [--cpus 0:1
                         [--out docs/results] [--keep], which runs
        python3 bench/limits.py [--quick] [--seconds 10] [--repetitions N | --reps N]
                                [--cpus SERVER:CLIENT] [--out docs/results] [--keep]
-                               [--nice N] [--edgecache-limits auto|on|off]
+                               [--nice N] [--edgecache-limits auto|on|off] [--hold 1s]
 
 Needs target/release/{edgecache,edgeorigin,edgeload} (`cargo build --release -p
 edgecache -p edgeorigin -p edgeload`; `EDGEBENCH_EDGECACHE` overrides the edgecache
@@ -152,7 +152,9 @@ size = "{size}"
 """
 
 EDGECACHE_LIMIT = ('limit_req = [{{ zone = "perip", burst = {burst}, nodelay = true, '
-                   'status = 429 }}]\n')
+                   'status = 429{hold} }}]\n')
+# `--hold`: edgecache's `hold` on the limit (nginx has none), as `, hold = "1s"`.
+EDGECACHE_HOLD = ""
 
 NGINX = """daemon off;
 master_process on;
@@ -219,7 +221,7 @@ def edgecache_config(s, limits):
         workers=WORKERS, dir=s.dir, port=s.port, admin=s.admin, max_size="4g",
         origin=s.origin, hits_host=HITS_HOST,
         zone=EDGECACHE_ZONE.format(rate=LIMIT_RPS, size=ZONE_SIZE) if limits else "",
-        limit=EDGECACHE_LIMIT.format(burst=BURST) if limits else "")
+        limit=EDGECACHE_LIMIT.format(burst=BURST, hold=EDGECACHE_HOLD) if limits else "")
 
 
 def nginx_config(s):
@@ -915,12 +917,20 @@ def main():
     ap.add_argument("--edgecache-limits", choices=("auto", "on", "off"), default="auto",
                     help="give edgecache the limit (on), not (off), or whatever its build "
                          "accepts (auto)")
+    ap.add_argument("--hold", help="edgecache's limit_req `hold` (e.g. 1s): a refusal is "
+                                   "answered when the attacker's next request could pass; "
+                                   "nginx has no such setting")
     a = ap.parse_args()
+    if a.hold:
+        global EDGECACHE_HOLD
+        EDGECACHE_HOLD = f', hold = "{a.hold}"'
     a.argv = (["--quick"] if a.quick else []) + [
         f"--{k} {v}" for k, v in (("seconds", a.seconds), ("repetitions", a.repetitions),
                                   ("cpus", a.cpus)) if v is not None]
     if a.edgecache_limits != "auto":
         a.argv.append(f"--edgecache-limits {a.edgecache_limits}")
+    if a.hold:
+        a.argv.append(f"--hold {a.hold}")
     if a.nice is not None:
         a.argv.append(f"--nice {a.nice}")
     else:

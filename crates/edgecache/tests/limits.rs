@@ -187,6 +187,33 @@ fn delay_serves_part_of_the_burst_at_once_and_delays_the_rest() {
     );
 }
 
+/// `hold`: a refused request's answer waits until a request of its key would pass, so a
+/// client that sends its next request as soon as it is answered is answered at the
+/// rate: on one keep-alive connection every refusal is followed by a pass. Without it
+/// (the control, on another location) the same client gets a refusal after refusal.
+#[test]
+fn a_held_refusal_answers_a_fast_client_at_the_rate() {
+    let tables = "[[limit_req_zone]]\nname = \"slow\"\nkey = \"$binary_remote_addr\"\nrate = \"2r/s\"\n\
+                  [[limit_req_zone]]\nname = \"other\"\nkey = \"$binary_remote_addr\"\nrate = \"2r/s\"\n";
+    let cfg = config(
+        "workers = 1",
+        tables,
+        "limit_req = [{ zone = \"slow\", hold = \"1s\" }]",
+        "limit_req = [{ zone = \"other\" }]",
+    );
+    let (_p, addr, admin) = edgecache(&cfg);
+    let held = statuses(addr, "/", 6);
+    assert_eq!(
+        held,
+        [200, 429, 200, 429, 200, 429],
+        "held: answered at the rate"
+    );
+    assert_eq!(req_total(admin, "slow", "rejected"), 3);
+    assert_eq!(req_total(admin, "slow", "passed"), 3);
+    let at_once = statuses(addr, "/two", 6);
+    assert_eq!(at_once, [200, 429, 429, 429, 429, 429], "not held: at once");
+}
+
 /// `dry_run`: everything is served; `/metrics` and the access log say what would have
 /// been refused.
 #[test]
@@ -625,6 +652,13 @@ fn config_errors_name_the_line_and_key() {
                 loc("limit_req = [{ zone = \"perip\", nodelay = true, delay = 2 }]")
             ),
             ":10: location.limit_req.delay: set nodelay or delay, not both",
+        ),
+        (
+            format!(
+                "{base}{zone}{}",
+                loc("limit_req = [{ zone = \"perip\", hold = \"2m\" }]")
+            ),
+            ":10: location.limit_req.hold: at most 60s",
         ),
         (
             format!(

@@ -9,7 +9,7 @@
 //! it reads a location's own keys only.
 
 use super::verr::{err, VErr};
-use super::{Config, Size};
+use super::{Config, Dur, Size};
 use crate::vars::Known;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -53,7 +53,7 @@ fn default_conn_zone_size() -> Spanned<Size> {
 }
 
 /// One `limit_req` entry: `{ zone, burst = 0, nodelay = false, delay = 0, status = 429,
-/// dry_run = false }`.
+/// dry_run = false, hold = "0" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitReqCfg {
@@ -74,7 +74,15 @@ pub struct LimitReqCfg {
     /// Count and log what would be refused or delayed; refuse and delay nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// A refused request's answer waits until a request of its key would pass again,
+    /// at most this long (0, the default: answered at once). A client that sends as
+    /// fast as it can is then answered at the rate, not at the server's speed.
+    #[serde(default)]
+    pub hold: Dur,
 }
+
+/// The longest `hold` of a `limit_req` entry.
+pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One `limit_conn` entry: `{ zone, max, status = 429 }`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -374,6 +382,9 @@ fn check_req(cfg: &Config, list: &Spanned<OneOrMany<LimitReqCfg>>, key: &str) ->
             );
         }
         check_status(r.status, at.clone(), &format!("{key}.status"))?;
+        if r.hold.0 > MAX_HOLD {
+            return err(at, &format!("{key}.hold"), "at most 60s");
+        }
     }
     Ok(())
 }

@@ -336,7 +336,7 @@ pub struct Location {
     /// Signed URLs (`docs/limits.md`): a request needs a valid, unexpired signature.
     #[serde(default)]
     pub secure_link: Option<Spanned<SecureLinkCfg>>,
-    /// Request rate limits (`[{ zone, burst, nodelay, delay, status, dry_run }]`);
+    /// Request rate limits (`[{ zone, burst, nodelay, delay, status, dry_run, hold }]`);
     /// None: its server's (`docs/limits.md`).
     #[serde(default)]
     pub limit_req: LimitReqList,

@@ -5,7 +5,8 @@
 //! `limit_req`. A refused `limit_conn` closes the connection after its answer (an
 //! HTTP/1.1 connection over its limit should not stay open); a refused `limit_req`
 //! leaves it open, as nginx does. A delayed request waits on a timer of its own, in its
-//! own task: the worker goes on with everything else.
+//! own task: the worker goes on with everything else; so does a refusal whose zone
+//! `hold`s its answer.
 
 use super::services::Services;
 use crate::http::{Conn, Exchange};
@@ -98,6 +99,13 @@ pub async fn apply(
             "limit_req: refusing a request of {} with {status}",
             ex.client_addr()
         );
+        // `hold`: the answer leaves when the key could pass again, so a client that
+        // sends as fast as it is answered is answered at the rate. Held refusals count
+        // with the delayed requests: past the bound they are answered at once.
+        if outcome.hold > 0 && DELAYED.with(|d| d.get() < MAX_DELAYED) {
+            let _waiting = Waiting::new();
+            tokio::time::sleep(Duration::from_nanos(outcome.hold)).await;
+        }
         return Some(status);
     }
     if outcome.delay > 0 {

@@ -19,8 +19,9 @@ pub enum Verdict {
     Pass,
     /// Serve it after this many nanoseconds (it conforms then).
     Delay(u64),
-    /// Over `burst`: refuse it.
-    Reject,
+    /// Over `burst`: refuse it. A request of this key would pass this many nanoseconds
+    /// from now (for a `hold` on the answer).
+    Reject(u64),
 }
 
 /// One `limit_req` of a zone, in nanoseconds.
@@ -57,7 +58,7 @@ impl Gcra {
         let base = tat.max(now);
         let excess = base - now;
         if excess > self.tolerance {
-            return (Verdict::Reject, tat);
+            return (Verdict::Reject(excess - self.tolerance), tat);
         }
         let wait = excess.saturating_sub(self.free);
         let verdict = if wait == 0 {
@@ -91,10 +92,18 @@ mod tests {
     fn without_burst_one_request_per_interval() {
         let g = Gcra::new(100 * MS, 0, false, 0);
         let (v, tat) = at_once(&g, 3, 1_000 * MS);
-        assert_eq!(v, [Verdict::Pass, Verdict::Reject, Verdict::Reject]);
+        assert_eq!(
+            v,
+            [
+                Verdict::Pass,
+                Verdict::Reject(100 * MS),
+                Verdict::Reject(100 * MS)
+            ]
+        );
         assert_eq!(tat, 1_100 * MS);
-        // Just before the interval is over: still refused; at it: taken.
-        assert_eq!(g.decide(tat, 1_099 * MS).0, Verdict::Reject);
+        // Just before the interval is over: still refused (and told that the next
+        // passes in 1 ms); at it: taken.
+        assert_eq!(g.decide(tat, 1_099 * MS).0, Verdict::Reject(MS));
         assert_eq!(g.decide(tat, 1_100 * MS), (Verdict::Pass, 1_200 * MS));
         // A key idle for long starts afresh: no credit is saved up beyond the burst.
         assert_eq!(g.decide(tat, 9_000 * MS), (Verdict::Pass, 9_100 * MS));
@@ -106,7 +115,7 @@ mod tests {
         let (v, _) = at_once(&g, 8, 0);
         let mut want = vec![Verdict::Pass];
         want.extend((1..=5).map(|i| Verdict::Delay(i * 100 * MS)));
-        want.extend([Verdict::Reject, Verdict::Reject]);
+        want.extend([Verdict::Reject(100 * MS), Verdict::Reject(100 * MS)]);
         assert_eq!(v, want);
     }
 
@@ -115,11 +124,11 @@ mod tests {
         let g = Gcra::new(10 * MS, 20, true, 0);
         let (v, tat) = at_once(&g, 30, 5 * MS);
         assert_eq!(v.iter().filter(|v| **v == Verdict::Pass).count(), 21);
-        assert!(v[21..].iter().all(|v| *v == Verdict::Reject));
+        assert!(v[21..].iter().all(|v| *v == Verdict::Reject(10 * MS)));
         // The bucket drains at the rate: one interval later, one more request.
         assert_eq!(g.decide(tat, 15 * MS).0, Verdict::Pass);
         let (_, tat2) = g.decide(tat, 15 * MS);
-        assert_eq!(g.decide(tat2, 15 * MS).0, Verdict::Reject);
+        assert_eq!(g.decide(tat2, 15 * MS).0, Verdict::Reject(10 * MS));
     }
 
     #[test]
@@ -135,12 +144,13 @@ mod tests {
                 .map(|i| Verdict::Delay(i * 1_000 * MS))
                 .collect::<Vec<_>>()[..]
         );
-        assert_eq!(&v[13..], &[Verdict::Reject, Verdict::Reject]);
+        let r = Verdict::Reject(1_000 * MS);
+        assert_eq!(&v[13..], &[r, r]);
         // A delay above the burst is nodelay.
         let g = Gcra::new(1_000 * MS, 3, false, 10);
         let (v, _) = at_once(&g, 5, 0);
         assert_eq!(v.iter().filter(|v| **v == Verdict::Pass).count(), 4);
-        assert_eq!(v[4], Verdict::Reject);
+        assert_eq!(v[4], Verdict::Reject(1_000 * MS));
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct ReqRule {
     pub gcra: Gcra,
     pub status: u16,
     pub dry_run: bool,
+    /// The longest a refusal's answer waits for the key to conform (ns; 0: none).
+    pub hold: u64,
 }
 
 /// One `limit_conn` entry, compiled.
@@ -61,6 +63,7 @@ impl RouteLimits {
                         key: key.clone(),
                         status: r.status,
                         dry_run: r.dry_run,
+                        hold: u64::try_from(r.hold.0.as_nanos()).unwrap_or(u64::MAX),
                     })
                 })
                 .collect::<Result<_, String>>()?,
@@ -106,6 +109,9 @@ pub struct ReqOutcome {
     pub refuse: Option<u16>,
     /// Serve after this many nanoseconds (0: now).
     pub delay: u64,
+    /// Refused: answer after this many nanoseconds (0: at once), the time until the
+    /// refusing zone would take a request of this key, at most its `hold`.
+    pub hold: u64,
 }
 
 /// Applies `rules` to a request at `now` (nanoseconds of [`super::zone::clock`]);
@@ -136,7 +142,7 @@ pub fn check_req(
         let v = r.zone.take(h, now, &r.gcra, worker);
         seen[i] = Some((h, v));
         match v {
-            Verdict::Reject if !r.dry_run => {
+            Verdict::Reject(_) if !r.dry_run => {
                 refuse_at = Some(i);
                 break;
             }
@@ -154,17 +160,23 @@ pub fn check_req(
         for (r, s) in rules[..n].iter().zip(&seen) {
             match s {
                 Some((h, Verdict::Pass | Verdict::Delay(_))) => r.zone.give_back(*h),
-                Some((_, Verdict::Reject)) if r.dry_run => {
+                Some((_, Verdict::Reject(_))) if r.dry_run => {
                     r.zone.count(worker, ReqResult::RejectedDryRun)
                 }
                 _ => {}
             }
         }
         rules[k].zone.count(worker, ReqResult::Rejected);
+        // Refused for want of room to delay (not by the rate): answered at once.
+        let hold = match seen[k] {
+            Some((_, Verdict::Reject(retry))) => retry.min(rules[k].hold),
+            _ => 0,
+        };
         return ReqOutcome {
             result: Some(ReqResult::Rejected),
             refuse: Some(rules[k].status),
             delay: 0,
+            hold,
         };
     }
     let mut out = ReqOutcome {
@@ -184,7 +196,7 @@ pub fn check_req(
                 dry_delay = true;
                 ReqResult::DelayedDryRun
             }
-            (Verdict::Reject, _) => {
+            (Verdict::Reject(_), _) => {
                 dry_reject = true;
                 ReqResult::RejectedDryRun
             }

@@ -55,7 +55,7 @@ fn a_million_keys_stay_within_size_and_the_limited_key_stays() {
     assert_eq!(z.table().tat(attacker), Some(tat));
     assert_eq!(z.take(attacker, now, &g, 0), Verdict::Pass);
     assert_eq!(z.take(attacker, now, &g, 0), Verdict::Pass);
-    assert_eq!(z.take(attacker, now, &g, 0), Verdict::Reject);
+    assert_eq!(z.take(attacker, now, &g, 0), Verdict::Reject(z.interval));
 }
 
 /// The least recently seen keys are the ones that go.
@@ -154,6 +154,7 @@ fn several_zones_dry_run_and_delay_room() {
         gcra: Gcra::new(z.interval, burst, nodelay, 0),
         status: 503,
         dry_run,
+        hold: 0,
     };
     let rules = [rule(&a, 5, true, false), rule(&b, 2, true, false)];
     let now = SEC;
@@ -196,6 +197,10 @@ fn several_zones_dry_run_and_delay_room() {
     assert_eq!((o.delay, o.result), (100 * MS, Some(ReqResult::Delayed)));
     let o = check_req(&delayed, |_| Some(1), now, 0, false);
     assert_eq!((o.refuse, o.result), (Some(503), Some(ReqResult::Rejected)));
+    assert_eq!(
+        o.hold, 0,
+        "refused for want of room, not by the rate: never held"
+    );
     // ... and gave its place back: the next with room waits two intervals, not three.
     assert_eq!(
         check_req(&delayed, |_| Some(1), now, 0, true).delay,
@@ -485,4 +490,38 @@ fn the_address_fast_path_hashes_what_the_template_renders() {
             "{peer}"
         );
     }
+}
+
+/// `hold`: a refusal's answer waits until the refusing zone would take a request of the
+/// key again, at most `hold`; without `hold` it is answered at once.
+#[test]
+fn a_refusal_is_held_until_its_key_would_pass_at_most_hold() {
+    let z = req_zone(64 << 10, rate(10, Per::Second));
+    let key = Key::compile("x", &Default::default()).unwrap();
+    let rule = |hold| ReqRule {
+        zone: z.clone(),
+        key: key.clone(),
+        gcra: Gcra::new(z.interval, 0, false, 0),
+        status: 429,
+        dry_run: false,
+        hold,
+    };
+    let now = SEC;
+    let held = [rule(SEC)];
+    assert_eq!(check_req(&held, |_| Some(1), now, 0, true).refuse, None);
+    let o = check_req(&held, |_| Some(1), now, 0, true);
+    assert_eq!((o.refuse, o.hold), (Some(429), 100 * MS), "the next slot");
+    let o = check_req(&held, |_| Some(1), now + 30 * MS, 0, true);
+    assert_eq!(o.hold, 70 * MS);
+    // Capped by `hold`.
+    let o = check_req(&[rule(50 * MS)], |_| Some(1), now + 30 * MS, 0, true);
+    assert_eq!((o.refuse, o.hold), (Some(429), 50 * MS));
+    // None asked for: at once.
+    let o = check_req(&[rule(0)], |_| Some(1), now + 30 * MS, 0, true);
+    assert_eq!((o.refuse, o.hold), (Some(429), 0));
+    // Once the slot has come, the request passes.
+    assert_eq!(
+        check_req(&held, |_| Some(1), now + 100 * MS, 0, true).refuse,
+        None
+    );
 }

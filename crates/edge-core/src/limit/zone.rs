@@ -145,7 +145,7 @@ impl ReqZone {
     pub fn take(&self, key: u64, now: u64, g: &Gcra, worker: usize) -> Verdict {
         let (v, taken) = self.table.take(key, |tat| {
             let (v, next) = g.decide(tat, now);
-            (v, (v != Verdict::Reject).then_some(next))
+            (v, (!matches!(v, Verdict::Reject(_))).then_some(next))
         });
         if taken.new_key {
             self.counters.add(worker, KEYS);
