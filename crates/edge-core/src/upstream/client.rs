@@ -146,9 +146,10 @@ impl UpstreamResponse {
         }))
     }
 
-    /// Whether the whole body has been taken (a bodiless response at once).
+    /// Whether the whole body has been taken (a bodiless response at once: its decoder
+    /// starts done).
     pub fn body_done(&self) -> bool {
-        self.dec.is_done() || self.head.body == BodyKind::Empty
+        self.dec.is_done()
     }
 
     /// Reads more of the body into `buf` (growing it by `grow` when less than 4 KiB is
@@ -184,10 +185,9 @@ impl UpstreamResponse {
     /// Gives the connection back to the worker's pool when its response is complete
     /// (a bodiless answer such as a 304, or a body read to its end) and reusable;
     /// otherwise it is closed.
-    pub fn release(self, pool: &UpstreamPool, group: &UpstreamGroup, body_done: bool) {
-        let bodiless = self.head.body == BodyKind::Empty || self.head.body == BodyKind::Length(0);
+    pub fn release(self, pool: &UpstreamPool, group: &UpstreamGroup) {
         if self.head.keep_alive
-            && (body_done || bodiless)
+            && self.body_done()
             && self.buf.is_empty()
             && self.head.body != BodyKind::CloseDelimited
             && group.keepalive > 0

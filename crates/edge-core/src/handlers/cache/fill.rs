@@ -450,8 +450,7 @@ pub async fn pump(
         framing.finish(&mut out);
     }
     flush(&mut client, &mut out, send, &mut client_error).await;
-    let done = up.body_done();
-    up.release(&ctx.w.pool, group, done);
+    up.release(&ctx.w.pool, group);
     match client_error {
         Some(e) => Err(ExchangeError::Client(e)),
         None => Ok(()),

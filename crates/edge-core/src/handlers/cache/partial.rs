@@ -556,14 +556,13 @@ pub(super) async fn combine(
 ) -> Result<(), String> {
     if fetch.start < p.start {
         let res = copy_origin(ctx, conn.as_deref_mut(), &mut up, fetch, sink).await;
-        let done = res.is_ok();
-        up.release(&ctx.w.pool, &ctx.p.upstream, done);
+        up.release(&ctx.w.pool, &ctx.p.upstream);
         res?;
         copy_stored(ctx, conn, entry, p, sink).await
     } else {
         copy_stored(ctx, conn.as_deref_mut(), entry, p, sink).await?;
         let res = copy_origin(ctx, conn, &mut up, fetch, sink).await;
-        up.release(&ctx.w.pool, &ctx.p.upstream, res.is_ok());
+        up.release(&ctx.w.pool, &ctx.p.upstream);
         res
     }
 }

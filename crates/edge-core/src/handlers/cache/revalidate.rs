@@ -242,7 +242,7 @@ async fn foreground(
     let status = up.head.status;
     if status == 304 && conditional {
         let resp = std::mem::take(&mut up.head.headers);
-        up.release(&ctx.w.pool, &ctx.p.upstream, true);
+        up.release(&ctx.w.pool, &ctx.p.upstream);
         let refreshed = apply_304(ctx, entry, &ex.req.headers, &resp, t0, t1).await;
         drop(handle); // followers join again and find the refreshed object
         let Some(entry) = refreshed else {
@@ -360,7 +360,7 @@ impl Background {
         if let (Some(e), 304) = (entry, up.head.status) {
             if !extra.is_empty() {
                 let resp = up.head.headers.clone();
-                up.release(&ctx.w.pool, &p.upstream, true);
+                up.release(&ctx.w.pool, &p.upstream);
                 apply_304(&ctx, e, &self.req.headers, &resp, t0, t1).await;
                 drop(handle);
                 return;

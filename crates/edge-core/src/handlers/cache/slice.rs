@@ -94,13 +94,13 @@ pub async fn handle(
         match first {
             Got::Other(up) if up.head.status == 416 && want0.start > 0 => {
                 // The range starts past the end: slice 0 says how long the object is.
-                up.release(&ctx.w.pool, &ctx.p.upstream, false);
+                up.release(&ctx.w.pool, &ctx.p.upstream);
                 (n0, want0) = (0, sl.span(0));
                 continue;
             }
             Got::Other(up) if up.head.status == 416 => {
                 // An empty object has no slice: fetched whole, uncached.
-                up.release(&ctx.w.pool, &ctx.p.upstream, false);
+                up.release(&ctx.w.pool, &ctx.p.upstream);
                 return Box::pin(super::fill::fetch_and_fill(
                     ctx,
                     conn,

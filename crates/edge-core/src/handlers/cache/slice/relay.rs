@@ -171,8 +171,7 @@ pub(super) async fn relay(
             Err(why) => break Err(why),
         }
     };
-    let done = up.body_done();
-    up.release(&ctx.w.pool, group, done);
+    up.release(&ctx.w.pool, group);
     let r = match (client, result) {
         (Some(e), _) => Err(ExchangeError::Client(e)),
         (None, Err(why)) => Err(ExchangeError::Aborted(why)),
