@@ -182,10 +182,6 @@ pub async fn relay_response(
     let mut coded = Vec::new();
     let mut sent: u64 = 0;
     let to_client = !ex.is_head();
-    let aborted = |ex: &mut Exchange, sent, why| {
-        ex.body_bytes_sent = sent;
-        ExchangeError::Aborted(why)
-    };
     loop {
         while let Some(p) = up.next_piece().map_err(ExchangeError::Aborted)? {
             let data = &up.buf[p.data()];
@@ -221,7 +217,10 @@ pub async fn relay_response(
         match up.read_body(group, UP_BUF, w.stats).await {
             Ok(true) => {}
             Ok(false) => break,
-            Err(why) => return Err(aborted(ex, sent, why)),
+            Err(why) => {
+                ex.body_bytes_sent = sent;
+                return Err(ExchangeError::Aborted(why));
+            }
         }
     }
     if let Some(f) = filter.as_mut() {
@@ -236,7 +235,6 @@ pub async fn relay_response(
         conn.write_all(&out, send).await?;
     }
     ex.body_bytes_sent = sent;
-    let done = up.body_done();
-    up.release(w.pool, group, done);
+    up.release(w.pool, group);
     Ok(())
 }
