@@ -75,15 +75,16 @@ impl Gather {
 /// Writes every byte of `parts`, in order, at `offset` of `file`, with as few
 /// `pwritev(2)` calls as the kernel allows (a short write continues where it stopped).
 /// Blocking: for a pool thread.
-pub fn write_all_vectored_at(
+pub fn write_all_vectored_at<B: AsRef<[u8]>>(
     file: &impl AsRawFd,
     mut offset: u64,
-    parts: &[&[u8]],
+    parts: &[B],
 ) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = parts
         .iter()
+        .map(AsRef::as_ref)
         .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
+        .map(IoSlice::new)
         .collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {

@@ -536,8 +536,7 @@ impl TempObject {
     pub fn commit(mut self) -> io::Result<Committed> {
         let plan = self.prepare_commit(&mut Vec::new())?;
         let file = self.file.as_ref().ok_or_else(closed)?;
-        let parts: Vec<&[u8]> = plan.parts.iter().map(|p| &p[..]).collect();
-        edge_aio::write_all_vectored_at(&**file, 0, &parts)?;
+        edge_aio::write_all_vectored_at(&**file, 0, &plan.parts)?;
         let ino = file.metadata()?.ino();
         rename_into_place(&plan.tmp_path, &plan.final_path)?;
         Ok(self.committed(ino))
@@ -961,12 +960,7 @@ mod tests {
             let padded = encode_header(h, t.meta(), Some(offset as u64)).unwrap();
             assert_eq!(written[..header_len], padded[..header_len]);
             let file = t.reader().unwrap();
-            edge_aio::write_all_vectored_at(
-                &*file,
-                0,
-                &plan.parts.iter().map(|p| &p[..]).collect::<Vec<_>>(),
-            )
-            .unwrap();
+            edge_aio::write_all_vectored_at(&*file, 0, &plan.parts).unwrap();
             let size = file.metadata().unwrap().len();
             assert_eq!(size, (offset + body.len()) as u64, "{key}: file length");
             let hdr = read_header(&file, h).unwrap();

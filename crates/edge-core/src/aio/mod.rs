@@ -447,8 +447,7 @@ impl edge_cache::CommitIo for Committer<'_> {
             use std::os::unix::fs::MetadataExt;
             let job = move || {
                 let r = (|| {
-                    let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-                    edge_aio::write_all_vectored_at(&*file, 0, &slices)?;
+                    edge_aio::write_all_vectored_at(&*file, 0, &parts)?;
                     let ino = file.metadata()?.ino();
                     edge_cache::storage::rename_into_place(&tmp_path, &final_path)?;
                     Ok(ino)
