@@ -101,8 +101,8 @@ pub async fn apply(
         );
         // `hold`: the answer leaves when the key could pass again, so a client that
         // sends as fast as it is answered is answered at the rate. Held refusals count
-        // with the delayed requests: past the bound they are answered at once.
-        if outcome.hold > 0 && DELAYED.with(|d| d.get() < MAX_DELAYED) {
+        // with the delayed requests (`check_req` holds none past the bound).
+        if outcome.hold > 0 {
             let _waiting = Waiting::new();
             tokio::time::sleep(Duration::from_nanos(outcome.hold)).await;
         }

@@ -122,7 +122,8 @@ pub struct ReqOutcome {
 /// zone asks; and when one zone refuses, the zones that had taken the request give it
 /// back (nginx counts a request in its zones only when all of them take it). When the
 /// request would be delayed but `may_delay` is false (the worker holds as many delayed
-/// requests as it may), it is refused by the zone that asked for the delay.
+/// requests as it may), it is refused by the zone that asked for the delay; a refusal
+/// is then answered at once, whatever the zone's `hold`.
 pub fn check_req(
     rules: &[ReqRule],
     mut key_of: impl FnMut(&Key) -> Option<u64>,
@@ -167,9 +168,10 @@ pub fn check_req(
             }
         }
         rules[k].zone.count(worker, ReqResult::Rejected);
-        // Refused for want of room to delay (not by the rate): answered at once.
+        // Refused for want of room to delay (not by the rate), or held for as long as
+        // the zone says, if the worker has room to hold it (as for a delay).
         let hold = match seen[k] {
-            Some((_, Verdict::Reject(retry))) => retry.min(rules[k].hold),
+            Some((_, Verdict::Reject(retry))) if may_delay => retry.min(rules[k].hold),
             _ => 0,
         };
         return ReqOutcome {

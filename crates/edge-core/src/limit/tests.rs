@@ -519,6 +519,9 @@ fn a_refusal_is_held_until_its_key_would_pass_at_most_hold() {
     // None asked for: at once.
     let o = check_req(&[rule(0)], |_| Some(1), now + 30 * MS, 0, true);
     assert_eq!((o.refuse, o.hold), (Some(429), 0));
+    // A worker that holds as many requests as it may: at once.
+    let o = check_req(&held, |_| Some(1), now + 30 * MS, 0, false);
+    assert_eq!((o.refuse, o.hold), (Some(429), 0));
     // Once the slot has come, the request passes.
     assert_eq!(
         check_req(&held, |_| Some(1), now + 100 * MS, 0, true).refuse,
