@@ -253,7 +253,7 @@ impl Cache {
 
     /// Makes spare temp files up to [`SPARE_LOW`] + [`SPARE_BATCH`] in the cache's
     /// root. Blocking (a file creation can wait on the disk): run it off the event
-    /// loop, after [`Cache::spares_low`] said so.
+    /// loop, after [`Cache::take_spare`] (or [`Cache::spares_low`]) said so.
     pub fn refill_spares(&self) {
         let have = lock(&self.spares.files).len();
         let n = (SPARE_LOW + SPARE_BATCH).saturating_sub(have) as u64;
