@@ -66,15 +66,17 @@ def get_json(port, path, timeout=10):
         return json.loads(r.read())
 
 
-def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout, ready=None):
+def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout, ready=None,
+                 all_threads=False):
     """Instructions per request of `cmd` (a server listening on `port`) under
     `valgrind --tool=callgrind --separate-threads=yes`, run in `work` (the callgrind
     files stay there): once it listens (within `start_timeout` s), `warm()`; then, `reps`
     times, zero the counters, `load(n1)`, dump; zero, `load(n2)`, dump. Each rep gives
     the busiest thread's (Ir(n2) - Ir(n1)) / (n2 - n1), both of the thread busiest in the
     n2 dump (another thread busier during the short n1 dump, a compression pool or
-    the cache manager, would otherwise be subtracted instead); returns (median, all
-    reps).
+    the cache manager, would otherwise be subtracted instead); with `all_threads`, the
+    same of the sum over every thread (a request whose work is spread over threads: a
+    cache miss's file I/O pool); returns (median, all reps).
     `ready(timeout)` replaces the TCP wait for a server that does not listen on TCP
     (bench/quic-stacks/run.py: UDP)."""
     out = os.path.join(work, "cg.out")
@@ -107,8 +109,12 @@ def callgrind_ir(cmd, port, work, warm, load, n1, n2, reps, start_timeout, ready
                                capture_output=True)
                 time.sleep(0.5)
                 totals[n] = thread_irs(work, p.pid, tag)
-            thread = max(totals[n2], key=totals[n2].get)
-            per_req.append((totals[n2][thread] - totals[n1].get(thread, 0)) / (n2 - n1))
+            if all_threads:
+                ir = sum(totals[n2].values()) - sum(totals[n1].values())
+            else:
+                thread = max(totals[n2], key=totals[n2].get)
+                ir = totals[n2][thread] - totals[n1].get(thread, 0)
+            per_req.append(ir / (n2 - n1))
         return sorted(per_req)[len(per_req) // 2], per_req
     finally:
         os.killpg(p.pid, signal.SIGKILL)

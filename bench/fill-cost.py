@@ -47,8 +47,9 @@ import sys
 import tempfile
 import time
 
-from benchlib import (BIN, edgeload_requests, free_port, group_cpu_s, group_ctxsw,
-                      group_pids, origin_requests, spawn_origin, strace_counts, wait_port)
+from benchlib import (BIN, callgrind_ir, edgeload_requests, free_port, group_cpu_s,
+                      group_ctxsw, group_pids, origin_requests, spawn_origin, strace_counts,
+                      wait_port)
 
 _spec = importlib.util.spec_from_file_location(
     "hit_cost", os.path.join(os.path.dirname(os.path.abspath(__file__)), "hit-cost.py"))
@@ -139,32 +140,12 @@ def callgrind_per_miss(binary, size, n1, n2, origin_port):
     port = free_port()
     cmd = hit_cost.edgecache_config(work, port, origin_port, False)
     cmd[0] = binary
-    out = os.path.join(work, "cg.out")
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", "--dump-instr=no",
-                          f"--callgrind-out-file={out}"] + cmd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work,
-                         start_new_session=True)
     try:
-        wait_port(port, timeout=180)
-        misses(port, "4k", 200)
-        irs = {}
-        for n in (n1, n2):
-            subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
-            misses(port, size, n)
-            before = set(os.listdir(work))
-            subprocess.run(["callgrind_control", f"--dump=n{n}", str(p.pid)],
-                           capture_output=True)
-            time.sleep(0.5)
-            new = [f for f in os.listdir(work) if f not in before and f.startswith("cg.out")]
-            irs[n] = 0
-            for name in new:
-                with open(os.path.join(work, name)) as f:
-                    for line in f:
-                        if line.startswith(("summary:", "totals:")):
-                            irs[n] = max(irs[n], int(line.split()[1]))
-        return (irs[n2] - irs[n1]) / (n2 - n1)
+        ir, _ = callgrind_ir(cmd, port, work, lambda: misses(port, "4k", 200),
+                             lambda n: misses(port, size, n), n1, n2, 1, 180,
+                             all_threads=True)
+        return ir
     finally:
-        stop(p)
         shutil.rmtree(work, ignore_errors=True)
 
 
