@@ -14,8 +14,6 @@ use common::{cached_config, edgecache_env, origin, LOCAL};
 use edge_testkit::{get, Proc, Response};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 struct Node {
@@ -53,54 +51,10 @@ fn status(r: &Response) -> &str {
     r.header("x-cache-status").unwrap_or("-")
 }
 
-/// Writes back and drops every cached file's pages; true when the kernel really
-/// dropped them (a tmpfs cannot: its pages are the file).
-fn evict(dir: &Path) -> bool {
-    let mut all = true;
-    for (path, _) in common::files(dir) {
-        // A temp file renamed since the listing: its object is listed under its name.
-        let Ok(f) = std::fs::File::open(&path) else {
-            continue;
-        };
-        f.sync_all().unwrap();
-        // SAFETY: a valid open fd; fadvise takes no pointers.
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(r, 0, "fadvise {path}");
-        all &= !cached_fd(&f, 0);
-    }
-    all
-}
-
-/// Whether the page holding byte `offset` of `path` is in the page cache: mincore(2)
-/// over a mapping, which (unlike a RWF_NOWAIT read) never starts readahead.
+/// Whether the page holding byte `offset` of `path` is in the page cache.
 fn cached(path: &str, offset: usize) -> bool {
-    cached_fd(&std::fs::File::open(path).unwrap(), offset)
-}
-
-fn cached_fd(f: &std::fs::File, offset: usize) -> bool {
-    let len = f.metadata().unwrap().len() as usize;
-    if offset >= len {
-        return false; // nothing there to cache (an empty temp file)
-    }
-    // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; only
-    // mincore looks at it, nothing dereferences it.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let page = 4096;
-        let mut vec = vec![0u8; len.div_ceil(page)];
-        let r = libc::mincore(p, len, vec.as_mut_ptr());
-        libc::munmap(p, len);
-        assert_eq!(r, 0);
-        vec[offset / page] & 1 == 1
-    }
+    let pages = common::resident_pages(&std::fs::File::open(path).unwrap());
+    pages.get(offset / 4096).copied().unwrap_or(false)
 }
 
 /// A sample of `/metrics` (the line starting with `series`).
@@ -136,7 +90,7 @@ fn every_backend_serves_cold_hits_byte_for_byte() {
                 &[],
             );
             fill_and_check(&n, &paths);
-            let cold = evict(n.dir.path());
+            let cold = common::evict(n.dir.path());
             for p in paths {
                 let direct = get(n.origin, p, &[]);
                 let r = get(n.addr, p, &[]);
@@ -147,7 +101,7 @@ fn every_backend_serves_cold_hits_byte_for_byte() {
                 );
                 assert_eq!(r.header("x-checksum"), direct.header("x-checksum"));
             }
-            evict(n.dir.path());
+            common::evict(n.dir.path());
             let r = get(n.addr, "/obj/3m/2", &["Range: bytes=1048570-2097160"]);
             let direct = get(n.origin, "/obj/3m/2", &[]);
             assert_eq!(r.status, 206, "{mode}");
@@ -281,7 +235,7 @@ fn clients_leave_mid_body(sendfile: bool) {
     let pid = n.cache.child.id();
     let fds_before = fd_links(pid).len();
     for _ in 0..3 {
-        evict(n.dir.path());
+        common::evict(n.dir.path());
         let mut conns = Vec::new();
         for _ in 0..16 {
             let mut c = TcpStream::connect(n.addr).unwrap();
@@ -328,7 +282,7 @@ fn directio_bypasses_the_page_cache() {
     for mode in ["off", "threads", "io_uring", "auto"] {
         let n = start(&format!("mode = \"{mode}\"\ndirectio = \"1m\""), &[]);
         fill_and_check(&n, &["/obj/3m/2", "/obj/100k/3"]);
-        if !evict(n.dir.path()) {
+        if !common::evict(n.dir.path()) {
             println!("the cache directory cannot be evicted (tmpfs?): skipped");
             return;
         }

@@ -15,8 +15,7 @@ mod common;
 use common::{cached_config, edgecache, get_text, object_files, origin, LOCAL};
 use edge_testkit::{get, Client, Proc, Response};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 struct Node {
@@ -300,32 +299,6 @@ fn mappings_go_with_the_open_file_cache() {
     assert!(off.mapped().is_empty(), "{:?}", off.mapped());
 }
 
-/// Writes back and drops every cached file's pages; false when the kernel could not
-/// (a tmpfs, whose pages are the file).
-fn evict(dir: &Path) -> bool {
-    let mut all = true;
-    for (path, _) in object_files(dir) {
-        let Ok(f) = std::fs::File::open(&path) else {
-            continue;
-        };
-        f.sync_all().unwrap();
-        // SAFETY: a valid open fd; fadvise takes no pointers.
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(r, 0, "fadvise {path}");
-        let mut b = [0u8; 1];
-        let iov = libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let last = f.metadata().unwrap().len().saturating_sub(1) as i64;
-        // SAFETY: one iovec over `b`, a live 1-byte buffer; a RWF_NOWAIT read fails
-        // with EAGAIN instead of reading a page that is not cached.
-        let got = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, last, libc::RWF_NOWAIT) };
-        all &= got != 1;
-    }
-    all
-}
-
 #[test]
 fn a_cold_large_hit_is_read_off_the_loop_then_written_from_its_mapping() {
     let n = Node::start("", "[aio]\nmode = \"auto\"\n");
@@ -333,7 +306,7 @@ fn a_cold_large_hit_is_read_off_the_loop_then_written_from_its_mapping() {
     let want = get(n.origin, path, &[]).body;
     assert_eq!(get(n.addr, path, &[]).status, 200); // the fill; nothing mapped yet
     assert!(n.mapped().is_empty());
-    if !evict(&n.cache_dir()) {
+    if !common::evict(&n.cache_dir()) {
         edge_testkit::fallback(
             "a cold large hit",
             "the cache directory's pages cannot be dropped (tmpfs?)",

@@ -588,6 +588,57 @@ pub fn object_files(dir: &std::path::Path) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Writes back and drops the pages of every file under `dir`; true when the kernel
+/// really dropped them all (a tmpfs cannot: its pages are the file). It checks with
+/// mincore(2), which never starts a read: a RWF_NOWAIT probe would start readahead of
+/// the very page it finds missing, and on a fast disk that page is back before the
+/// test's request arrives.
+pub fn evict(dir: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut all = true;
+    for (path, _) in files(dir) {
+        // A temp file renamed since the listing: its object is listed under its name.
+        let Ok(f) = std::fs::File::open(&path) else {
+            continue;
+        };
+        f.sync_all().unwrap();
+        // SAFETY: a valid open fd; fadvise takes no pointers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0, "fadvise {path}");
+        all &= !resident_pages(&f).contains(&true);
+    }
+    all
+}
+
+/// Whether each page of `f` is in the page cache: mincore(2) over a mapping, which
+/// (unlike a RWF_NOWAIT read) never starts readahead. Empty for an empty file.
+pub fn resident_pages(f: &std::fs::File) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let len = f.metadata().unwrap().len() as usize;
+    if len == 0 {
+        return Vec::new();
+    }
+    let page = 4096;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; only
+    // mincore looks at it, nothing dereferences it. `vec` has one byte per page.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let r = libc::mincore(p, len, vec.as_mut_ptr());
+        libc::munmap(p, len);
+        assert_eq!(r, 0);
+    }
+    vec.iter().map(|b| b & 1 == 1).collect()
+}
+
 /// `edgecache -t` on `text` written to a file: (exit code, stderr, the file's path).
 pub fn check_config(text: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
