@@ -569,7 +569,11 @@ pub fn files(dir: &std::path::Path) -> Vec<(String, u64)> {
         return out;
     };
     for e in rd.flatten() {
-        let md = e.metadata().unwrap();
+        // A temp file may be renamed or removed between the listing and this call (the
+        // server is running): what is gone is not listed.
+        let Ok(md) = e.metadata() else {
+            continue;
+        };
         if md.is_dir() {
             out.extend(files(&e.path()));
         } else {
