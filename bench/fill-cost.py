@@ -19,6 +19,11 @@ id, so a miss; the origin's request count checks it); calls per miss (calls made
 than N/20 times are left out as housekeeping).
 The origin (edgeorigin) checks nothing; edgeload counts answers.
 
+`--perf-stat` (root): the same counts from perf's syscall tracepoints instead of strace,
+plus context switches per miss; the server runs unstopped (strace stops a thread at every
+syscall, which also counts as a voluntary context switch and so shuts `auto`'s write
+gate: under strace every write goes to the pool).
+
 `--cpu [--rounds 3] [--perf DIR]`: no strace; every thread of the server pinned to CPU 0,
 this script and edgeload to CPU 1 (the origin unpinned). Per miss over N misses after
 N/4 warm ones: the server's CPU time (user + system, all its threads, /proc) and
@@ -40,6 +45,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -90,6 +96,49 @@ def strace_per_miss(p, port, size, n, work, origin_port):
     s.wait()
     calls = strace_counts(log)
     return {k: v / done for k, v in calls.items() if v >= done / 20}, fetched / max(done, 1)
+
+
+# `--perf-stat`: the syscalls counted by name (tracepoints; the total is every syscall).
+PERF_SYSCALLS = ("futex", "getrusage", "pwritev", "pwritev2", "pwrite64", "rename",
+                 "renameat2", "writev", "readv", "sendto", "recvfrom", "sendfile64",
+                 "epoll_wait", "epoll_ctl", "write", "read", "openat", "statx", "newfstatat",
+                 "mkdir", "close", "connect", "socket", "ioctl", "chmod", "getsockopt",
+                 "setsockopt")
+
+
+def perf_stat_per_miss(p, port, size, n, work, origin_port):
+    """strace_per_miss by perf's tracepoints: the server runs at full speed, unstopped
+    (strace stops the thread at every syscall, which also makes each one a voluntary
+    context switch: `auto`'s write gate then sends every write to the pool, see
+    edge_aio::write_gate). Adds context switches per miss (all threads)."""
+    out = os.path.join(work, f"perf-stat-{size}.txt")
+    o0 = origin_requests(origin_port)
+    events = ["raw_syscalls:sys_enter", "context-switches"] + [
+        f"syscalls:sys_enter_{c}" for c in PERF_SYSCALLS]
+    pids = ",".join(str(x) for x in group_pids(p.pid))
+    s = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", pids,
+                          "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    done = misses(port, size, n)
+    fetched = origin_requests(origin_port) - o0
+    s.send_signal(signal.SIGINT)
+    s.wait()
+    calls, total, switches = {}, 0.0, 0.0
+    with open(out) as f:
+        for line in f:
+            parts = line.strip().split(",")
+            if len(parts) < 3 or not re.fullmatch(r"[0-9.]+", parts[0]):
+                continue
+            name, v = parts[2].split(":")[-1], float(parts[0])
+            if name == "sys_enter":
+                total = v
+            elif name == "context-switches":
+                switches = v
+            else:
+                calls[name.removeprefix("sys_enter_")] = v
+    per = {k: v / done for k, v in calls.items() if v >= done / 20}
+    per["(other)"] = max(total - sum(calls.values()), 0) / done
+    return per, fetched / max(done, 1), switches / done
 
 
 def stop(p):
@@ -206,6 +255,9 @@ def main():
                     help="user-space instructions per miss (edgecache binaries only)")
     ap.add_argument("--n1", type=int, default=500, help="--callgrind: the shorter run")
     ap.add_argument("--n2", type=int, default=2500, help="--callgrind: the longer run")
+    ap.add_argument("--perf-stat", action="store_true",
+                    help="count syscalls with perf's tracepoints instead of strace (root; "
+                         "the server is not stopped at each call)")
     ap.add_argument("--out")
     a = ap.parse_args()
     servers = [(n, os.path.abspath(b)) for n, b in (x.split("=", 1) for x in a.edgecache.split(","))]
@@ -240,8 +292,13 @@ def main():
             for name, binary in servers:
                 work = tempfile.mkdtemp(prefix=f"fillcost-{name}-")
                 p, port = start(name, binary, work, origin_port)
+                switches = None
                 try:
-                    per, share = strace_per_miss(p, port, size, n, work, origin_port)
+                    if a.perf_stat:
+                        per, share, switches = perf_stat_per_miss(p, port, size, n, work,
+                                                                  origin_port)
+                    else:
+                        per, share = strace_per_miss(p, port, size, n, work, origin_port)
                 finally:
                     stop(p)
                     shutil.rmtree(work, ignore_errors=True)
@@ -250,6 +307,8 @@ def main():
                     "syscalls": {k: round(v, 3) for k, v in sorted(per.items())},
                     "syscalls_total": round(sum(per.values()), 2),
                 }
+                if switches is not None:
+                    r["context_switches"] = round(switches, 3)
                 results.setdefault(size, {})[name] = r
                 print(size, name, json.dumps(r), flush=True)
     finally:

@@ -7,7 +7,7 @@ Usage: edgebench video [--quick] [--duration 10s] [--repetitions 3] [--cpus 0:1]
        python3 bench/video.py [--quick] [--seconds 10] [--repetitions N | --reps N]
                               [--cpus SERVER:CLIENT] [--out docs/results] [--keep]
                               [--nice N] [--object-size 2g] [--seeks N] [--warm-span 64m]
-                              [--no-slice]
+                              [--no-slice] [--aio KEY=VALUE]... [--counters]
 
 Needs target/release/{edgecache,edgeorigin,edgeload} (`cargo build --release -p
 edgecache -p edgeorigin -p edgeload`; `EDGEBENCH_EDGECACHE` overrides the edgecache
@@ -54,6 +54,12 @@ Per repetition and server (the order alternates from one repetition to the next)
 4. disk: the blocks the cache directory holds (after the miss phase, and at the end,
    once the server has stopped), after a sync.
 
+`--aio KEY=VALUE` (repeatable) adds a key to edgecache's `[aio]` table, the value as TOML
+(`--aio 'sendfile_max="off"'`: every hit body by sendfile). `--counters` (root) runs
+`perf stat -C <server CPUs>` over each hit phase and reports per hit: syscalls (all, and
+sendfile/writev/...), hrtimer starts (under BBR on loopback, TCP pacing timers), softirqs
+and user page faults.
+
 Ratios edgecache / nginx are taken per repetition, then the median (min-max). Writes
 `video.md` and `video.json` to --out. Targets (issue 28): origin bytes per client byte
 <= 1.1; seek-miss TTFB p99 <= 1.2x nginx's; hit req/s >= 1.2x nginx's.
@@ -63,6 +69,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -91,6 +98,13 @@ TTFB_P99_VS_NGINX_MAX = 1.2
 HITS_VS_NGINX_MIN = 1.2
 # A whole-object baseline stores every object it touches: at most this much per run.
 NO_SLICE_DISK_MAX = 24 << 30
+# `--counters`: kernel events on the server CPUs over the hit phase (perf stat -C), per
+# hit. Under BBR on loopback nearly every hrtimer start of a large send is a TCP pacing
+# timer (docs/results/large-hits.md).
+COUNTERS = ["raw_syscalls:sys_enter", "timer:hrtimer_start", "irq:softirq_entry",
+            "exceptions:page_fault_user"] + [
+    f"syscalls:sys_enter_{c}" for c in ("sendfile64", "writev", "sendto", "write", "mmap",
+                                        "munmap", "mincore", "openat")]
 # Reads that wait on a whole-object fill may take a while.
 CLIENT_TIMEOUT = 300
 
@@ -202,6 +216,8 @@ class Server:
             text = EDGECACHE.format(workers=workers, dir=self.dir, port=self.port,
                                     admin=self.admin, origin=origin, max_size=max_size,
                                     slice="" if a.no_slice else f'slice = "{SLICE}"\n')
+            if a.aio:
+                text += "\n[aio]\n" + "".join(f"{k} = {v}\n" for k, v in a.aio)
         else:
             self.cfg = os.path.join(self.dir, "nginx.conf")
             text = NGINX.format(workers=workers, dir=self.dir, port=self.port,
@@ -495,11 +511,27 @@ def hit_phase(s, a, oport, rep, work):
         f"{a.warm_span},{READ},{STEP}", "--json", js,
         f"http://127.0.0.1:{s.port}/obj/{a.size_text}"]
     o0 = origin_stats(oport)["requests"]
+    stat = None
+    if a.counters:
+        stat_out = os.path.join(work, f"perf-stat-{s.kind}-{rep}.txt")
+        stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(COUNTERS), "-C",
+                                 a.cpus_text[0], "-o", stat_out],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
     c0 = s.cpu()
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 60)
     wall = time.time() - t0
     c1 = s.cpu() if s.alive() else None
+    counts = {}
+    if stat:
+        stat.send_signal(signal.SIGINT)
+        stat.wait()
+        with open(stat_out) as f:
+            for line in f:
+                parts = line.strip().split(",")
+                if len(parts) > 2 and re.fullmatch(r"[0-9.]+", parts[0]):
+                    counts[parts[2].split(":")[-1]] = float(parts[0])
     o1 = origin_stats(oport)["requests"]
     row = {"cmd": " ".join(cmd[cmd.index(os.path.join(BIN, "edgeload")):]),
            "wall_s": round(wall, 3), "origin_requests": o1 - o0,
@@ -517,6 +549,8 @@ def hit_phase(s, a, oport, rep, work):
     ok = status.get("206", 0)
     row["cpu_per_hit_us"] = (row["cpu_s"] * 1e6 / ok if ok and row["cpu_s"] is not None
                              else None)
+    if counts and ok:
+        row["counters_per_hit"] = {k: round(v / ok, 3) for k, v in counts.items()}
     if ok != j["requests"]:
         row["problems"].append(f"{j['requests'] - ok} answers were not 206: {status}")
     if row["errors"]:
@@ -742,6 +776,17 @@ def write_report(a, rows, problems, info, started):
                     f"{n(fg.get('disk_end_mib'), '{:,.1f}')} | "
                     f"{', '.join(f'{k} {v}' for k, v in sorted(m.get('x_cache_status', {}).items())) or '–'}"
                     f" | {m.get('origin_requests', 'n/a')} |\n")
+        hc = [r for r in rows if r.get("hit", {}).get("counters_per_hit")]
+        if hc:
+            names = [c.split(":")[-1] for c in COUNTERS]
+            f.write("\nKernel events on the server CPUs per hit over the hit phase (`perf "
+                    "stat -C`, `--counters`):\n\n| rep | server | " + " | ".join(names)
+                    + " |\n|---|---|" + "---|" * len(names) + "\n")
+            for r in sorted(hc, key=lambda r: (r["rep"], r["server"])):
+                c = r["hit"]["counters_per_hit"]
+                f.write(f"| {r['rep']} | {r['server']} | "
+                        + " | ".join(f"{c[k]:.2f}" if k in c else "–" for k in names)
+                        + " |\n")
         sm = [r for r in rows if r.get("slice_metrics")]
         if sm:
             f.write("\nedgecache's slice series on /metrics that moved over the miss phase: "
@@ -801,13 +846,25 @@ def parse_args():
                          "(default 64m, 16m with --quick)")
     ap.add_argument("--no-slice", action="store_true",
                     help="edgecache without `slice`: the whole-object baseline")
+    ap.add_argument("--counters", action="store_true",
+                    help="perf stat the server CPUs over each hit phase: syscalls, "
+                         "hrtimer starts, softirqs, faults per hit (root)")
+    ap.add_argument("--aio", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key of edgecache's [aio] table, the value as TOML "
+                         "(--aio 'sendfile_max=\"off\"'); repeatable")
     a = ap.parse_args()
+    try:
+        a.aio = [tuple(x.strip() for x in kv.split("=", 1)) for kv in a.aio]
+        assert all(len(kv) == 2 and kv[0] and kv[1] for kv in a.aio)
+    except AssertionError:
+        ap.error("--aio takes KEY=VALUE")
     a.argv = (["--quick"] if a.quick else []) + [
         f"--{k.replace('_', '-')} {v}" for k, v in (
             ("seconds", a.seconds), ("repetitions", a.repetitions), ("cpus", a.cpus),
             ("object_size", a.object_size and size_text(a.object_size)), ("seeks", a.seeks),
             ("warm_span", a.warm_span and size_text(a.warm_span)), ("nice", a.nice))
-        if v is not None] + (["--no-slice"] if a.no_slice else [])
+        if v is not None] + (["--no-slice"] if a.no_slice else []) + [
+        f"--aio '{k}={v}'" for k, v in a.aio] + (["--counters"] if a.counters else [])
     if a.nice is None:
         a.nice = -10 if os.geteuid() == 0 else 0
     if not -20 <= a.nice <= 19:
