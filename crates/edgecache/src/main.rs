@@ -114,7 +114,8 @@ fn main() -> ExitCode {
             cfg
         }
         Err(e) => {
-            eprintln!("edgecache: {e}");
+            // Exactly `file:line: key: message` (the contract `-t` users parse).
+            eprintln!("{e}");
             return ExitCode::from(2);
         }
     };

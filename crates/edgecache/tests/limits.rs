@@ -678,7 +678,7 @@ fn config_errors_name_the_line_and_key() {
             format!(
                 "{base}{zone}[[server]]\nnames = [\"a\"]\nlimit_req = [{{ zone = \"perip\", burst = 1, dryrun = true }}]\n"
             ),
-            ":9: server.dryrun: unknown key; unknown field `dryrun`",
+            ":9: server.limit_req.dryrun: unknown key; unknown field `dryrun`",
         ),
     ];
     for (text, want) in cases {

@@ -168,15 +168,27 @@ fn from_toml_error(name: &str, text: &str, e: &toml::de::Error) -> ConfigError {
     };
     let mut message = e.message().trim().to_string();
     let line_text = text.lines().nth(line.saturating_sub(1)).unwrap_or("");
-    let mut key = line_key(line_text).unwrap_or_default();
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        if let Some(end) = rest.find('`') {
-            key = rest[..end].to_string();
+    let header = line_text.trim_start().starts_with('[');
+    // The key on the error's line: none on a table header, whose table is the key.
+    let line_k = line_key(line_text).filter(|_| !header);
+    let mut key = line_k.clone().unwrap_or_default();
+    // A field the error names (unknown, or missing): under the line's key when it is
+    // an inline table's (`limit_req = [{ foo = 1 }]` is `limit_req.foo`).
+    let named = ["unknown field `", "missing field `"]
+        .iter()
+        .find_map(|p| message.strip_prefix(p))
+        .and_then(|rest| rest.find('`').map(|end| rest[..end].to_string()));
+    if let Some(field) = named {
+        key = match &line_k {
+            Some(k) if *k != field => format!("{k}.{field}"),
+            _ => field,
+        };
+        if message.starts_with("unknown field") {
             message = format!("unknown key; {}", message);
         }
     }
     if let Some(table) = table_at(text, line) {
-        key = if key.is_empty() || key.starts_with('[') {
+        key = if key.is_empty() {
             table
         } else {
             format!("{table}.{key}")

@@ -351,6 +351,30 @@ fn real_ip_and_proxy_protocol() {
     assert!(e.message.contains("unknown field"), "{e}");
 }
 
+/// A parse error about a field names it under its table and, for an inline table, under
+/// the key that holds it: what the operator has to find and fix.
+#[test]
+fn a_missing_or_unknown_field_is_named_where_it_belongs() {
+    let e = err(&format!(
+        "{MIN}\n[[limit_req_zone]]\nname = \"a\"\nkey = \"$remote_addr\"\n"
+    ));
+    assert_eq!(e.key, "limit_req_zone.rate", "{e}");
+    assert!(e.message.contains("missing field"), "{e}");
+    let e = err(&format!(
+        "{MIN}\n[[location]]\nprefix = \"/\"\nlimit_req = [{{ zone = \"a\", foo = 1 }}]\n"
+    ));
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (6, "location.limit_req.foo"),
+        "{e}"
+    );
+    assert!(e.message.starts_with("unknown key"), "{e}");
+    let e = err(&format!(
+        "real_ip = {{ from = [\"::1\"], trusted = true }}\n{MIN}"
+    ));
+    assert_eq!((e.line, e.key.as_str()), (1, "real_ip.trusted"), "{e}");
+}
+
 #[test]
 fn access_logs_and_formats() {
     let ok = format!(
