@@ -26,12 +26,18 @@
 //! - `stat` of an open file is inline: statx on an fd reads the in-memory inode.
 //! - everything else (stat by path, write, fsync, rename, unlink, close) goes to the
 //!   pool: those can wait on the disk or the journal and have no non-blocking form.
+//!   Except buffered writes (a fill's body writes, and its commit,
+//!   [`crate::Engine::blocking_write`]: the header and a small body written into the
+//!   page cache, then a rename), which run inline while the kernel is far from
+//!   throttling writers and no such write has slept lately (`write_gate.rs`;
+//!   `aio.inline_writes = false` turns this off).
 //! - O_DIRECT reads go to the pool: RWF_NOWAIT does not make a direct read avoid
 //!   waiting for the device.
 
 use crate::inflight::Keep;
 use crate::pool::PoolEngine;
 use crate::sys::{self, SysOp, MAX_RW};
+use crate::write_gate::WriteGate;
 use std::cell::Cell;
 use std::ffi::c_char;
 use std::os::fd::RawFd;
@@ -91,10 +97,13 @@ pub(crate) struct AutoEngine {
     nowait: Rc<Cell<bool>>,
     /// openat2(RESOLVE_CACHED) works on this kernel (Linux 5.12+), probed once.
     cached_open: bool,
+    /// When buffered writes may run on the loop (`write_gate.rs`); None with
+    /// `aio.inline_writes = false`.
+    gate: Option<Rc<WriteGate>>,
 }
 
 impl AutoEngine {
-    pub(crate) fn new(pool: PoolEngine) -> AutoEngine {
+    pub(crate) fn new(pool: PoolEngine, inline_writes: bool) -> AutoEngine {
         // "/" is always in the dentry cache: only an old kernel fails this.
         // SAFETY: a static NUL-terminated path.
         let r = unsafe { open_cached(c"/".as_ptr(), libc::O_PATH) };
@@ -106,11 +115,19 @@ impl AutoEngine {
             pool,
             nowait: Rc::new(Cell::new(true)),
             cached_open: r >= 0,
+            gate: inline_writes.then(|| Rc::new(WriteGate::default())),
         }
     }
 
     pub(crate) fn pool(&self) -> &PoolEngine {
         &self.pool
+    }
+
+    /// The write gate, if there is one and it is open now.
+    pub(crate) fn open_gate(&self) -> Option<&WriteGate> {
+        self.gate
+            .as_deref()
+            .filter(|g| g.open(std::time::Instant::now()))
     }
 
     pub(crate) async fn submit(&self, op: SysOp, keep: Keep) -> (i64, Keep) {
@@ -138,6 +155,16 @@ impl AutoEngine {
                     (r, keep)
                 }
             }
+            SysOp::Write { .. } | SysOp::Writev { .. } => match self.open_gate() {
+                // A buffered write into the page cache, while the kernel is far from
+                // throttling writers (`write_gate.rs`).
+                // SAFETY: the pointers in `op` point into `keep`, alive in this frame.
+                Some(gate) => (gate.run(stats, || unsafe { op.run() }), keep),
+                None => {
+                    stats.handoff();
+                    self.pool.submit(op, keep).await
+                }
+            },
             SysOp::Statx { dirfd, .. } if dirfd != libc::AT_FDCWD => {
                 stats.inline_hit();
                 // SAFETY: the pointers in `op` point into `keep`, alive in this frame.

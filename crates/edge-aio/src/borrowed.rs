@@ -154,6 +154,7 @@ fn test_engine(mode: Mode, queue: crate::QueueKind) -> Engine {
         max_queue: 8,
         queue,
         ring_entries: 8,
+        inline_writes: true,
     };
     Engine::new(&cfg, &crate::SharedPool::new(&cfg)).unwrap().0
 }

@@ -58,6 +58,9 @@ pub struct EngineConfig {
     /// Submission queue size of each worker's ring (the completion queue is twice it,
     /// and caps the operations in flight per worker).
     pub ring_entries: u32,
+    /// `auto`: buffered writes and cache commits may run on the loop
+    /// ([`crate::write_gate`]).
+    pub inline_writes: bool,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +73,7 @@ impl Default for EngineConfig {
             max_queue: 65536,
             queue: QueueKind::Mutex,
             ring_entries: 256,
+            inline_writes: true,
         }
     }
 }

@@ -91,6 +91,7 @@ mod queue;
 mod stats;
 mod sys;
 mod uring;
+pub mod write_gate;
 
 pub use buf::{AlignedBuf, IoBuf};
 pub use config::{EngineConfig, Mode, QueueKind};
@@ -145,7 +146,10 @@ impl Engine {
             }
             Mode::Auto => {
                 let p = threads(&stats)?;
-                (Backend::Auto(AutoEngine::new(p.clone())), Some(p))
+                (
+                    Backend::Auto(AutoEngine::new(p.clone(), cfg.inline_writes)),
+                    Some(p),
+                )
             }
             Mode::IoUring => match UringEngine::new(cfg.ring_entries, stats.clone()) {
                 Ok(u) => (Backend::IoUring(u), Some(threads(&stats)?)),
@@ -211,6 +215,28 @@ impl Engine {
         let r = run_job(self.blocking.as_ref(), f).await;
         self.stats.other_done(true);
         r
+    }
+
+    /// [`Engine::blocking`] for a job of buffered writes and a rename into place (a
+    /// cache commit): under `auto`, while the worker's [`write_gate::WriteGate`] is open
+    /// the job runs on the loop, without the hand-off (if it slept, the gate closes for a
+    /// cooldown). Other backends, and a closed gate, run it as `blocking` does.
+    pub async fn blocking_write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        if let Backend::Auto(a) = &self.backend {
+            if let Some(gate) = a.open_gate() {
+                let r = gate.run(&self.stats, || {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                        .map_err(|_| io::Error::other("blocking job panicked"))
+                });
+                self.stats.other_done(r.is_ok());
+                return r;
+            }
+            self.stats.handoff();
+        }
+        self.blocking(f).await
     }
 
     /// The one place that dispatches on the backend. Returns the syscall's result

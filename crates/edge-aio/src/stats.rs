@@ -28,6 +28,8 @@ pub struct AioStats {
     overflows: AtomicU64,
     inline_hits: AtomicU64,
     handoffs: AtomicU64,
+    inline_writes: AtomicU64,
+    write_sleeps: AtomicU64,
     uring_fallbacks: AtomicU64,
     direct_refused: AtomicU64,
     read_latency_us: [AtomicU64; LATENCY_BUCKETS],
@@ -57,6 +59,11 @@ pub struct StatsSnapshot {
     /// `auto` mode: operations sent to the pool (reads and opens that would have
     /// blocked, and every kind of op it never tries inline).
     pub handoffs: u64,
+    /// `auto` mode: buffered writes and cache commits ([`crate::Engine::blocking_write`])
+    /// run on the loop (`write_gate.rs`).
+    pub inline_writes: u64,
+    /// Of those, the ones that slept (each closes the gate for a cooldown).
+    pub write_sleeps: u64,
     /// io_uring was asked for but unavailable, so this engine uses the pool (0 or 1).
     pub uring_fallbacks: u64,
     /// Opens that asked for O_DIRECT and were reopened without it (EINVAL).
@@ -113,6 +120,13 @@ impl AioStats {
         bump(&self.inline_hits, 1);
     }
 
+    pub(crate) fn inline_write(&self, slept: bool) {
+        bump(&self.inline_writes, 1);
+        if slept {
+            bump(&self.write_sleeps, 1);
+        }
+    }
+
     pub(crate) fn handoff(&self) {
         bump(&self.handoffs, 1);
     }
@@ -143,6 +157,8 @@ impl AioStats {
             overflows: self.overflows.load(Relaxed),
             inline_hits: self.inline_hits.load(Relaxed),
             handoffs: self.handoffs.load(Relaxed),
+            inline_writes: self.inline_writes.load(Relaxed),
+            write_sleeps: self.write_sleeps.load(Relaxed),
             uring_fallbacks: self.uring_fallbacks.load(Relaxed),
             direct_refused: self.direct_refused.load(Relaxed),
             read_latency_us: std::array::from_fn(|i| self.read_latency_us[i].load(Relaxed)),
@@ -163,6 +179,8 @@ impl StatsSnapshot {
         self.overflows += o.overflows;
         self.inline_hits += o.inline_hits;
         self.handoffs += o.handoffs;
+        self.inline_writes += o.inline_writes;
+        self.write_sleeps += o.write_sleeps;
         self.uring_fallbacks += o.uring_fallbacks;
         self.direct_refused += o.direct_refused;
         for (a, b) in self.read_latency_us.iter_mut().zip(o.read_latency_us) {

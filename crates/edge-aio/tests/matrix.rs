@@ -44,7 +44,30 @@ matrix!(
     aligned_direct_read,
     direct_refused_reopens,
     stats_count_reads,
+    blocking_write_runs_the_job,
 );
+
+/// A write job (a cache commit's shape: a gathered write, then a rename into place) runs
+/// to its end and returns its value on every backend, a panic in it is an error, and
+/// the file is where the rename put it.
+async fn blocking_write_runs_the_job(e: Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, fin) = (dir.path().join("t"), dir.path().join("f"));
+    let (t2, f2) = (tmp.clone(), fin.clone());
+    let r = e
+        .blocking_write(move || -> std::io::Result<u64> {
+            let f = std::fs::File::create(&t2)?;
+            edge_aio::write_all_vectored_at(&f, 0, &[&b"head"[..], &b"body"[..]])?;
+            std::fs::rename(&t2, &f2)?;
+            Ok(8)
+        })
+        .await;
+    assert_eq!(r.unwrap().unwrap(), 8);
+    assert_eq!(std::fs::read(&fin).unwrap(), b"headbody");
+    assert!(!tmp.exists());
+    let r = e.blocking_write(|| -> u8 { panic!("in the job") }).await;
+    assert!(r.is_err(), "a panic is an error");
+}
 
 async fn read_write_stat(e: Engine) {
     let dir = tempfile::tempdir().unwrap();
@@ -412,6 +435,64 @@ fn auto_cold_reads_go_to_the_pool() {
             s.inline_hits + 1,
             "warm again"
         );
+    });
+}
+
+/// `auto` runs a write job on the calling thread (the loop) while its gate is open and
+/// counts it; `inline_writes = false` and the other backends never do.
+#[test]
+fn auto_runs_write_jobs_inline_unless_told_not_to() {
+    for inline in [true, false] {
+        let cfg = EngineConfig {
+            inline_writes: inline,
+            ..config(Backend::Auto)
+        };
+        run_cfg(cfg, move |e| async move {
+            let me = std::thread::current().id();
+            let before = e.stats().snapshot();
+            let r = e.blocking_write(|| std::thread::current().id()).await;
+            let s = e.stats().snapshot();
+            let counted = s.inline_writes - before.inline_writes;
+            if !inline {
+                assert_ne!(r.unwrap(), me, "inline_writes = false: on the pool");
+                assert_eq!(counted, 0);
+            } else if counted == 0 {
+                // The gate was shut: this host's dirty pages are above the kernel's
+                // background threshold.
+                edge_testkit::fallback("inline write jobs", "the dirty-page gate is shut");
+                assert_ne!(r.unwrap(), me);
+            } else {
+                assert_eq!(r.unwrap(), me, "ran on the loop's thread");
+                assert_eq!(counted, 1);
+            }
+            // A body write: inline too (counted), or a hand-off.
+            let dir = tempfile::tempdir().unwrap();
+            let opts = OpenOptions::new().write(true).create(true).truncate(true);
+            let f = e.open(&dir.path().join("w"), &opts).await.unwrap();
+            let before = e.stats().snapshot();
+            let (w, _) = e.write_all_at(&f, 0, pattern(10_000)).await;
+            w.unwrap();
+            let s = e.stats().snapshot();
+            let (inl, off) = (
+                s.inline_writes - before.inline_writes,
+                s.handoffs - before.handoffs,
+            );
+            if inline && counted > 0 {
+                assert_eq!((inl, off), (1, 0), "a write on the loop");
+            } else if !inline {
+                assert_eq!((inl, off), (0, 1), "a write handed off");
+            }
+            assert_eq!(
+                std::fs::read(dir.path().join("w")).unwrap(),
+                pattern(10_000)
+            );
+        });
+    }
+    run(Backend::ThreadsMutex, |e| async move {
+        let me = std::thread::current().id();
+        let r = e.blocking_write(|| std::thread::current().id()).await;
+        assert_ne!(r.unwrap(), me, "threads: on the pool");
+        assert_eq!(e.stats().snapshot().inline_writes, 0);
     });
 }
 

@@ -317,3 +317,58 @@ fn directio_bypasses_the_page_cache() {
         assert!(cached(&big, 8192), "{mode}: mincore sees a buffered read");
     }
 }
+
+/// `aio.inline_writes` (on by default under `auto`): a fill's commit runs on the
+/// worker's loop while the kernel is far from throttling writers; the object is stored
+/// all the same and its hits are byte-exact. Off: every commit goes to the pool.
+#[test]
+fn auto_commits_on_the_loop_unless_told_not_to() {
+    let inline = |n: &Node| {
+        metric(
+            n.admin,
+            "edgecache_aio_inline_writes_total{worker=\"0\",backend=\"auto\"}",
+        )
+        .expect("the inline commits series")
+    };
+    for (cfg, on) in [("mode = \"auto\"", true), ("inline_writes = false", false)] {
+        let n = start(cfg, &[]);
+        // The first miss starts the spare temp files' refill, during which commits go
+        // to the pool (it holds the cache root's directory lock that a rename takes):
+        // let it finish, then count.
+        fill_and_check(&n, &["/obj/4k/9"]);
+        std::thread::sleep(Duration::from_millis(500));
+        let first = inline(&n);
+        let paths = ["/obj/4k/1", "/obj/100k/2", "/obj/4k/3"];
+        fill_and_check(&n, &paths);
+        for p in paths {
+            let direct = get(n.origin, p, &[]);
+            let r = get(n.addr, p, &[]);
+            assert_eq!(status(&r), "HIT", "{cfg} {p}");
+            assert!(r.body == direct.body, "{cfg} {p}: bytes");
+        }
+        let commits = inline(&n) - first;
+        if on {
+            // Each of the three fills committed on the loop, unless a write slept past
+            // the gate's budget (it then sends the rest to the pool) or this host's dirty
+            // pages are above the kernel's background threshold (it never opens).
+            let slept = metric(
+                n.admin,
+                "edgecache_aio_write_sleeps_total{worker=\"0\",backend=\"auto\"}",
+            )
+            .unwrap();
+            if commits == 0 {
+                edge_testkit::fallback(
+                    "inline commits",
+                    "the host's dirty pages are above its background threshold",
+                );
+            } else {
+                assert!(commits == 3 || slept > 0, "{commits} inline, {slept} slept");
+            }
+        } else {
+            assert_eq!(
+                commits, 0,
+                "inline_writes = false: every commit on the pool"
+            );
+        }
+    }
+}

@@ -45,6 +45,11 @@ pub struct ObjectWriter {
 }
 
 impl ObjectWriter {
+    /// The cache this object goes to.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
     /// Append body bytes. An error (ENOSPC, EIO) is counted and rate-limit logged; the
     /// server then keeps serving the response uncached and drops the writer.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
@@ -239,6 +244,12 @@ impl Cache {
     pub fn spares_low(&self) -> bool {
         let left = lock(&self.spares.files).len();
         self.refill_due(left)
+    }
+
+    /// Whether a [`Cache::refill_spares`] is running: it creates files in the cache's
+    /// root, whose directory lock a commit's rename out of the root then waits for.
+    pub fn refilling_spares(&self) -> bool {
+        self.spares.refilling.load(Ordering::Acquire)
     }
 
     fn refill_due(&self, left: usize) -> bool {

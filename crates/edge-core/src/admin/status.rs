@@ -120,6 +120,8 @@ pub(super) fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                         "in_flight": s.in_flight,
                         "inline": s.inline_hits,
                         "handoffs": s.handoffs,
+                        "inline_writes": s.inline_writes,
+                        "write_sleeps": s.write_sleeps,
                         "overflows": s.overflows,
                     })
                 }),

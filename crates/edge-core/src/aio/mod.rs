@@ -52,6 +52,7 @@ impl AioSetup {
                 QueueKind::Mutex => edge_aio::QueueKind::Mutex,
                 QueueKind::Lockfree => edge_aio::QueueKind::LockFree,
             },
+            inline_writes: aio.inline_writes,
             ..EngineConfig::default()
         };
         let pool = Arc::new(SharedPool::new(&cfg));
@@ -74,7 +75,7 @@ impl AioSetup {
             .filter_map(|(i, a)| a.get().map(|(mode, s)| (i, *mode, s.snapshot())))
             .collect();
         type Family = (&'static str, Kind, &'static str, fn(&StatsSnapshot) -> u64);
-        let families: [Family; 9] = [
+        let families: [Family; 11] = [
             (
                 "edgecache_aio_reads_total",
                 C,
@@ -116,6 +117,18 @@ impl AioSetup {
                 C,
                 "Operations sent to the thread pool because they would block.",
                 |s| s.handoffs,
+            ),
+            (
+                "edgecache_aio_inline_writes_total",
+                C,
+                "auto: buffered writes (fill bodies, cache commits) run on the event loop (aio.inline_writes).",
+                |s| s.inline_writes,
+            ),
+            (
+                "edgecache_aio_write_sleeps_total",
+                C,
+                "auto: inline writes that slept; each sends the worker's writes to the pool for a cooldown.",
+                |s| s.write_sleeps,
             ),
             (
                 "edgecache_aio_overflows_total",
@@ -427,6 +440,8 @@ pub struct Committer<'a> {
     pub files: &'a FileBackend,
     /// Our handle on the temp file.
     pub out: &'a edge_aio::AioFile,
+    /// On the pool even where `auto` could commit on the loop.
+    pub pool: bool,
 }
 
 impl edge_cache::CommitIo for Committer<'_> {
@@ -454,7 +469,14 @@ impl edge_cache::CommitIo for Committer<'_> {
                 })();
                 (r, parts)
             };
-            return match self.files.blocking(job).await {
+            // Under `auto`, on the loop while the kernel is far from throttling writers
+            // (`aio.inline_writes`, `edge_aio::write_gate`).
+            let r = if self.pool {
+                e.blocking(job).await
+            } else {
+                e.blocking_write(job).await
+            };
+            return match r {
                 Ok(done) => done,
                 Err(err) => (Err(err), Vec::new()),
             };

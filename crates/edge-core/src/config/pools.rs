@@ -64,6 +64,11 @@ pub struct Aio {
     /// sendfile.
     #[serde(default = "default_sendfile_max")]
     pub sendfile_max: SizeOrOff,
+    /// `auto`: buffered writes (fill bodies, cache commits) run on the loop while the
+    /// kernel is far from throttling writers and no such write has slept lately
+    /// (`edge_aio::write_gate`); false: all of them on the pool.
+    #[serde(default = "super::default_true")]
+    pub inline_writes: bool,
     #[serde(default)]
     pub thread_pool: ThreadPool,
 }
@@ -80,6 +85,7 @@ impl Default for Aio {
             directio: default_directio(),
             sendfile: true,
             sendfile_max: default_sendfile_max(),
+            inline_writes: true,
             thread_pool: ThreadPool::default(),
         }
     }

@@ -575,3 +575,12 @@ fn aio_sendfile_max_defaults_parses_and_reports_bad_values() {
     let e = err(&format!("{MIN}[aio]\nsendfile_max = \"big\"\n"));
     assert_eq!((e.line, e.key.as_str()), (4, "aio.sendfile_max"), "{e}");
 }
+
+#[test]
+fn aio_inline_writes_defaults_on_and_takes_a_bool() {
+    assert!(parse("t.toml", MIN).unwrap().aio.inline_writes);
+    let cfg = parse("t.toml", &format!("{MIN}[aio]\ninline_writes = false\n")).unwrap();
+    assert!(!cfg.aio.inline_writes);
+    let e = err(&format!("{MIN}[aio]\ninline_writes = \"yes\"\n"));
+    assert_eq!((e.line, e.key.as_str()), (4, "aio.inline_writes"), "{e}");
+}

@@ -15,7 +15,7 @@
 //! threads (`listen` addresses, `backlog`, `deferred`, `quic`, `quic_gso`, `quic_bpf`, `workers`, `worker_connections`,
 //! `worker_cpu_affinity`, `accept`, `multi_accept`, `reuseport_steering`), the process's
 //! logs, pid file, name and helpers (`error_log`, `pid`, `node_name`,
-//! `demo_origin`, `admin.listen`, `[compress_pool]`, `aio.mode`, `[aio.thread_pool]`),
+//! `demo_origin`, `admin.listen`, `[compress_pool]`, `aio.mode`, `aio.inline_writes`, `[aio.thread_pool]`),
 //! and a kept cache zone's place on disk (`path`, `levels`: its files are laid out by
 //! them). Everything else applies: added and removed cache zones, and a zone's limits
 //! and pacing.
@@ -98,6 +98,7 @@ impl Planner<'_> {
         keep!(error_log, "error_log");
         keep!(compress_pool, "compress_pool");
         keep!(aio.mode, "aio.mode");
+        keep!(aio.inline_writes, "aio.inline_writes");
         keep!(aio.thread_pool, "aio.thread_pool");
         let origin = |c: &Config| c.demo_origin.as_ref().map(|s| s.get_ref().clone());
         if origin(new) != origin(running) {

@@ -254,8 +254,12 @@ impl Store {
             (Some(out), held) => {
                 let mut none = Vec::new();
                 let held = held.as_mut().unwrap_or(&mut none);
+                // While spare temp files are being made in the cache's root (a pool
+                // job holding the root's directory lock, for a disk read at worst), the
+                // rename out of the root would wait for it: not on the loop.
+                let pool = writer.cache().refilling_spares();
                 writer
-                    .finish_with(&crate::aio::Committer { files, out }, held)
+                    .finish_with(&crate::aio::Committer { files, out, pool }, held)
                     .await
             }
             (None, None) => writer.finish(),
