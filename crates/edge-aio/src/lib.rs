@@ -219,8 +219,9 @@ impl Engine {
 
     /// [`Engine::blocking`] for a job of buffered writes and a rename into place (a
     /// cache commit): under `auto`, while the worker's [`write_gate::WriteGate`] is open
-    /// the job runs on the loop, without the hand-off (if it slept, the gate closes for a
-    /// cooldown). Other backends, and a closed gate, run it as `blocking` does.
+    /// the job runs on the loop, without the hand-off (the time of a job that slept is
+    /// charged to the gate's budget). Other backends, and a closed gate, run it as
+    /// `blocking` does (under `auto`, counted as a hand-off).
     pub async fn blocking_write<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
