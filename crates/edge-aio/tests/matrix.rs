@@ -477,9 +477,10 @@ fn auto_runs_write_jobs_inline_unless_told_not_to() {
                 s.inline_writes - before.inline_writes,
                 s.handoffs - before.handoffs,
             );
-            if inline && counted > 0 {
-                assert_eq!((inl, off), (1, 0), "a write on the loop");
-            } else if !inline {
+            // One of the two (the gate re-reads the host's dirty pages every 250 ms, so
+            // it may have shut since the job above).
+            assert_eq!(inl + off, 1, "a write on the loop or handed off");
+            if !inline {
                 assert_eq!((inl, off), (0, 1), "a write handed off");
             }
             assert_eq!(
