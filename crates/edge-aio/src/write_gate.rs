@@ -143,12 +143,14 @@ pub struct WriteGate {
 
 impl Default for WriteGate {
     fn default() -> Self {
-        WriteGate::with_room(live_room)
+        WriteGate::with_room(host_has_room)
     }
 }
 
-/// The live dirty-page state (see [`below_background`]); false when unreadable.
-fn live_room() -> bool {
+/// Whether this host's dirty and writeback pages are below the kernel's background
+/// threshold now ([`below_background`] of the live files); false when unreadable. What
+/// an open gate's prediction rests on.
+pub fn host_has_room() -> bool {
     let Some(limits) = DirtyLimits::read() else {
         return false;
     };

@@ -354,10 +354,13 @@ fn auto_commits_on_the_loop_unless_told_not_to() {
             )
             .unwrap();
             if commits == 0 {
-                edge_testkit::fallback(
-                    "inline commits",
-                    "the host's dirty pages are above its background threshold",
+                // Right only while this host's dirty pages are above the kernel's
+                // background threshold (a CI machine writing its build can be).
+                assert!(
+                    !edge_aio::write_gate::host_has_room(),
+                    "no commit on the loop, though the host has room for dirty pages"
                 );
+                eprintln!("the host's dirty pages are above its background threshold");
             } else {
                 // One per fill at most; all three unless the gate shut meanwhile: a write
                 // slept past its budget, or the host's dirty pages crossed the threshold
