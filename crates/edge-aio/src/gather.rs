@@ -72,6 +72,17 @@ impl Gather {
     }
 }
 
+/// One call's result in a loop that writes everything: the bytes it advanced, or the
+/// error that ends the loop. An interrupted call advances by nothing (the loop calls
+/// again); a call that wrote nothing ends it (`WriteZero`), as it would never finish.
+pub(crate) fn write_progress(res: io::Result<usize>) -> io::Result<usize> {
+    match res {
+        Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        r => r,
+    }
+}
+
 /// Writes every byte of `parts`, in order, at `offset` of `file`, with as few
 /// `pwritev(2)` calls as the kernel allows (a short write continues where it stopped).
 /// Blocking: for a pool thread.
@@ -100,19 +111,14 @@ pub fn write_all_vectored_at<B: AsRef<[u8]>>(
                 offset as libc::off_t,
             )
         };
-        match n {
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
-            n => {
-                offset += n as u64;
-                IoSlice::advance_slices(&mut rest, n as usize);
-            }
-        }
+        let res = if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        };
+        let n = write_progress(res)?;
+        offset += n as u64;
+        IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
 }

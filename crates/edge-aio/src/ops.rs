@@ -8,7 +8,7 @@
 
 use crate::buf::{round_up, AlignedBuf, Buf, IoBuf};
 use crate::file::{AioFile, DioAlign, DirectMode, Metadata, OpenOptions};
-use crate::gather::Gather;
+use crate::gather::{write_progress, Gather};
 use crate::inflight::Keep;
 use crate::sys::{to_result, CPath, HeapStatx, SysOp, MAX_RW};
 use crate::Engine;
@@ -223,13 +223,8 @@ impl Engine {
         while done < buf.len() {
             let (res, b) = self.write_from(file, offset + done as u64, buf, done).await;
             buf = b;
-            match res {
-                Ok(0) => {
-                    let e = io::Error::new(io::ErrorKind::WriteZero, "write returned 0");
-                    return (Err(e), B::from_buf(buf));
-                }
+            match write_progress(res) {
                 Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return (Err(e), B::from_buf(buf)),
             }
         }
@@ -287,13 +282,8 @@ impl Engine {
             g = back;
             let res = to_result(res);
             self.stats.write_done(&res);
-            match res {
-                Ok(0) => {
-                    let e = io::Error::new(io::ErrorKind::WriteZero, "write returned 0");
-                    return (Err(e), g.into_parts());
-                }
+            match write_progress(res) {
                 Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return (Err(e), g.into_parts()),
             }
         }
