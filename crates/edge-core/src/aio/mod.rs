@@ -355,9 +355,11 @@ impl FileBackend {
         edge_aio::AioFile::shared(file)
     }
 
-    /// Writes all of `buf` at `offset` (cache fills): on the pool under `threads` and
-    /// `auto` (page-cache writes wait when the kernel throttles dirty pages), the ring
-    /// under `io_uring`, inline under `off`. Returns the buffer in every case.
+    /// Writes all of `buf` at `offset` (cache fills): on the pool under `threads`
+    /// (page-cache writes wait when the kernel throttles dirty pages), under `auto` on
+    /// the loop while its write gate is open (`edge_aio::write_gate`) and else on the
+    /// pool, the ring under `io_uring`, inline under `off`. Returns the buffer in every
+    /// case.
     pub async fn write_all_at(
         &self,
         file: &edge_aio::AioFile,

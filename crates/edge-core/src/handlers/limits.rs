@@ -102,15 +102,18 @@ pub async fn apply(
         // `hold`: the answer leaves when the key could pass again, so a client that
         // sends as fast as it is answered is answered at the rate. Held refusals count
         // with the delayed requests (`check_req` holds none past the bound).
-        if outcome.hold > 0 {
-            let _waiting = Waiting::new();
-            tokio::time::sleep(Duration::from_nanos(outcome.hold)).await;
-        }
+        wait_counted(outcome.hold).await;
         return Some(status);
     }
-    if outcome.delay > 0 {
-        let _waiting = Waiting::new();
-        tokio::time::sleep(Duration::from_nanos(outcome.delay)).await;
-    }
+    wait_counted(outcome.delay).await;
     None
+}
+
+/// Waits `ns` nanoseconds (none: at once), counted among the worker's waiting requests
+/// (the bound `check_req` is told of as `may_delay`).
+async fn wait_counted(ns: u64) {
+    if ns > 0 {
+        let _waiting = Waiting::new();
+        tokio::time::sleep(Duration::from_nanos(ns)).await;
+    }
 }

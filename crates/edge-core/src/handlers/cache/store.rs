@@ -345,28 +345,27 @@ mod tests {
     use super::*;
     use std::time::SystemTime;
 
+    /// Runs `f` to completion on a runtime of its own.
+    fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     /// One body write through the `off` backend, to completion.
     fn rt_write(store: &mut Store, data: &[u8]) -> bool {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(store.write(&FileBackend::off(), data))
+        block_on(store.write(&FileBackend::off(), data))
     }
 
     /// One shared-bytes body write through the `off` backend, to completion.
     fn rt_write_bytes(store: &mut Store, data: Bytes) -> bool {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(store.write_bytes(&FileBackend::off(), data))
+        block_on(store.write_bytes(&FileBackend::off(), data))
     }
 
     /// The commit through the `off` backend, to completion.
     fn rt_finish(store: Store) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(store.finish(&FileBackend::off()));
+        block_on(store.finish(&FileBackend::off()));
     }
     use edge_cache::{Cache, CacheConfig, Fill, FillState, Join, ObjectMeta};
 
@@ -547,10 +546,7 @@ mod tests {
         let mut store = publish(Some(writer), Some(handle)).expect("storing");
         let body: Vec<u8> = (0..6000).map(|i| (i % 199) as u8).collect();
         assert!(rt_write(&mut store, &body));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let res = rt.block_on(store.commit(&FileBackend::off()));
+        let res = block_on(store.commit(&FileBackend::off()));
         assert!(matches!(res, Err(None)), "not stored, but in the file");
         let FillState::Done { head, len } = f.state() else {
             panic!("{:?}", f.state())
