@@ -358,6 +358,32 @@ def strace_counts(path):
     return calls
 
 
+class PerfStat:
+    """`perf stat -x, -e EVENTS TARGET -o out` running in the background (root for
+    tracepoints): TARGET is `["-p", "PID,PID"]` (those processes, every thread) or
+    `["-C", "CPUS"]` (everything on those CPUs). Starts, then waits `settle` seconds for
+    perf to attach; `stop()` ends it and returns {event name without its `group:`
+    prefix (`sys_enter`, `hrtimer_start`, `context-switches`): count}."""
+
+    def __init__(self, events, target, out, settle=0.5):
+        self.out = out
+        self.proc = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events)]
+                                     + list(target) + ["-o", out],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(settle)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait()
+        counts = {}
+        with open(self.out) as f:
+            for line in f:
+                parts = line.strip().split(",")
+                if len(parts) > 2 and re.fullmatch(r"[0-9.]+", parts[0]):
+                    counts[parts[2].split(":")[-1]] = float(parts[0])
+        return counts
+
+
 def edgeload_requests(url, requests, connections=1, timeout="300s", extra=()):
     """Sends `requests` requests to `url` with one edgeload thread over `connections`
     connections (`extra` flags before the URL); returns how many it reports answered."""

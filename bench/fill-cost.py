@@ -45,7 +45,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -53,9 +52,9 @@ import sys
 import tempfile
 import time
 
-from benchlib import (BIN, callgrind_ir, edgeload_requests, free_port, group_cpu_s,
-                      group_ctxsw, group_pids, origin_requests, spawn_origin, strace_counts,
-                      wait_port)
+from benchlib import (BIN, PerfStat, callgrind_ir, edgeload_requests, free_port,
+                      group_cpu_s, group_ctxsw, group_pids, origin_requests, spawn_origin,
+                      strace_counts, wait_port)
 
 _spec = importlib.util.spec_from_file_location(
     "hit_cost", os.path.join(os.path.dirname(os.path.abspath(__file__)), "hit-cost.py"))
@@ -111,31 +110,18 @@ def perf_stat_per_miss(p, port, size, n, work, origin_port):
     (strace stops the thread at every syscall, which also makes each one a voluntary
     context switch: `auto`'s write gate then sends every write to the pool, see
     edge_aio::write_gate). Adds context switches per miss (all threads)."""
-    out = os.path.join(work, f"perf-stat-{size}.txt")
     o0 = origin_requests(origin_port)
     events = ["raw_syscalls:sys_enter", "context-switches"] + [
         f"syscalls:sys_enter_{c}" for c in PERF_SYSCALLS]
     pids = ",".join(str(x) for x in group_pids(p.pid))
-    s = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", pids,
-                          "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+    stat = PerfStat(events, ["-p", pids], os.path.join(work, f"perf-stat-{size}.txt"),
+                    settle=1.0)
     done = misses(port, size, n)
     fetched = origin_requests(origin_port) - o0
-    s.send_signal(signal.SIGINT)
-    s.wait()
-    calls, total, switches = {}, 0.0, 0.0
-    with open(out) as f:
-        for line in f:
-            parts = line.strip().split(",")
-            if len(parts) < 3 or not re.fullmatch(r"[0-9.]+", parts[0]):
-                continue
-            name, v = parts[2].split(":")[-1], float(parts[0])
-            if name == "sys_enter":
-                total = v
-            elif name == "context-switches":
-                switches = v
-            else:
-                calls[name.removeprefix("sys_enter_")] = v
+    counts = stat.stop()
+    total = counts.pop("sys_enter", 0.0)
+    switches = counts.pop("context-switches", 0.0)
+    calls = {k.removeprefix("sys_enter_"): v for k, v in counts.items()}
     per = {k: v / done for k, v in calls.items() if v >= done / 20}
     per["(other)"] = max(total - sum(calls.values()), 0) / done
     return per, fetched / max(done, 1), switches / done

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import BIN, ROOT, free_port, wait_port
+from benchlib import BIN, ROOT, PerfStat, free_port, wait_port
 
 _spec = importlib.util.spec_from_file_location("hit_cost", os.path.join(ROOT, "bench", "hit-cost.py"))
 hit_cost = importlib.util.module_from_spec(_spec)
@@ -103,27 +103,14 @@ def one_round(spec, a, origin, counters):
                 edgeload(["-c", "1", "--requests", "100", "--paths", "100", "--sequential",
                           f"http://127.0.0.1:{port}/obj/{s}"])
         load(port, a.size, max(a.requests // 4, 1), work)
-        stat = None
-        if counters:
-            out = os.path.join(work, "perf-stat.txt")
-            stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(COUNTERS), "-p",
-                                     str(p.pid), "-o", out], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
+        stat = (PerfStat(COUNTERS, ["-p", str(p.pid)], os.path.join(work, "perf-stat.txt"))
+                if counters else None)
         c0 = cpu_seconds(p.pid)
         n, elapsed = load(port, a.size, a.requests, work)
         cpu = cpu_seconds(p.pid) - c0
         res = {"cpu_us_per_req": cpu / n * 1e6, "rps": n / elapsed}
         if stat:
-            stat.send_signal(signal.SIGINT)
-            stat.wait()
-            per = {}
-            with open(out) as f:
-                for line in f:
-                    parts = line.strip().split(",")
-                    if len(parts) > 2 and re.fullmatch(r"[0-9.]+", parts[0]):
-                        per[parts[2].split(":")[-1]] = round(float(parts[0]) / n, 3)
-            res["per_request"] = per
+            res["per_request"] = {k: round(v / n, 3) for k, v in stat.stop().items()}
         return res
     finally:
         os.killpg(p.pid, signal.SIGKILL)

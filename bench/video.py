@@ -69,7 +69,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -511,27 +510,15 @@ def hit_phase(s, a, oport, rep, work):
         f"{a.warm_span},{READ},{STEP}", "--json", js,
         f"http://127.0.0.1:{s.port}/obj/{a.size_text}"]
     o0 = origin_stats(oport)["requests"]
-    stat = None
-    if a.counters:
-        stat_out = os.path.join(work, f"perf-stat-{s.kind}-{rep}.txt")
-        stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(COUNTERS), "-C",
-                                 a.cpus_text[0], "-o", stat_out],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+    stat = (benchlib.PerfStat(COUNTERS, ["-C", a.cpus_text[0]],
+                              os.path.join(work, f"perf-stat-{s.kind}-{rep}.txt"))
+            if a.counters else None)
     c0 = s.cpu()
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 60)
     wall = time.time() - t0
     c1 = s.cpu() if s.alive() else None
-    counts = {}
-    if stat:
-        stat.send_signal(signal.SIGINT)
-        stat.wait()
-        with open(stat_out) as f:
-            for line in f:
-                parts = line.strip().split(",")
-                if len(parts) > 2 and re.fullmatch(r"[0-9.]+", parts[0]):
-                    counts[parts[2].split(":")[-1]] = float(parts[0])
+    counts = stat.stop() if stat else {}
     o1 = origin_stats(oport)["requests"]
     row = {"cmd": " ".join(cmd[cmd.index(os.path.join(BIN, "edgeload")):]),
            "wall_s": round(wall, 3), "origin_requests": o1 - o0,
