@@ -162,20 +162,28 @@ def group_pids(pgid):
     return pids
 
 
-def group_cpu_s(pgid):
-    """User + system CPU seconds of every process of the group, all threads, plus what
+def group_cpu_split(pgid):
+    """(user, system) CPU seconds of every process of the group, all threads, plus what
     the children they reaped used (cutime, cstime: a child exiting mid-measure, such as
-    nginx's cache loader, keeps its time in the sum), from /proc/<pid>/stat."""
+    nginx's cache loader, keeps its time in the sum), from /proc/<pid>/stat. System time
+    is the kernel's work on the group's behalf: system calls, and softirq work that ran
+    in its context (a loopback send delivers to the receiving socket there)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    user = system = 0
     for pid in group_pids(pgid):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15])
+            user += int(fields[11]) + int(fields[13])
+            system += int(fields[12]) + int(fields[14])
         except OSError:
             pass
-    return total / tick
+    return user / tick, system / tick
+
+
+def group_cpu_s(pgid):
+    """User + system CPU seconds of the group: see group_cpu_split."""
+    return sum(group_cpu_split(pgid))
 
 
 def group_ctxsw(pgid):

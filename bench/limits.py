@@ -79,7 +79,7 @@ import time
 import urllib.request
 
 import benchlib
-from benchlib import (ROOT, BIN, free_port, wait_port, get_json, group_cpu_s, cpu_busy,
+from benchlib import (ROOT, BIN, free_port, wait_port, get_json, group_cpu_split, cpu_busy,
                       stop_group, origin_requests, med, log_lines)
 
 # EDGEBENCH_EDGECACHE overrides the edgecache binary alone, as for edgebench's own runs.
@@ -272,7 +272,8 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def cpu(self):
-        return group_cpu_s(self.proc.pid)
+        """(user, system) CPU seconds so far."""
+        return group_cpu_split(self.proc.pid)
 
     def workers(self):
         """edgecache: each worker's request count so far (None for nginx)."""
@@ -483,11 +484,14 @@ def measure(plan, phase, s, rep, oport):
     res = run_clients(clients, timeout=plan.a.seconds + 30)
     wall = time.time() - t0
     c1 = s.cpu() if s.alive() else None
+    user = round(c1[0] - c0[0], 3) if c1 is not None else None
+    system = round(c1[1] - c0[1], 3) if c1 is not None else None
     b1 = cpu_busy()
     w1, m1 = s.workers(), s.limit_metrics()
     o1 = origin_requests(oport)
     row = {"phase": phase, "server": s.kind, "rep": rep, "limits": s.limits,
-           "cpu_s": round(c1 - c0, 3) if c1 is not None else None, "wall_s": round(wall, 3),
+           "cpu_s": round(user + system, 3) if c1 is not None else None,
+           "cpu_user_s": user, "cpu_system_s": system, "wall_s": round(wall, 3),
            "cpu_busy_s": {str(c): round(b1[c][0] - b0[c][0], 3) for c in sorted(b1) if c in b0},
            "origin_fetches": o1 - o0, "problems": [], "warnings": []}
     if w0 is not None and w1 is not None and len(w0) == len(w1):
@@ -650,6 +654,12 @@ def per_rep(rows, srv):
         f["cpu_per_reject_us"] = (reject["cpu_s"] * 1e6 / rj["rejected"]
                                   if rj and rj["rejected"] and reject["cpu_s"] is not None
                                   else None)
+        f["reject_kernel_share"] = (reject["cpu_system_s"] / reject["cpu_s"]
+                                    if reject and reject.get("cpu_system_s") is not None
+                                    and reject["cpu_s"] else None)
+        f["cpu_per_reject_kernel_us"] = (
+            reject["cpu_system_s"] * 1e6 / rj["rejected"]
+            if rj and rj["rejected"] and reject.get("cpu_system_s") is not None else None)
         f["reject_vs_hit"] = (f["cpu_per_reject_us"] / f["cpu_per_hit_us"]
                               if f["cpu_per_reject_us"] and f["cpu_per_hit_us"] else None)
         f["server_cores_reject"] = (reject["cpu_s"] / reject["wall_s"]
@@ -667,12 +677,17 @@ def summary(rows):
         s[srv] = {k: spread([f[k] for f in figs[srv]])
                   for k in (figs[srv][0].keys() if figs[srv] else []) if k != "rep"}
         s[srv]["legit_rejected_total"] = sum(f["legit_rejected"] or 0 for f in figs[srv])
-    vs = []
+    vs, floor = [], []
     for f in figs["edgecache"]:
         g = next((x for x in figs["nginx"] if x["rep"] == f["rep"]), None)
         if g and f["cpu_per_reject_us"] and g["cpu_per_reject_us"]:
             vs.append(f["cpu_per_reject_us"] / g["cpu_per_reject_us"])
+            if f["cpu_per_reject_kernel_us"] is not None:
+                floor.append(f["cpu_per_reject_kernel_us"] / g["cpu_per_reject_us"])
     s["reject_edgecache_vs_nginx"] = spread(vs)
+    # What the ratio would be if edgecache's own code cost nothing: its kernel time per
+    # rejection against nginx's whole CPU per rejection.
+    s["reject_kernel_edgecache_vs_nginx"] = spread(floor)
     return figs, s
 
 
@@ -729,7 +744,8 @@ that out. CPU per rejection is the server's CPU time over the reject phase divid
 the requests it rejected there (the few it accepted, 100/s, are in the time too); CPU
 per hit is the same over the hit phase, where nothing is limited. Server CPU counts
 every thread and process of the server and the kernel's work on their behalf (system
-calls; softirq work when it ran in their context). Compare ratios from one run; absolute
+calls; softirq work when it ran in their context), split into user and kernel (system)
+time as /proc reports them, sampled at the clock tick. Compare ratios from one run; absolute
 figures move with the machine and with whatever else runs on it.
 """
 
@@ -790,13 +806,21 @@ def write_report(a, rows, problems, warnings, logs, info, started, limits, limit
         line("CPU per 1 KiB hit, µs", "cpu_per_hit_us", "{:,.2f}")
         line("rejections/s (reject phase)", "reject_rps", "{:,.0f}")
         line("CPU per rejection, µs", "cpu_per_reject_us", "{:,.2f}")
+        line("CPU per rejection in the kernel, µs", "cpu_per_reject_kernel_us", "{:,.2f}")
+        line("kernel share of CPU per rejection", "reject_kernel_share", "{:.0%}")
         line("**CPU per rejection / per hit**", "reject_vs_hit", "{:.2f}")
-        vs = s.get("reject_edgecache_vs_nginx")
-        vs_text = "n/a"
-        if vs:
-            vs_text = f"{vs['median']:.2f}" + (f" ({vs['min']:.2f}–{vs['max']:.2f})"
-                                                if vs["n"] > 1 else "")
-        f.write(f"| **CPU per rejection, edgecache / nginx** | {vs_text} | 1 |\n")
+
+        def ratio_text(key):
+            vs = s.get(key)
+            if not vs:
+                return "n/a"
+            return f"{vs['median']:.2f}" + (f" ({vs['min']:.2f}–{vs['max']:.2f})"
+                                             if vs["n"] > 1 else "")
+        f.write(f"| **CPU per rejection, edgecache / nginx** | "
+                f"{ratio_text('reject_edgecache_vs_nginx')} | 1 |\n")
+        f.write(f"| edgecache's kernel time per rejection / nginx's CPU per rejection "
+                f"(the ratio if edgecache's own code cost nothing) | "
+                f"{ratio_text('reject_kernel_edgecache_vs_nginx')} | – |\n")
         f.write("\nEvery figure: median (min–max) over repetitions; a ratio is taken per "
                 "repetition, then the median.\n\n")
 
