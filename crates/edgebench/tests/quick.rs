@@ -146,6 +146,81 @@ fn a_missing_peer_is_reported_not_fatal() {
     );
 }
 
+/// Two edgecache builds in one run: a row whose `program` names another binary (here a
+/// wrapper that leaves a mark, then runs the same edgecache) runs that binary.
+#[test]
+fn a_row_with_its_own_program_runs_that_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("ran");
+    let wrapper = dir.path().join("other-edgecache");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
+            mark.display(),
+            bin("edgecache").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exp = dir.path().join("two-builds.toml");
+    std::fs::write(
+        &exp,
+        r#"name = "two-builds"
+title = "Two builds"
+repetitions = 1
+duration = "1s"
+[origin]
+args = ["--sizes", "1k", "--count", "10", "--max-age", "3600"]
+[[server]]
+name = "edgecache"
+kind = "edgecache"
+[[server]]
+name = "edgecache other build"
+kind = "edgecache"
+program = "${EDGEBENCH_TEST_OTHER_BUILD}"
+[[workload]]
+name = "1k"
+urls = [{ path = "/obj/1k/{id}", ids = 10 }]
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let edgebench = |env: &[(&str, &std::path::Path)]| {
+        let mut cmd = Command::new(bin("edgebench"));
+        cmd.arg(&exp)
+            .args(["--peers", "none", "--bench-dir", &bench_dir(), "--out"])
+            .arg(&out);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run edgebench")
+    };
+    let o = edgebench(&[("EDGEBENCH_TEST_OTHER_BUILD", &wrapper)]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "edgebench failed:\n{stderr}");
+    let md = std::fs::read_to_string(out.join("two-builds.md")).unwrap();
+    for row in ["| edgecache |", "| edgecache other build |"] {
+        assert!(md.contains(row), "a row {row} in:\n{md}");
+    }
+    let ran = std::fs::read_to_string(&mark).expect("the other build was started");
+    assert!(ran.contains("-c "), "started with its config: {ran}");
+    assert!(
+        md.contains(&format!("(edgecache, `{}`)", wrapper.display())),
+        "the report names the other build's binary:\n{md}"
+    );
+
+    // A program that is not there stops the run before anything starts.
+    let o = edgebench(&[(
+        "EDGEBENCH_TEST_OTHER_BUILD",
+        &dir.path().join("no-such-edgecache"),
+    )]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr.contains("no-such-edgecache not found"), "{stderr}");
+}
+
 #[test]
 fn an_unknown_experiment_is_a_usage_error() {
     let out = tempfile::tempdir().unwrap();

@@ -30,6 +30,7 @@ pub use spec::{
 };
 pub use units::{guess_object_size, parse_duration, parse_size};
 pub use urls::{id_range, zipf_of};
+pub use validate::expand_env;
 
 use std::time::Duration;
 

@@ -207,6 +207,11 @@ pub struct ServerSpec {
     /// edgecache only: a TOML snippet deep-merged over `bench/peers/edgecache.toml`.
     #[serde(default)]
     pub config: Option<String>,
+    /// edgecache only: the binary to run for this row instead of the one `--bin-dir`
+    /// finds (another build, to compare two builds in one run); `$NAME` or `${NAME}`
+    /// takes an environment variable's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// Whether `--quick` keeps this row (when its kind is selected).
     #[serde(default = "yes")]
     pub quick: bool,

@@ -524,3 +524,45 @@ fn path_expansion_is_bounded() {
     }];
     assert!(expand_paths(&g).unwrap_err().contains("more than"));
 }
+
+#[test]
+fn program_names_another_edgecache_build() {
+    let with = |kind: &str, program: &str| {
+        SAMPLE.replacen(
+            "[[server]]\nname = \"edgecache\"\nkind = \"edgecache\"\n",
+            &format!("[[server]]\nname = \"other build\"\nkind = \"{kind}\"\nprogram = \"{program}\"\n[[server]]\nname = \"edgecache\"\nkind = \"edgecache\"\n"),
+            1,
+        )
+    };
+    let e = Experiment::parse(&with("edgecache", "/opt/old/edgecache")).unwrap();
+    assert_eq!(e.servers[0].program.as_deref(), Some("/opt/old/edgecache"));
+    assert_eq!(e.servers[1].program, None);
+    let err = Experiment::parse(&with("nginx", "/usr/sbin/nginx")).unwrap_err();
+    assert!(
+        err.contains("`program` applies to kind = \"edgecache\" only"),
+        "{err}"
+    );
+    let err =
+        Experiment::parse(&with("edgecache", "${EDGEBENCH_TEST_SURELY_UNSET}/e")).unwrap_err();
+    assert!(
+        err.contains("EDGEBENCH_TEST_SURELY_UNSET is not set"),
+        "{err}"
+    );
+}
+
+#[test]
+fn environment_variables_expand() {
+    // PATH and HOME are set wherever tests run; the values are read back the same way.
+    let path = std::env::var("PATH").unwrap();
+    let home = std::env::var("HOME").unwrap();
+    assert_eq!(expand_env("plain/file").unwrap(), "plain/file");
+    assert_eq!(expand_env("$HOME/x").unwrap(), format!("{home}/x"));
+    assert_eq!(
+        expand_env("${HOME}x/$PATH").unwrap(),
+        format!("{home}x/{path}")
+    );
+    assert!(expand_env("a/$/b")
+        .unwrap_err()
+        .contains("without a variable name"));
+    assert!(expand_env("${HOME").unwrap_err().contains("without `}`"));
+}

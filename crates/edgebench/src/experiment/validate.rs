@@ -49,6 +49,15 @@ impl Experiment {
                     s.name
                 ));
             }
+            if let Some(p) = &s.program {
+                if s.kind != ServerKind::Edgecache {
+                    return Err(format!(
+                        "server {:?}: `program` applies to kind = \"edgecache\" only (peers: EDGEBENCH_NGINX etc.)",
+                        s.name
+                    ));
+                }
+                expand_env(p).map_err(|e| format!("server {:?}: program: {e}", s.name))?;
+            }
         }
         if !self.servers.iter().any(|s| s.kind == ServerKind::Edgecache) {
             return Err("an experiment needs at least one server of kind \"edgecache\"".into());
@@ -183,4 +192,38 @@ impl Experiment {
         }
         Ok(())
     }
+}
+
+/// `text` with every `$NAME` and `${NAME}` replaced by that environment variable's
+/// value; an unset variable is an error naming it.
+pub fn expand_env(text: &str) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, tail) = match after.strip_prefix('{') {
+            Some(inner) => {
+                let end = inner
+                    .find('}')
+                    .ok_or_else(|| format!("`${{` without `}}` in {text:?}"))?;
+                (&inner[..end], &inner[end + 1..])
+            }
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            }
+        };
+        if name.is_empty() {
+            return Err(format!("`$` without a variable name in {text:?}"));
+        }
+        let value =
+            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        out.push_str(&value);
+        rest = tail;
+    }
+    out.push_str(rest);
+    Ok(out)
 }

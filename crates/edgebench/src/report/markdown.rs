@@ -204,7 +204,12 @@ pub fn markdown(res: &Results, svg_names: &[(String, String)]) -> String {
             .unwrap_or_default();
         match &s.state {
             ServerState::Ran => {
-                let _ = writeln!(m, "- **{}** ({}){v}", s.name, s.kind.name());
+                let program = s
+                    .program
+                    .as_ref()
+                    .map(|p| format!(", `{p}`"))
+                    .unwrap_or_default();
+                let _ = writeln!(m, "- **{}** ({}{program}){v}", s.name, s.kind.name());
             }
             ServerState::Missing(why) => {
                 let _ = writeln!(m, "- **{}**: not run — {why}", s.name);

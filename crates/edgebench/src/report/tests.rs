@@ -74,6 +74,7 @@ urls = [{ path = "/obj/1k/1" }]
         kind: k,
         state,
         version: None,
+        program: None,
     };
     Results {
         plan,
@@ -278,6 +279,7 @@ min = 0.85
             },
             state: ServerState::Ran,
             version: None,
+            program: None,
         })
         .collect();
     res.probes.clear();

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::bins::{self};
 use crate::cgroup::{self, MemCgroup};
 use crate::error::{Context, Error, Result};
-use crate::experiment::ServerSpec;
+use crate::experiment::{expand_env, ServerSpec};
 use crate::fio::{self};
 use crate::load::LoadGen;
 use crate::machine::{self, Machine};
@@ -73,7 +73,21 @@ fn resolve(opts: &RunOptions) -> Result<(PathBuf, LoadGen, Vec<Found>)> {
     let mut servers = Vec::new();
     for s in &opts.plan.servers {
         let found = match s.kind {
-            ServerKind::Edgecache => Ok(opts.bins.ours("edgecache").map_err(Error::runtime)?),
+            ServerKind::Edgecache => match &s.program {
+                // Another build, named by the experiment: it must exist, like ours.
+                Some(p) => {
+                    let path = PathBuf::from(expand_env(p).map_err(Error::usage)?);
+                    if !path.is_file() {
+                        return Err(Error::runtime(format!(
+                            "server {:?}: program {} not found",
+                            s.name,
+                            path.display()
+                        )));
+                    }
+                    Ok(path)
+                }
+                None => Ok(opts.bins.ours("edgecache").map_err(Error::runtime)?),
+            },
             k => bins::system(k.program()).ok_or_else(|| {
                 format!(
                     "{} not installed ({} not found on PATH or in /usr/sbin); install it with `sudo bench/peers/install.sh` (apt-get install {})",
@@ -129,6 +143,11 @@ pub fn run(opts: &RunOptions) -> Result<Results> {
             kind: s.kind,
             state,
             version,
+            program: s
+                .program
+                .as_ref()
+                .and_then(|_| f.as_ref().ok())
+                .map(|p| p.display().to_string()),
         });
     }
 

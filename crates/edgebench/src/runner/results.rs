@@ -28,6 +28,9 @@ pub struct ServerStatus {
     pub kind: ServerKind,
     pub state: ServerState,
     pub version: Option<String>,
+    /// The binary the experiment named for this row (`program`), when it named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// What a server answered to the first path of a workload after warm-up.

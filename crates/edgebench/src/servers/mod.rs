@@ -78,6 +78,7 @@ pub(crate) mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             config: config.map(str::to_string),
+            program: None,
             quick: true,
         }
     }
