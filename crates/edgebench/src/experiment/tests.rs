@@ -542,12 +542,15 @@ fn program_names_another_edgecache_build() {
         err.contains("`program` applies to kind = \"edgecache\" only"),
         "{err}"
     );
-    let err =
-        Experiment::parse(&with("edgecache", "${EDGEBENCH_TEST_SURELY_UNSET}/e")).unwrap_err();
+    // Variables are read when the run starts (`expand_env`), not when the file parses.
+    let e = Experiment::parse(&with("edgecache", "${EDGEBENCH_TEST_SURELY_UNSET}/e")).unwrap();
+    let err = expand_env(e.servers[0].program.as_deref().unwrap()).unwrap_err();
     assert!(
         err.contains("EDGEBENCH_TEST_SURELY_UNSET is not set"),
         "{err}"
     );
+    let err = Experiment::parse(&with("edgecache", "${BEFORE")).unwrap_err();
+    assert!(err.contains("program: `${` without `}`"), "{err}");
 }
 
 #[test]

@@ -56,7 +56,10 @@ impl Experiment {
                         s.name
                     ));
                 }
-                expand_env(p).map_err(|e| format!("server {:?}: program: {e}", s.name))?;
+                // The variables are read when the run starts: a shipped experiment that
+                // names one parses without it.
+                expand_with(p, |_| Some(String::new()))
+                    .map_err(|e| format!("server {:?}: program: {e}", s.name))?;
             }
         }
         if !self.servers.iter().any(|s| s.kind == ServerKind::Edgecache) {
@@ -197,6 +200,14 @@ impl Experiment {
 /// `text` with every `$NAME` and `${NAME}` replaced by that environment variable's
 /// value; an unset variable is an error naming it.
 pub fn expand_env(text: &str) -> std::result::Result<String, String> {
+    expand_with(text, |name| std::env::var(name).ok())
+}
+
+/// [`expand_env`] with the variables from `lookup`.
+fn expand_with(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> std::result::Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find('$') {
@@ -220,7 +231,7 @@ pub fn expand_env(text: &str) -> std::result::Result<String, String> {
             return Err(format!("`$` without a variable name in {text:?}"));
         }
         let value =
-            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+            lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
         out.push_str(&value);
         rest = tail;
     }

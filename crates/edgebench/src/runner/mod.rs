@@ -76,7 +76,9 @@ fn resolve(opts: &RunOptions) -> Result<(PathBuf, LoadGen, Vec<Found>)> {
             ServerKind::Edgecache => match &s.program {
                 // Another build, named by the experiment: it must exist, like ours.
                 Some(p) => {
-                    let path = PathBuf::from(expand_env(p).map_err(Error::usage)?);
+                    let path = PathBuf::from(expand_env(p).map_err(|e| {
+                        Error::usage(format!("server {:?}: program: {e}", s.name))
+                    })?);
                     if !path.is_file() {
                         return Err(Error::runtime(format!(
                             "server {:?}: program {} not found",
