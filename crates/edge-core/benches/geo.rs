@@ -10,8 +10,7 @@
 //!   clients does) and chained lookups, where each address depends on the previous
 //!   result (latency: no overlap, the worst case);
 //! - the same for 1M IPv6 prefixes (lengths 19-64 under 2000::/3);
-//! - an `allow`/`deny` list of 8 networks and one of 2,000 (a range table).
-//!
+//! - an `allow`/`deny` list of 8 networks and one of 2,000 (a range table);
 //! - the machine's memory latency: one load that depends on the one before, at random
 //!   in 64 MiB (transparent huge pages asked for, as the tables ask), the floor of a
 //!   chained lookup in a table that does not fit the caches. Each lookup is also given
