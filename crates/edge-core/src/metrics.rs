@@ -126,6 +126,15 @@ pub struct WorkerStats {
     pub compress_variants_stored: AtomicU64,
     /// Sliced objects found changed between slices (`slice`): every slice purged.
     pub slice_mismatches: AtomicU64,
+    /// Cache-hit body bytes over `aio.sendfile_max`, by how they left: written from a
+    /// mapping, or sent by sendfile (`http::large_send`).
+    pub large_mapped_bytes: Counter,
+    pub large_sendfile_bytes: Counter,
+    /// `sendfile_max = "auto"`: the method this worker chose (0: measuring both, 1:
+    /// mapped, 2: sendfile) and each one's median CPU per MiB (ns) at that choice.
+    pub large_send_choice: AtomicU64,
+    pub large_send_mapped_ns_per_mib: AtomicU64,
+    pub large_send_sendfile_ns_per_mib: AtomicU64,
     /// Requests by HTTP version, indexed like [`HTTP_VERSIONS`].
     pub http_versions: [Counter; HTTP_VERSIONS.len()],
     /// TLS handshakes and their failures.

@@ -385,3 +385,70 @@ fn a_mapped_body_truncated_under_the_server_is_cut_and_fetched_again() {
         }
     }
 }
+
+#[test]
+fn sendfile_max_auto_measures_both_ways_then_keeps_the_cheaper() {
+    // The default, "auto": large hits alternate between mapped writes and sendfile,
+    // one counted second each (at least 16 MiB of them), until five of each decide;
+    // every body stays byte-exact through the switches.
+    let n = Node::start("", "");
+    let paths: Vec<String> = (1..=4).map(|i| format!("/obj/1m/{}", 20 + i)).collect();
+    let want: Vec<String> = paths
+        .iter()
+        .map(|p| checksum(&get(n.origin, p, &[]).body))
+        .collect();
+    for p in &paths {
+        assert_eq!(get(n.addr, p, &[]).status, 200, "{p}: the fill");
+    }
+    let large = || -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&get_text(n.admin, "/status")).unwrap();
+        v["workers"][0]["large_hits"].clone()
+    };
+    assert_eq!(large()["choice"], "measuring");
+    let mut c = Client::connect(n.addr);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut hits = 0u64;
+    while large()["choice"] == "measuring" {
+        assert!(
+            Instant::now() < deadline,
+            "no choice after {hits} large hits: {}",
+            large()
+        );
+        for _ in 0..32 {
+            let i = (hits % paths.len() as u64) as usize;
+            let r = c.get(&paths[i], &[]);
+            assert_eq!((r.status, status(&r)), (200, "HIT"), "{}", paths[i]);
+            assert_eq!(checksum(&r.body), want[i], "{} (hit {hits})", paths[i]);
+            hits += 1;
+        }
+    }
+    let l = large();
+    assert!(
+        matches!(l["choice"].as_str(), Some("mapped" | "sendfile")),
+        "{l}"
+    );
+    // `threads` sends every body on its pool by sendfile: nothing leaves mapped there.
+    let threads = n.backend() == "threads";
+    for k in [
+        "mapped_bytes",
+        "sendfile_bytes",
+        "mapped_ns_per_mib",
+        "sendfile_ns_per_mib",
+    ] {
+        let want_some = !(threads && k == "mapped_bytes");
+        assert_eq!(l[k].as_u64().unwrap_or(0) > 0, want_some, "{k}: {l}");
+    }
+    let metrics = get_text(n.admin, "/metrics");
+    let methods: &[&str] = if threads {
+        &["sendfile"]
+    } else {
+        &["mapped", "sendfile"]
+    };
+    for method in methods {
+        let series = format!("edgecache_large_hit_bytes_total{{method=\"{method}\"}}");
+        assert!(
+            common::metric_in(&metrics, &series).unwrap_or(0) >= 16 << 20,
+            "{series} in:\n{metrics}"
+        );
+    }
+}

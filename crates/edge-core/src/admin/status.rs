@@ -104,6 +104,17 @@ pub(super) fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "reclaimed": w.reclaimed.load(Relaxed),
                 "requests": w.requests.load(Relaxed),
                 "slice_mismatches": w.slice_mismatches.load(Relaxed),
+                "large_hits": {
+                    "mapped_bytes": w.large_mapped_bytes.load(Relaxed),
+                    "sendfile_bytes": w.large_sendfile_bytes.load(Relaxed),
+                    "choice": match w.large_send_choice.load(Relaxed) {
+                        1 => "mapped",
+                        2 => "sendfile",
+                        _ => "measuring",
+                    },
+                    "mapped_ns_per_mib": w.large_send_mapped_ns_per_mib.load(Relaxed),
+                    "sendfile_ns_per_mib": w.large_send_sendfile_ns_per_mib.load(Relaxed),
+                },
                 "memory_cache": {
                     "hits": w.local.mem_hits.load(Relaxed),
                     "misses": w.local.mem_misses.load(Relaxed),

@@ -61,9 +61,10 @@ pub struct Aio {
     pub sendfile: bool,
     /// The largest cache-hit body (or range) sent by sendfile; larger ones are written
     /// from a mapping of the file in one write (`http/mapped.rs`). `"off"`: always
-    /// sendfile.
-    #[serde(default = "default_sendfile_max")]
-    pub sendfile_max: SizeOrOff,
+    /// sendfile. `"auto"` (the default): 448 KiB, and over it each worker uses
+    /// whichever of the two it measures cheaper (`http/large_send.rs`).
+    #[serde(default)]
+    pub sendfile_max: SendfileMax,
     /// `auto`: buffered writes (fill bodies, cache commits) run on the loop while the
     /// kernel is far from throttling writers and no such write has slept lately
     /// (`edge_aio::write_gate`); false: all of them on the pool.
@@ -75,8 +76,54 @@ pub struct Aio {
 fn default_directio() -> SizeOrOff {
     SizeOrOff(Some(4 << 20))
 }
-fn default_sendfile_max() -> SizeOrOff {
-    SizeOrOff(Some(448 << 10))
+/// `aio.sendfile_max`: the size over which a cache-hit body may leave from a mapping,
+/// and whether each worker chooses between the two by measuring (`"auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendfileMax {
+    /// None: always sendfile (`"off"`).
+    pub size: Option<u64>,
+    /// `"auto"`: over `size`, mapped or sendfile, whichever this worker measures cheaper.
+    pub adaptive: bool,
+}
+
+/// The size `"auto"` chooses over: below about 448 KiB there is little pacing to
+/// avoid and sendfile's zero copy wins on every host measured (`http/mapped.rs`).
+pub const SENDFILE_MAX_AUTO: u64 = 448 << 10;
+
+impl Default for SendfileMax {
+    fn default() -> Self {
+        SendfileMax {
+            size: Some(SENDFILE_MAX_AUTO),
+            adaptive: true,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SendfileMax {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(i64),
+        }
+        let fixed = |size: SizeOrOff| SendfileMax {
+            size: size.0,
+            adaptive: false,
+        };
+        match Raw::deserialize(d)? {
+            Raw::Text(t) if t == "auto" => Ok(SendfileMax::default()),
+            Raw::Text(t) => {
+                SizeOrOff::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&t))
+                    .map(fixed)
+                    .map_err(|e: D::Error| serde::de::Error::custom(format!("{e} (or \"auto\")")))
+            }
+            Raw::Number(n) => {
+                SizeOrOff::deserialize(serde::de::value::I64Deserializer::<D::Error>::new(n))
+                    .map(fixed)
+            }
+        }
+    }
 }
 impl Default for Aio {
     fn default() -> Self {
@@ -84,7 +131,7 @@ impl Default for Aio {
             mode: AioMode::Auto,
             directio: default_directio(),
             sendfile: true,
-            sendfile_max: default_sendfile_max(),
+            sendfile_max: SendfileMax::default(),
             inline_writes: true,
             thread_pool: ThreadPool::default(),
         }

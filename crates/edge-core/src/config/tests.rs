@@ -566,14 +566,25 @@ fn one_default_server_per_listen_addr() {
 
 #[test]
 fn aio_sendfile_max_defaults_parses_and_reports_bad_values() {
+    use super::SendfileMax;
+    let sm = |size, adaptive| SendfileMax { size, adaptive };
+    // Default: "auto", 448 KiB and measured per worker.
     let cfg = parse("t.toml", MIN).unwrap();
-    assert_eq!(cfg.aio.sendfile_max.0, Some(448 << 10));
+    assert_eq!(cfg.aio.sendfile_max, sm(Some(448 << 10), true));
+    let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = \"auto\"\n")).unwrap();
+    assert_eq!(cfg.aio.sendfile_max, sm(Some(448 << 10), true));
     let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = \"off\"\n")).unwrap();
-    assert_eq!(cfg.aio.sendfile_max.0, None);
+    assert_eq!(cfg.aio.sendfile_max, sm(None, false));
     let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = \"1m\"\n")).unwrap();
-    assert_eq!(cfg.aio.sendfile_max.0, Some(1 << 20));
+    assert_eq!(cfg.aio.sendfile_max, sm(Some(1 << 20), false));
+    let cfg = parse("t.toml", &format!("{MIN}[aio]\nsendfile_max = 65536\n")).unwrap();
+    assert_eq!(cfg.aio.sendfile_max, sm(Some(65536), false));
+    for bad in ["\"big\"", "-1", "true"] {
+        let e = err(&format!("{MIN}[aio]\nsendfile_max = {bad}\n"));
+        assert_eq!((e.line, e.key.as_str()), (4, "aio.sendfile_max"), "{e}");
+    }
     let e = err(&format!("{MIN}[aio]\nsendfile_max = \"big\"\n"));
-    assert_eq!((e.line, e.key.as_str()), (4, "aio.sendfile_max"), "{e}");
+    assert!(e.to_string().contains("\"auto\""), "{e}");
 }
 
 #[test]

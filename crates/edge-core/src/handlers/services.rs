@@ -5,6 +5,7 @@ use crate::metrics::{Metrics, WorkerStats};
 use crate::state::LocalSettings;
 use crate::upstream::UpstreamPool;
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// What a worker lends its handlers: its counters, its upstream keep-alive pool and its
@@ -28,6 +29,8 @@ pub struct Services {
     /// Mappings of large object bodies, kept beside the open-file cache (see
     /// [`crate::http::mapped`]). Borrowed only between awaits.
     pub maps: RefCell<crate::http::mapped::MapCache>,
+    /// `aio.sendfile_max = "auto"`: how this worker sends bodies over it, by measure.
+    pub large_send: crate::http::large_send::Chooser,
 }
 
 /// Largest scratch buffer kept between responses.
@@ -86,6 +89,43 @@ impl Services {
             c.flush_touches(&self.local);
         }
         self.publish_local();
+        if shared.send.adaptive {
+            self.tick_large_send();
+        }
+    }
+
+    /// Closes [`Services::large_send`]'s window; publishes and logs a new choice.
+    fn tick_large_send(&self) {
+        use crate::http::large_send::{thread_cpu_ns, Method};
+        let Some(d) = self
+            .large_send
+            .tick(std::time::Instant::now(), thread_cpu_ns())
+        else {
+            let st = self.stats();
+            if self.large_send.exploring() {
+                st.large_send_choice.store(0, Relaxed);
+            }
+            return;
+        };
+        let st = self.stats();
+        let code = match d.method {
+            Method::Mapped => 1,
+            Method::Sendfile => 2,
+        };
+        st.large_send_choice.store(code, Relaxed);
+        st.large_send_mapped_ns_per_mib
+            .store(d.mapped_ns_per_mib as u64, Relaxed);
+        st.large_send_sendfile_ns_per_mib
+            .store(d.sendfile_ns_per_mib as u64, Relaxed);
+        tracing::info!(
+            worker = self.id,
+            "large cache hits (over aio.sendfile_max) go by {} here: {:.0} us of this worker's CPU per MiB written from a mapping, {:.0} by sendfile (medians of {} one-second windows each); measured again in {} s",
+            d.method.name(),
+            d.mapped_ns_per_mib / 1e3,
+            d.sendfile_ns_per_mib / 1e3,
+            crate::http::large_send::SAMPLES,
+            crate::http::large_send::EXPLOIT.as_secs()
+        );
     }
 
     /// What a relay needs to compress for a location with this policy.

@@ -8,8 +8,10 @@
 //! leaves in a burst (about 2 timers) and costs about half the CPU, although it is a
 //! copy (`docs/results/large-hits.md`, which also lists what did not help). Up to about 448 KiB there is little pacing to avoid
 //! and `sendfile`'s zero copy wins (256 KiB: half the CPU of the mapped write), at
-//! 512 KiB the write wins (0.56x): `aio.sendfile_max` (default `"448k"`) is the
-//! switch-over.
+//! 512 KiB the write wins (0.56x): `aio.sendfile_max` is the switch-over (448 KiB
+//! under the default `"auto"`). That was one host; on another, whose memory is slow,
+//! sendfile costs less than the copy even at 1 MiB, so under `"auto"` each worker
+//! measures both and keeps the cheaper ([`super::large_send`]).
 //!
 //! The mapping is made once per object and kept while the object is hit ([`MapCache`],
 //! one per worker, bounded and swept like the open-file cache it sits beside): a fresh

@@ -20,6 +20,7 @@ pub mod h3fields;
 pub mod h3stream;
 pub mod head;
 pub mod idle;
+pub mod large_send;
 pub mod mapped;
 pub mod node;
 pub mod respond;

@@ -54,6 +54,9 @@ pub struct SendPolicy {
     /// Cache-hit bodies (or ranges) larger than this that would go by sendfile are
     /// written from a mapping of the file instead ([`super::mapped`]).
     pub sendfile_max: Option<u64>,
+    /// `sendfile_max = "auto"`: over `sendfile_max`, each worker writes from a mapping
+    /// or sends by sendfile, whichever it measures cheaper ([`super::large_send`]).
+    pub adaptive: bool,
 }
 
 impl SendPolicy {

@@ -192,6 +192,12 @@ impl Metrics {
         .labelled(&[("source", &"cache")], self.sum(|w| &w.cache_bytes_hit))
         .labelled(&[("source", &"origin")], self.sum(|w| &w.cache_bytes_origin));
         p.counter(
+            "edgecache_large_hit_bytes_total",
+            "Cache-hit body bytes over aio.sendfile_max, by how they left: written from a mapping of the file, or by sendfile.",
+        )
+        .labelled(&[("method", &"mapped")], self.sum(|w| &w.large_mapped_bytes))
+        .labelled(&[("method", &"sendfile")], self.sum(|w| &w.large_sendfile_bytes));
+        p.counter(
             "edgecache_slice_mismatches_total",
             "Sliced objects whose slices disagreed (ETag, Last-Modified or length): every slice purged, never served mixed.",
         )

@@ -95,6 +95,7 @@ async fn run(spec: WorkerSpec) {
             scratch: RefCell::new(Vec::new()),
             compress: crate::compress::Compressor::new(spec.compress.clone()),
             maps: RefCell::new(Default::default()),
+            large_send: Default::default(),
         }),
         access_log: Rc::new(RefCell::new(LogBuffers::default())),
         snapshot: RefCell::new(Rc::new(spec.shared.load_full())),

@@ -261,7 +261,8 @@ impl Shared {
             send: SendPolicy {
                 sendfile: cfg.aio.sendfile,
                 directio: cfg.aio.directio.0,
-                sendfile_max: cfg.aio.sendfile_max.0,
+                sendfile_max: cfg.aio.sendfile_max.size,
+                adaptive: cfg.aio.sendfile_max.adaptive,
             },
             generation,
             local: LocalSettings::from_config(cfg),

@@ -21,6 +21,7 @@ use super::head::{
 };
 use crate::http::conn::Conn;
 use crate::http::exchange::{BodyLen, Exchange, ExchangeError};
+use crate::http::large_send::Method;
 use crate::http::mapped::{is_file_fault, write_mapped};
 use crate::http::respond::bodiless;
 use crate::http::send::send_file_range;
@@ -321,11 +322,20 @@ pub(super) async fn send_part(
         ctx.w.give_buf(head);
         return Ok(n);
     }
-    if ctx.shared.send.maps(entry.body_len, n.max(response_len)) && conn.io.is_tcp() {
-        if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
-            ctx.w.give_buf(head);
-            return sent;
+    let policy = &ctx.shared.send;
+    if policy.maps(entry.body_len, n.max(response_len)) && conn.io.is_tcp() {
+        // Over `sendfile_max`: from a mapping, unless "auto" measured sendfile cheaper
+        // on this worker (`http::large_send`).
+        let large = &ctx.w.large_send;
+        large.sent(n);
+        if !policy.adaptive || large.method() == Method::Mapped {
+            if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
+                ctx.w.stats().large_mapped_bytes.add(n);
+                ctx.w.give_buf(head);
+                return sent;
+            }
         }
+        ctx.w.stats().large_sendfile_bytes.add(n);
     }
     // The head leaves on its own, pushed at once, before the body's sendfile (as nginx
     // does without `tcp_nopush`). Holding it with MSG_MORE to share the body's first
