@@ -15,6 +15,7 @@
 
 use crate::config::{CompressPool, Location};
 use crate::metrics::WorkerStats;
+use crate::rt::thread_cpu_ns;
 pub use edge_compress::{Accepted, Choice, Coding, Encoded, Levels, Policy};
 use edge_compress::{Decoder, Encoder};
 use std::cell::RefCell;
@@ -504,18 +505,6 @@ fn decode_all_of(d: &mut Decoder, data: &[u8], out: &mut Vec<u8>) -> io::Result<
         }
     }
     Ok(())
-}
-
-/// CPU time of the calling thread, in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing
-    // else and cannot fail on Linux (on error `ts` stays zero, which only undercounts).
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
 /// The head of a transformed response, from the headers it would have had: framing

@@ -96,7 +96,8 @@ impl Services {
 
     /// Closes [`Services::large_send`]'s window; publishes and logs a new choice.
     fn tick_large_send(&self) {
-        use crate::http::large_send::{thread_cpu_ns, Method};
+        use crate::http::large_send::Method;
+        use crate::rt::thread_cpu_ns;
         let Some(d) = self
             .large_send
             .tick(std::time::Instant::now(), thread_cpu_ns())

@@ -327,7 +327,9 @@ pub(super) async fn send_part(
         // Over `sendfile_max`: from a mapping, unless "auto" measured sendfile cheaper
         // on this worker (`http::large_send`).
         let large = &ctx.w.large_send;
-        large.sent(n);
+        if policy.adaptive {
+            large.sent(n);
+        }
         if !policy.adaptive || large.method() == Method::Mapped {
             if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
                 ctx.w.stats().large_mapped_bytes.add(n);
