@@ -268,6 +268,17 @@ class Server:
     def log_lines(self):
         return log_lines(self.dir)
 
+    def large_hits(self):
+        """edgecache: each worker's `large_hits` of /status (how bodies over
+        `aio.sendfile_max` left, and under "auto" the way it chose); None for nginx."""
+        if not self.admin:
+            return None
+        try:
+            st = get_json(self.admin, "/status", timeout=5)
+        except (OSError, ValueError):
+            return None
+        return [w["large_hits"] for w in st.get("workers", []) if "large_hits" in w] or None
+
     def slice_metrics(self):
         """edgecache: every /metrics series whose name mentions slices (None for nginx)."""
         if not self.admin:
@@ -566,6 +577,9 @@ def run_server(s, a, oport, rep, work):
                                    f"{row['miss']['error_samples'][:3]}")
         row["problems"] += warm_up(s, a)
         row["hit"] = hit_phase(s, a, oport, rep, work)
+        lh = s.large_hits()
+        if lh:
+            row["large_hits"] = lh
         row["problems"] += [f"hit: {p}" for p in row["hit"]["problems"]]
         if not s.alive():
             row["problems"].append(f"{s.kind} exited during the run")
@@ -780,6 +794,15 @@ def write_report(a, rows, problems, info, started):
                     + "; ".join(f"rep {r['rep']}: " + ", ".join(
                         f"`{k}` {v:+,.0f}" for k, v in sorted(r["slice_metrics"].items())
                         if v) for r in sm) + ".\n")
+        lh = [r for r in rows if r.get("large_hits")]
+        if lh:
+            f.write("\nedgecache's large hits after the hit phase (/status `large_hits`, per "
+                    "worker: the way `sendfile_max = \"auto\"` chose, `measuring` while it "
+                    "still measures; MiB sent each way since the start): " + "; ".join(
+                        f"rep {r['rep']}: " + ", ".join(
+                            f"{w['choice']} ({w['mapped_bytes'] / 2**20:,.0f} MiB mapped, "
+                            f"{w['sendfile_bytes'] / 2**20:,.0f} MiB by sendfile)"
+                            for w in r["large_hits"]) for r in lh) + ".\n")
         f.write("\n## How to read this\n\n" + " ".join(HOW_TO_READ.split()) + "\n\n")
         f.write("## Errors\n\n")
         f.write("".join(f"- {p}\n" for p in problems) if problems else
