@@ -116,7 +116,11 @@ impl<'de> Deserialize<'de> for SendfileMax {
             Raw::Text(t) => {
                 SizeOrOff::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&t))
                     .map(fixed)
-                    .map_err(|e: D::Error| serde::de::Error::custom(format!("{e} (or \"auto\")")))
+                    .map_err(|e: D::Error| {
+                        // The inner error's text may end in a line break.
+                        let e = e.to_string();
+                        serde::de::Error::custom(format!("{} (or \"auto\")", e.trim_end()))
+                    })
             }
             Raw::Number(n) => {
                 SizeOrOff::deserialize(serde::de::value::I64Deserializer::<D::Error>::new(n))
