@@ -45,9 +45,7 @@ pub use load::{
 };
 pub use logs::{AccessLog, ErrorLog, LogEscape, LogFormatCfg, LogLevel};
 pub use memory::MemSize;
-pub use pools::{
-    Aio, AioMode, CompressPool, PoolPriority, QueueKind, SendfileMax, ThreadPool, SENDFILE_MAX_AUTO,
-};
+pub use pools::{Aio, AioMode, CompressPool, PoolPriority, QueueKind, SendfileMax, ThreadPool};
 pub use routing::{
     CacheKeyArgs, Condition, Location, MapCfg, MapEntry, RangeFetch, Return, RewriteCfg,
     RewriteFlag, ServerCfg, UseStale, MAX_BURN_US,

@@ -88,7 +88,7 @@ pub struct SendfileMax {
 
 /// The size `"auto"` chooses over: below about 448 KiB there is little pacing to
 /// avoid and sendfile's zero copy wins on every host measured (`http/mapped.rs`).
-pub const SENDFILE_MAX_AUTO: u64 = 448 << 10;
+const SENDFILE_MAX_AUTO: u64 = 448 << 10;
 
 impl Default for SendfileMax {
     fn default() -> Self {

@@ -81,7 +81,6 @@ pub struct Chooser {
     last_cpu: Cell<Option<u64>>,
     /// While exploring: ns of CPU per MiB, per method (indexed by [`Method::index`]).
     samples: RefCell<[Vec<f64>; 2]>,
-    last: Cell<Option<Decision>>,
 }
 
 impl Default for Chooser {
@@ -92,7 +91,6 @@ impl Default for Chooser {
             bytes: Cell::new(0),
             last_cpu: Cell::new(None),
             samples: RefCell::new([Vec::new(), Vec::new()]),
-            last: Cell::new(None),
         }
     }
 }
@@ -111,11 +109,6 @@ impl Chooser {
     /// Whether both methods are being measured now.
     pub fn exploring(&self) -> bool {
         self.holds_until.get().is_none()
-    }
-
-    /// The last choice and what it rested on (None before the first).
-    pub fn last_decision(&self) -> Option<Decision> {
-        self.last.get()
     }
 
     /// Closes a window: called once a second with the time and the worker thread's CPU
@@ -155,13 +148,11 @@ impl Chooser {
         };
         self.method.set(method);
         self.holds_until.set(Some(now + EXPLOIT));
-        let d = Decision {
+        Some(Decision {
             method,
             mapped_ns_per_mib: mapped,
             sendfile_ns_per_mib: sendfile,
-        };
-        self.last.set(Some(d));
-        Some(d)
+        })
     }
 }
 
@@ -241,7 +232,6 @@ mod tests {
             );
             assert!(seen[10..].iter().all(|&m| m == want), "{seen:?}");
             assert!(!c.exploring());
-            assert_eq!(c.last_decision(), Some(d[0].1));
         }
     }
 
