@@ -6,7 +6,10 @@
 //! the loop: it copies what is cached and returns EAGAIN instead of waiting for the
 //! disk. A warm read therefore costs exactly one syscall, as with `aio = off`. Only on
 //! EAGAIN (or a filesystem without NOWAIT support, EOPNOTSUPP) does the read, or its
-//! uncached remainder, go to the pool.
+//! uncached remainder, go to the pool. tmpfs and ramfs refuse RWF_NOWAIT but keep their
+//! files in memory, so there a refused read runs on the loop without the flag
+//! (`sys::memory_backed`, one `fstatfs`): a cache on tmpfs would otherwise send every
+//! hit through a pool thread.
 //!
 //! Why the pool and not io_uring: io_uring already tries a buffered read without
 //! blocking before punting it to its own workers, so `io_uring` mode has this property
@@ -75,17 +78,17 @@ unsafe fn open_cached(path: *const c_char, flags: i32) -> i64 {
     sys::ret_or_errno(r)
 }
 
-/// `preadv2(fd, [buf, len], off, RWF_NOWAIT)`: result or `-errno`.
+/// `preadv2(fd, [buf, len], off, flags)`: result or `-errno`.
 ///
 /// # Safety
 /// `buf` must be valid for writes of `len` bytes across the call.
-unsafe fn read_nowait(fd: RawFd, buf: *mut u8, len: usize, off: u64) -> i64 {
+unsafe fn read_flags(fd: RawFd, buf: *mut u8, len: usize, off: u64, flags: i32) -> i64 {
     let iov = libc::iovec {
         iov_base: buf.cast(),
         iov_len: len.min(MAX_RW),
     };
     // SAFETY: one iovec describing memory valid per the caller.
-    let r = unsafe { libc::preadv2(fd, &iov, 1, off as i64, libc::RWF_NOWAIT) };
+    let r = unsafe { libc::preadv2(fd, &iov, 1, off as i64, flags) };
     sys::ret_or_errno(r as i64)
 }
 
@@ -177,15 +180,29 @@ impl AutoEngine {
         }
     }
 
-    /// RWF_NOWAIT first; what is not cached goes to the pool.
+    /// RWF_NOWAIT first; what is not cached goes to the pool. A file in memory (tmpfs,
+    /// ramfs: they refuse RWF_NOWAIT) is read on the loop, as a cached one.
     async fn read(&self, fd: RawFd, buf: *mut u8, len: usize, off: u64, keep: Keep) -> (i64, Keep) {
         let stats = self.pool.stats();
         let len = len.min(MAX_RW);
         let mut got = 0usize;
+        let mut flags = libc::RWF_NOWAIT;
         let err = loop {
             // SAFETY: `buf` has room for `len` bytes (the typed layer reserved them in
             // the buffer held by `keep`, alive in this frame) and `got < len`.
-            let r = unsafe { read_nowait(fd, buf.wrapping_add(got), len - got, off + got as u64) };
+            let r = unsafe {
+                read_flags(
+                    fd,
+                    buf.wrapping_add(got),
+                    len - got,
+                    off + got as u64,
+                    flags,
+                )
+            };
+            if r == -(libc::EOPNOTSUPP as i64) && flags != 0 && sys::memory_backed(fd) {
+                flags = 0;
+                continue;
+            }
             if r > 0 {
                 got += r as usize;
                 if got < len {

@@ -30,16 +30,26 @@ fn read_inline(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<
     sys::to_result(sys::ret_or_errno(r as i64))
 }
 
+/// `RWF_NOWAIT` refused (EOPNOTSUPP) by a file that lives in memory (tmpfs, ramfs),
+/// whose reads never wait for a device: read it on the loop, as a cached one.
+fn refused_in_memory(e: &io::Error, file: &File) -> bool {
+    e.raw_os_error() == Some(libc::EOPNOTSUPP) && sys::memory_backed(file.as_raw_fd())
+}
+
 impl Engine {
     /// Whether the byte at `offset` of `file` is in the page cache: a one-byte
     /// `preadv2(RWF_NOWAIT)`. The server asks this of the last byte of a range before
     /// `sendfile(2)`ing it on the loop (pages are cached and evicted mostly in file
     /// order, so a cached last page says the range is very likely cached); a range that
     /// is not goes through [`Engine::read_exact_at_file`] instead. False on kernels
-    /// without RWF_NOWAIT.
+    /// without RWF_NOWAIT; true for a file in memory (tmpfs, ramfs).
     pub fn is_cached(&self, file: &File, offset: u64) -> bool {
         let mut b = [0u8; 1];
-        matches!(read_inline(file, &mut b, offset, libc::RWF_NOWAIT), Ok(1))
+        match read_inline(file, &mut b, offset, libc::RWF_NOWAIT) {
+            Ok(n) => n == 1,
+            // tmpfs and ramfs refuse RWF_NOWAIT; their pages are memory.
+            Err(e) => refused_in_memory(&e, file),
+        }
     }
 
     /// Sends up to `len` bytes of `file` from `offset` to the socket `sock` with
@@ -92,7 +102,8 @@ impl Engine {
             Mode::Threads | Mode::IoUring => None,
         };
         let mut got = 0usize;
-        if let Some(flags) = inline_flags {
+        if let Some(mut flags) = inline_flags {
+            let nowait = flags != 0;
             let t0 = Instant::now();
             buf.resize(start + len, 0);
             let res = loop {
@@ -108,6 +119,7 @@ impl Engine {
                     }
                     Ok(n) => got += n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if flags != 0 && refused_in_memory(&e, file) => flags = 0,
                     Err(e) => break Err(e),
                 }
             };
@@ -122,7 +134,7 @@ impl Engine {
                     .map(|_| got)
                     .map_err(|e| io::Error::from(e.kind()));
                 self.stats.read_done(&counted, t0.elapsed());
-                if flags != 0 {
+                if nowait {
                     self.stats.inline_hit();
                 }
                 return (res, buf);

@@ -172,6 +172,23 @@ pub(crate) fn to_result(res: i64) -> io::Result<usize> {
     }
 }
 
+/// Whether `fd`'s file lives in memory (tmpfs, ramfs): its reads never wait for a
+/// device (only for swap), so they may run on the loop although such filesystems
+/// refuse `RWF_NOWAIT` (EOPNOTSUPP). One `fstatfs(2)`; false when that fails.
+pub(crate) fn memory_backed(fd: RawFd) -> bool {
+    // SAFETY: `statfs` is plain data, for which all-zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: writes one `statfs` into a live local; `fd` is the caller's open fd.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// `f_type` of tmpfs and of ramfs (linux/magic.h).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
 /// An owned NUL-terminated path, addressed by raw pointer (see the module doc).
 pub(crate) struct CPath(NonNull<c_char>);
 

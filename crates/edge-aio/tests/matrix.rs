@@ -403,6 +403,45 @@ fn auto_warm_reads_are_inline() {
     });
 }
 
+/// tmpfs refuses RWF_NOWAIT (EOPNOTSUPP), but its pages are memory: `auto` reads a file
+/// there on the loop (owned and borrowed reads, and `is_cached`), never on the pool. A
+/// cache kept on tmpfs would otherwise send every hit through a pool thread.
+#[test]
+fn auto_reads_files_in_memory_inline() {
+    let shm = std::path::Path::new("/dev/shm");
+    // SAFETY: `statfs` is plain data, for which all-zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated literal path; writes one `statfs` into a live local.
+    let rc = unsafe { libc::statfs(c"/dev/shm".as_ptr(), &mut st) };
+    if rc != 0 || st.f_type != 0x0102_1994 {
+        eprintln!("no tmpfs at /dev/shm: nothing to test");
+        return;
+    }
+    run(Backend::Auto, |e| async move {
+        let data = pattern(256 * 1024);
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &data).unwrap();
+        let std_f = std::fs::File::open(&path).unwrap();
+        let f = e.open(&path, &OpenOptions::new()).await.unwrap();
+        let before = e.stats().snapshot();
+        for i in 0..8u64 {
+            let (r, buf) = e.read_at(&f, i * 32768, 32768, Vec::new()).await;
+            assert_eq!(r.unwrap(), 32768);
+            assert_eq!(buf, &data[(i * 32768) as usize..][..32768]);
+        }
+        let (r, buf) = e
+            .read_exact_at_file(&std_f, 1000, 200_000, Vec::new())
+            .await;
+        r.unwrap();
+        assert_eq!(buf, &data[1000..201_000]);
+        assert!(e.is_cached(&std_f, 255 * 1024));
+        let s = e.stats().snapshot();
+        assert_eq!(s.inline_hits - before.inline_hits, 9);
+        assert_eq!(s.handoffs, before.handoffs, "nothing went to the pool");
+    });
+}
+
 /// After the pages are evicted, RWF_NOWAIT says EAGAIN and the read goes to the pool;
 /// the pool's read brings the pages back, so the next read is inline again.
 #[test]
