@@ -26,9 +26,11 @@ gate: under strace every write goes to the pool).
 
 `--cpu [--rounds 3] [--perf DIR]`: no strace; every thread of the server pinned to CPU 0,
 this script and edgeload to CPU 1 (the origin unpinned). Per miss over N misses after
-N/4 warm ones: the server's CPU time (user + system, all its threads, /proc) and
-its threads' context switches (voluntary + involuntary); the servers take turns,
-`--rounds` times, and the median (min-max) is printed. With `--perf DIR`, the first
+N/4 warm ones: the server's CPU time (user + system, all its threads, /proc), split
+into user and kernel time, and its threads' context switches (voluntary + involuntary);
+the servers take turns, `--rounds` times, and the median (min-max) is printed, then
+per-round ratios to nginx: CPU per miss, and edgecache's kernel time alone against
+nginx's whole CPU (the floor no user-space change goes under). With `--perf DIR`, the first
 round runs `perf record -e cpu-clock -g -C 0` around each measurement into
 DIR/<server>-<size>.data and prints where CPU 0's samples went by thread name (pool
 threads summed) and object (kernel, binary, libc).
@@ -53,7 +55,7 @@ import tempfile
 import time
 
 from benchlib import (BIN, PerfStat, callgrind_ir, edgeload_requests, free_port,
-                      group_cpu_s, group_ctxsw, group_pids, origin_requests, spawn_origin,
+                      group_cpu_split, group_ctxsw, group_pids, origin_requests, spawn_origin,
                       strace_counts, wait_port)
 
 _spec = importlib.util.spec_from_file_location(
@@ -143,15 +145,17 @@ def cpu_per_miss(p, port, size, n, perf_out):
                                 "-o", perf_out], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         time.sleep(1.0)
-    cpu0, sw0 = group_cpu_s(p.pid), group_ctxsw(p.pid)
+    (u0, k0), sw0 = group_cpu_split(p.pid), group_ctxsw(p.pid)
     t0 = time.monotonic()
     done = misses(port, size, n)
     wall = time.monotonic() - t0
-    cpu, sw = group_cpu_s(p.pid) - cpu0, group_ctxsw(p.pid) - sw0
+    (u1, k1), sw = group_cpu_split(p.pid), group_ctxsw(p.pid) - sw0
     if rec:
         rec.send_signal(signal.SIGINT)
         rec.wait()
-    return {"cpu_us": cpu / done * 1e6, "ctxsw": sw / done, "req_s": done / wall}
+    user, kernel = u1 - u0, k1 - k0
+    return {"cpu_us": (user + kernel) / done * 1e6, "user_us": user / done * 1e6,
+            "kernel_us": kernel / done * 1e6, "ctxsw": sw / done, "req_s": done / wall}
 
 
 def perf_split(path):
@@ -213,15 +217,35 @@ def cpu_main(a, servers, origin_port):
                 if perf_out:
                     for k, v in list(perf_split(perf_out).items())[:8]:
                         print(f"    {v:6.2f}%  {k}")
-    print("\n| size | server | CPU us/miss | context switches/miss | req/s |")
-    print("|---|---|---|---|---|")
+    print("\n| size | server | CPU us/miss | user us | kernel us | context switches/miss "
+          "| req/s |")
+    print("|---|---|---|---|---|---|---|")
     for size, rs in results.items():
         for name, runs in rs.items():
             cols = []
-            for k, fmt in (("cpu_us", "{:.0f}"), ("ctxsw", "{:.2f}"), ("req_s", "{:.0f}")):
+            for k, fmt in (("cpu_us", "{:.0f}"), ("user_us", "{:.0f}"), ("kernel_us", "{:.0f}"),
+                           ("ctxsw", "{:.2f}"), ("req_s", "{:.0f}")):
                 m, lo, hi = median_span([r[k] for r in runs])
                 cols.append(f"{fmt.format(m)} ({fmt.format(lo)}-{fmt.format(hi)})")
             print(f"| {size} | {name} | " + " | ".join(cols) + " |")
+    # Paired per round (the servers took turns): CPU per miss against nginx's, and the
+    # kernel's share alone against nginx's whole (what no user-space change can go under).
+    print("\n| size | server | CPU / nginx's | kernel alone / nginx's CPU | nginx's kernel "
+          "/ its CPU |")
+    print("|---|---|---|---|---|")
+    for size, rs in results.items():
+        ng = rs.get("nginx")
+        if not ng:
+            continue
+        share = median_span([r["kernel_us"] / r["cpu_us"] for r in ng])
+        for name, runs in rs.items():
+            if name == "nginx":
+                continue
+            pairs = list(zip(runs, ng))
+            cpu = median_span([r["cpu_us"] / n["cpu_us"] for r, n in pairs])
+            kern = median_span([r["kernel_us"] / n["cpu_us"] for r, n in pairs])
+            print(f"| {size} | {name} | " + " | ".join(
+                f"{m:.2f} ({lo:.2f}-{hi:.2f})" for m, lo, hi in (cpu, kern, share)) + " |")
     return results
 
 

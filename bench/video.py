@@ -8,6 +8,7 @@ Usage: edgebench video [--quick] [--duration 10s] [--repetitions 3] [--cpus 0:1]
                               [--cpus SERVER:CLIENT] [--out docs/results] [--keep]
                               [--nice N] [--object-size 2g] [--seeks N] [--warm-span 64m]
                               [--no-slice] [--aio KEY=VALUE]... [--counters]
+                              [--perf DIR]
 
 Needs target/release/{edgecache,edgeorigin,edgeload} (`cargo build --release -p
 edgecache -p edgeorigin -p edgeload`; `EDGEBENCH_EDGECACHE` overrides the edgecache
@@ -58,7 +59,8 @@ Per repetition and server (the order alternates from one repetition to the next)
 (`--aio 'sendfile_max="off"'`: every hit body by sendfile). `--counters` (root) runs
 `perf stat -C <server CPUs>` over each hit phase and reports per hit: syscalls (all, and
 sendfile/writev/...), hrtimer starts (under BBR on loopback, TCP pacing timers), softirqs
-and user page faults.
+and user page faults. `--perf DIR` (root) runs `perf record -e cpu-clock -g` on the
+server CPUs over each hit phase, into `DIR/<server>-<rep>.data`.
 
 Ratios edgecache / nginx are taken per repetition, then the median (min-max). Writes
 `video.md` and `video.json` to --out. Targets (issue 28): origin bytes per client byte
@@ -524,12 +526,22 @@ def hit_phase(s, a, oport, rep, work):
     stat = (benchlib.PerfStat(COUNTERS, ["-C", a.cpus_text[0]],
                               os.path.join(work, f"perf-stat-{s.kind}-{rep}.txt"))
             if a.counters else None)
+    rec = None
+    if a.perf:
+        rec = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-g", "-C",
+                                a.cpus_text[0], "-o",
+                                os.path.join(a.perf, f"{s.kind}-{rep}.data")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
     c0 = s.cpu()
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 60)
     wall = time.time() - t0
     c1 = s.cpu() if s.alive() else None
     counts = stat.stop() if stat else {}
+    if rec:
+        rec.send_signal(signal.SIGINT)
+        rec.wait()
     o1 = origin_stats(oport)["requests"]
     row = {"cmd": " ".join(cmd[cmd.index(os.path.join(BIN, "edgeload")):]),
            "wall_s": round(wall, 3), "origin_requests": o1 - o0,
@@ -859,6 +871,9 @@ def parse_args():
     ap.add_argument("--counters", action="store_true",
                     help="perf stat the server CPUs over each hit phase: syscalls, "
                          "hrtimer starts, softirqs, faults per hit (root)")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="perf record -e cpu-clock -g on the server CPUs over each hit "
+                         "phase, into DIR/<server>-<rep>.data (root)")
     ap.add_argument("--aio", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of edgecache's [aio] table, the value as TOML "
                          "(--aio 'sendfile_max=\"off\"'); repeatable")
@@ -875,6 +890,8 @@ def parse_args():
             ("warm_span", a.warm_span and size_text(a.warm_span)), ("nice", a.nice))
         if v is not None] + (["--no-slice"] if a.no_slice else []) + [
         f"--aio '{k}={v}'" for k, v in a.aio] + (["--counters"] if a.counters else [])
+    if a.perf:
+        os.makedirs(a.perf, exist_ok=True)
     if a.nice is None:
         a.nice = -10 if os.geteuid() == 0 else 0
     if not -20 <= a.nice <= 19:
