@@ -414,7 +414,7 @@ fn auto_reads_files_in_memory_inline() {
     // SAFETY: a NUL-terminated literal path; writes one `statfs` into a live local.
     let rc = unsafe { libc::statfs(c"/dev/shm".as_ptr(), &mut st) };
     if rc != 0 || st.f_type != 0x0102_1994 {
-        eprintln!("no tmpfs at /dev/shm: nothing to test");
+        edge_testkit::fallback("the tmpfs read test did not run", "/dev/shm is not tmpfs");
         return;
     }
     run(Backend::Auto, |e| async move {
