@@ -79,6 +79,12 @@ pub struct Args {
     /// Check each body against its X-Checksum header (xxh3-64).
     #[arg(long = "verify")]
     pub verify: bool,
+    /// Read every body byte into the client's buffer, as wrk does. By default, over plain
+    /// HTTP/1.1 and without --verify, body bytes past the read buffer are dropped in the
+    /// kernel unread (`recv(MSG_TRUNC)`: no copy), so the client's CPU goes to requests,
+    /// not to copying bodies, and a server of large objects is the bottleneck.
+    #[arg(long = "copy-bodies")]
+    pub copy_bodies: bool,
     /// Print the latency distribution.
     #[arg(short = 'L', long = "latency")]
     pub latency: bool,
@@ -164,6 +170,8 @@ pub struct Config {
     pub keepalive: bool,
     pub pipeline: usize,
     pub verify: bool,
+    /// `--copy-bodies`: never drop body bytes unread.
+    pub copy_bodies: bool,
     pub latency: bool,
     pub histogram: bool,
     pub json: Option<PathBuf>,
@@ -371,6 +379,7 @@ where
         keepalive: !args.no_keepalive,
         pipeline: args.pipeline,
         verify: args.verify,
+        copy_bodies: args.copy_bodies,
         latency: args.latency,
         histogram: args.histogram,
         json: args.json,

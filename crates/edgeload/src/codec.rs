@@ -186,6 +186,36 @@ impl ResponseReader {
         }
     }
 
+    /// Body bytes of the current response that may be dropped unread: what is left of
+    /// a `Content-Length` body or of a chunk, when bodies are not verified (0 otherwise,
+    /// and outside a body). The caller discards up to that many bytes straight from the
+    /// socket (`MSG_TRUNC`, no copy) and reports them with [`ResponseReader::discarded`].
+    pub fn discardable(&self) -> u64 {
+        match self.state {
+            _ if self.verify.is_some() => 0,
+            State::Length { remaining } | State::ChunkData { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
+    /// `n` body bytes (at most [`ResponseReader::discardable`]) were dropped unread: as
+    /// if [`ResponseReader::advance`] had consumed them; `Some` when they end the
+    /// response.
+    pub fn discarded(&mut self, n: u64) -> Option<Completed> {
+        let left = self.discardable();
+        debug_assert!(n <= left, "{n} discarded of {left}");
+        let n = n.min(left);
+        self.bytes += n;
+        match (self.state, left - n) {
+            (State::Length { .. }, 0) => return Some(self.complete()),
+            (State::Length { .. }, remaining) => self.state = State::Length { remaining },
+            (State::ChunkData { .. }, 0) => self.state = State::ChunkCrlf,
+            (State::ChunkData { .. }, remaining) => self.state = State::ChunkData { remaining },
+            _ => {}
+        }
+        None
+    }
+
     /// The peer closed the connection. A close-delimited body is then complete; any
     /// other partial response is truncated. `Ok(None)`: nothing was in progress.
     pub fn eof(&mut self) -> Result<Option<Completed>, ParseError> {
@@ -417,6 +447,70 @@ mod tests {
         );
         assert_eq!((got[1].status, got[1].keep_alive), (404, false));
         assert_eq!(got[0].verdict, Verdict::Skipped);
+    }
+
+    /// Reads `input` as the connection does with discarding on: whenever its buffer is
+    /// empty and the reader is inside a body, up to `step` body bytes are dropped unread
+    /// (`discarded`) instead of read; otherwise up to `step` bytes are read and framed.
+    fn feed_discarding(r: &mut ResponseReader, input: &[u8], step: usize) -> Vec<Completed> {
+        let (mut buf, mut at, mut out) = (Vec::new(), 0, Vec::new());
+        while at < input.len() {
+            let skip = r.discardable().min(step as u64) as usize;
+            if buf.is_empty() && skip > 0 {
+                let n = skip.min(input.len() - at);
+                at += n;
+                out.extend(r.discarded(n as u64));
+                continue;
+            }
+            let n = step.min(input.len() - at);
+            buf.extend_from_slice(&input[at..at + n]);
+            at += n;
+            loop {
+                let (used, st) = r.advance(&buf).unwrap();
+                buf.drain(..used);
+                match st {
+                    Step::Done(c) => out.push(c),
+                    Step::NeedMore => break,
+                }
+            }
+        }
+        out.extend(r.eof().unwrap());
+        out
+    }
+
+    #[test]
+    fn discarded_bodies_frame_as_read_ones() {
+        let big = vec![b'x'; 100_000];
+        let input = [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"[..],
+            &big,
+            b"HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"186a0\r\n",
+            &big,
+            b"\r\n4\r\nwxyz\r\n0\r\nX-T: 1\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+        ]
+        .concat();
+        let read = shotgun(&input, false);
+        assert_eq!(read.len(), 4);
+        for step in [1, 7, 4096, 65536, 1 << 20] {
+            let got = feed_discarding(&mut ResponseReader::new(false), &input, step);
+            assert_eq!(got, read, "step {step}");
+        }
+        // Verified bodies are never dropped: they must be hashed.
+        let mut v = ResponseReader::new(true);
+        v.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")
+            .unwrap();
+        assert_eq!(v.discardable(), 0);
+        // Outside a body there is nothing to drop.
+        let mut r = ResponseReader::new(false);
+        assert_eq!(r.discardable(), 0);
+        r.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab")
+            .unwrap();
+        assert_eq!(r.discardable(), 7);
+        assert_eq!(r.discarded(7).map(|c| (c.status, c.bytes)), Some((200, 47)));
+        assert_eq!(r.discardable(), 0);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::time::{sleep_until, timeout_at, Sleep};
 
-use crate::codec::{ResponseReader, Step};
+use crate::codec::{Completed, ResponseReader, Step};
 use crate::shared::Shared;
 use crate::stats::{record, ThreadStats};
 use crate::transport::{Plain, Transport};
@@ -37,6 +37,9 @@ use crate::transport::{Plain, Transport};
 /// Read buffer per connection. Bigger than the largest head the parser accepts, so a
 /// partial head always fits after compaction.
 pub const READ_BUF: usize = 64 * 1024;
+/// Body bytes still to come from which the rest is dropped unread rather than read
+/// (`Conn::discard_body`): a smaller rest costs one read either way.
+const DISCARD_MIN: u64 = 16 * 1024;
 /// First pause after a failed connect (doubles up to [`MAX_RETRY_BACKOFF`]), so a dead
 /// server does not turn the client into a busy loop.
 pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(10);
@@ -116,6 +119,8 @@ struct Conn {
     /// `--seek`: where this connection's current read is.
     seek: crate::target::SeekState,
     timer: Pin<Box<Sleep>>,
+    /// Body bytes may be dropped unread (not `--copy-bodies`, not `--verify`).
+    discard: bool,
     /// The request budget (`--requests`) ran out.
     exhausted: bool,
     /// A request ticket taken before connecting, so that no connection is opened that
@@ -195,6 +200,7 @@ pub async fn run(shared: Arc<Shared>, stats: Rc<RefCell<ThreadStats>>, g: usize)
         rng: crate::mix::SplitMix64::new(seed),
         seek: Default::default(),
         timer: Box::pin(sleep_until(open_at.into())),
+        discard: !cfg.copy_bodies,
         exhausted: false,
         held_ticket: false,
         room_since: open_at,
@@ -534,6 +540,12 @@ impl Conn {
         guard: Option<AsyncFdReadyGuard<'_, TcpStream>>,
         transport: &mut T,
     ) -> Option<End> {
+        if self.discard && self.start == self.end && transport.can_discard() {
+            let left = self.reader.discardable();
+            if left >= DISCARD_MIN {
+                return self.discard_body(fd, guard, transport, left);
+            }
+        }
         if self.end == self.rbuf.len() {
             self.rbuf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -573,6 +585,54 @@ impl Conn {
         self.frame_responses(Instant::now())
     }
 
+    /// The read buffer is empty and `left` bytes of the current body are still to come:
+    /// drops what the socket holds of them unread ([`Transport::discard`]), so a large
+    /// body costs the client no copy (`--copy-bodies` turns this off).
+    fn discard_body<T: Transport>(
+        &mut self,
+        fd: &AsyncFd<TcpStream>,
+        guard: Option<AsyncFdReadyGuard<'_, TcpStream>>,
+        transport: &mut T,
+        left: u64,
+    ) -> Option<End> {
+        let want = left.min(usize::MAX as u64) as usize;
+        let (res, guard) = match guard {
+            Some(mut g) => match g.try_io(|s| transport.discard(s.get_ref(), want)) {
+                Err(_would_block) => return None,
+                Ok(r) => (r, Some(g)),
+            },
+            None => (transport.discard(fd.get_ref(), want), None),
+        };
+        let n = match res {
+            Ok(0) => return Some(self.on_eof()),
+            Ok(n) => n,
+            Err(e)
+                if e.kind() == io::ErrorKind::Interrupted
+                    || e.kind() == io::ErrorKind::WouldBlock =>
+            {
+                return None
+            }
+            Err(_) => {
+                self.fail_inflight(false);
+                return Some(End::Reconnect);
+            }
+        };
+        if let Some(mut g) = guard {
+            if n < want {
+                g.clear_ready(); // the socket held less than the body's rest: drained
+            }
+        }
+        {
+            let mut st = self.stats.borrow_mut();
+            st.bytes += n as u64;
+            st.discarded += n as u64;
+        }
+        match self.reader.discarded(n as u64) {
+            Some(done) => self.finished(done, Instant::now()),
+            None => None,
+        }
+    }
+
     /// Frames every complete response in the buffer and records it.
     fn frame_responses(&mut self, now: Instant) -> Option<End> {
         loop {
@@ -587,27 +647,8 @@ impl Conn {
             match step {
                 Step::NeedMore => break,
                 Step::Done(done) => {
-                    let was_full = self.inflight.len() >= self.depth;
-                    let Some(f) = self.inflight.pop_front() else {
-                        // A response nobody asked for: the stream is out of sync.
-                        self.stats.borrow_mut().errors.read += 1;
-                        return Some(End::Reconnect);
-                    };
-                    if was_full {
-                        self.room_since = now;
-                    }
-                    self.stats.borrow_mut().response(
-                        f.class,
-                        done.status,
-                        done.bytes,
-                        done.verdict,
-                        now.saturating_duration_since(f.from),
-                        now.saturating_duration_since(f.sent),
-                    );
-                    if !done.keep_alive {
-                        // The server closes after this response; pipelined requests
-                        // behind it are lost and resent on the next connection's schedule.
-                        return Some(End::Reconnect);
+                    if let Some(end) = self.finished(done, now) {
+                        return Some(end);
                     }
                 }
             }
@@ -615,6 +656,35 @@ impl Conn {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+        }
+        None
+    }
+
+    /// A response is complete: it answers the oldest request in flight, and is recorded.
+    /// `Some` when the connection must be replaced (an answer nobody asked for, or the
+    /// server closes after it).
+    fn finished(&mut self, done: Completed, now: Instant) -> Option<End> {
+        let was_full = self.inflight.len() >= self.depth;
+        let Some(f) = self.inflight.pop_front() else {
+            // A response nobody asked for: the stream is out of sync.
+            self.stats.borrow_mut().errors.read += 1;
+            return Some(End::Reconnect);
+        };
+        if was_full {
+            self.room_since = now;
+        }
+        self.stats.borrow_mut().response(
+            f.class,
+            done.status,
+            done.bytes,
+            done.verdict,
+            now.saturating_duration_since(f.from),
+            now.saturating_duration_since(f.sent),
+        );
+        if !done.keep_alive {
+            // The server closes after this response; pipelined requests behind it are
+            // lost and resent on the next connection's schedule.
+            return Some(End::Reconnect);
         }
         None
     }

@@ -44,6 +44,8 @@ pub struct JsonReport {
     pub requests: u64,
     pub duration_s: f64,
     pub bytes: u64,
+    /// Of `bytes`, body bytes dropped unread in the kernel (not `--copy-bodies`).
+    pub bytes_discarded: u64,
     pub rps: f64,
     pub transfer_bps: f64,
     /// Connections established (each reconnect counts).
@@ -98,6 +100,7 @@ pub fn build(cfg: &Config, st: &ThreadStats, runtime: Duration) -> JsonReport {
         requests: st.completed,
         duration_s: runtime.as_secs_f64(),
         bytes: st.bytes,
+        bytes_discarded: st.discarded,
         rps: st.completed as f64 / secs,
         transfer_bps: st.bytes as f64 / secs,
         connections_opened: st.connections,

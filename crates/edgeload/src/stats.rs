@@ -115,8 +115,11 @@ pub struct ThreadStats {
     /// Requests per second per thread, sampled every 100 ms (wrk's "Req/Sec" row).
     pub req_rate: Histogram<u64>,
     pub completed: u64,
-    /// Bytes read from sockets.
+    /// Bytes read from sockets (those dropped unread included).
     pub bytes: u64,
+    /// Of those, body bytes dropped unread in the kernel (`recv(MSG_TRUNC)`, see
+    /// `--copy-bodies`).
+    pub discarded: u64,
     /// Connections established.
     pub connections: u64,
     pub errors: Errors,
@@ -139,6 +142,7 @@ impl ThreadStats {
             req_rate: new_histogram(),
             completed: 0,
             bytes: 0,
+            discarded: 0,
             connections: 0,
             errors: Errors::default(),
             tls: TlsCounts::default(),
@@ -232,6 +236,7 @@ impl ThreadStats {
         }
         self.completed += o.completed;
         self.bytes += o.bytes;
+        self.discarded += o.discarded;
         self.connections += o.connections;
         self.errors.add(&o.errors);
         self.tls.handshakes += o.tls.handshakes;

@@ -24,6 +24,16 @@ pub(crate) trait Transport {
     /// After a read of `n` bytes into `space`: the socket was found empty and nothing is
     /// buffered, so readiness can be cleared without the read that would say EAGAIN.
     fn drained(&self, n: usize, space: usize) -> bool;
+    /// Whether [`Transport::discard`] works: the bytes on the socket are the response's
+    /// own (plain TCP), not records to decrypt.
+    fn can_discard(&self) -> bool {
+        false
+    }
+    /// Non-blocking: drops up to `max` bytes of the stream unread; `Ok(0)`: the peer
+    /// closed. Only where [`Transport::can_discard`].
+    fn discard(&mut self, _sock: &TcpStream, _max: usize) -> io::Result<usize> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Writes all of `buf`, waiting for writability at most until `deadline`.
     async fn write_all(
         &mut self,
@@ -51,6 +61,32 @@ impl Transport for Plain {
     fn drained(&self, n: usize, space: usize) -> bool {
         // A short read drained the socket (tokio's own TcpStream does the same).
         n < space
+    }
+
+    fn can_discard(&self) -> bool {
+        true
+    }
+
+    /// `recv(MSG_TRUNC)` on TCP: the kernel frees up to `max` queued bytes without
+    /// copying them anywhere (tcp(7)).
+    fn discard(&mut self, sock: &TcpStream, max: usize) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a TCP socket the caller keeps open. With MSG_TRUNC, TCP writes nothing
+        // to the buffer; it is null, so a kernel that did would fail with EFAULT
+        // instead of writing to memory.
+        let r = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                std::ptr::null_mut(),
+                max,
+                libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
     }
 
     #[inline]

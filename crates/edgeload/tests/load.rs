@@ -711,6 +711,50 @@ fn verifies_edgeorigin_bodies_over_a_size_mix() {
     );
 }
 
+/// Large bodies are dropped unread in the kernel by default (`recv(MSG_TRUNC)`), read
+/// into the client with `--copy-bodies`, and always read (to be hashed) with `--verify`:
+/// the same responses, statuses and bytes either way, Content-Length and chunked
+/// (edgeorigin's chunks are 64 KiB, about one read buffer each: little is left to drop).
+#[test]
+fn large_bodies_are_dropped_unread_unless_copied_or_verified() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_edgeload")).with_file_name("edgeorigin");
+    assert!(exe.exists(), "{} not built", exe.display());
+    let addr = edge_testkit::free_addr();
+    let mut origin = edge_testkit::Proc::spawn(&exe, &["--listen", &addr.to_string()]);
+    origin.wait_port(addr, Duration::from_secs(10));
+    for path in ["/obj/1m/7", "/obj/300k/7?chunked=1"] {
+        let url = format!("http://{addr}{path}");
+        let mut seen = Vec::new();
+        for mode in [None, Some("--copy-bodies"), Some("--verify")] {
+            let mut args = vec!["-t", "1", "-c", "3", "--requests", "60"];
+            args.extend(mode);
+            args.push(&url);
+            let (r, v) = edgeload_json(&args, LIMIT);
+            assert_eq!(r.code, Some(0), "{mode:?} {path}: {}", r.stderr);
+            assert_eq!(v["requests"], 60, "{mode:?} {path}");
+            assert_eq!(v["status"]["200"], 60, "{mode:?} {path}");
+            assert!(!r.stdout.contains("Socket errors"), "{}", r.stdout);
+            let (bytes, dropped) = (
+                v["bytes"].as_u64().unwrap(),
+                v["bytes_discarded"].as_u64().unwrap(),
+            );
+            match mode {
+                None if !path.contains("chunked") => assert!(
+                    dropped > bytes / 2 && dropped < bytes,
+                    "{path}: most body bytes dropped unread: {dropped} of {bytes}"
+                ),
+                None => assert!(dropped < bytes / 10, "{path}: {dropped} of {bytes}"),
+                Some(m) => assert_eq!(dropped, 0, "{m} {path}: every byte read"),
+            }
+            if mode == Some("--verify") {
+                assert!(r.stdout.contains("Verify: 60 ok"), "{}", r.stdout);
+            }
+            seen.push(bytes);
+        }
+        assert!(seen.iter().all(|&b| b == seen[0]), "{path}: bytes {seen:?}");
+    }
+}
+
 /// `--source`: connection g's first socket binds address g mod N, so the server sees
 /// every address of the range, each for C / N connections.
 #[test]
