@@ -179,22 +179,38 @@ pub fn range_request(r: &Range<u64>, total: u64) -> String {
 }
 
 /// A stored header block rewritten for a body holding `part` of the representation:
-/// the old `Content-Range` line dropped, and the part's own appended when it is not
-/// the whole (a whole object is a plain 200 object, with no `Content-Range`).
+/// the old `Content-Range` line dropped, and the part's own added when it is not the
+/// whole (a whole object is a plain 200 object, with no `Content-Range`).
 pub fn block_for(block: &[u8], part: &Part) -> Vec<u8> {
+    if part.is_whole() {
+        let mut out = Vec::with_capacity(block.len());
+        push_without_range(block, &mut out);
+        out
+    } else {
+        block_of_part(block, part)
+    }
+}
+
+/// The header block of a stored part (a 206, whole or not: a slice as large as its
+/// object is still a part): `part`'s `Content-Range` line first, where [`Part::of`]
+/// finds it on every lookup without scanning the rest, then `block`'s other lines.
+pub fn block_of_part(block: &[u8], part: &Part) -> Vec<u8> {
     let mut out = Vec::with_capacity(block.len() + 48);
+    out.extend_from_slice(b"Content-Range: ");
+    out.extend_from_slice(part.content_range(&part.range()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    push_without_range(block, &mut out);
+    out
+}
+
+/// `block`'s lines but `Content-Range`, appended to `out`.
+fn push_without_range(block: &[u8], out: &mut Vec<u8>) {
     for line in block.split_inclusive(|&b| b == b'\n') {
         let name = &line[..line.iter().position(|&b| b == b':').unwrap_or(0)];
         if !name.eq_ignore_ascii_case(b"content-range") {
             out.extend_from_slice(line);
         }
     }
-    if !part.is_whole() {
-        out.extend_from_slice(b"Content-Range: ");
-        out.extend_from_slice(part.content_range(&part.range()).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out
 }
 
 /// Whether an origin response (`new`) is the same representation as the stored part
@@ -423,10 +439,23 @@ mod tests {
             block_for(block, &part(0, 10, 10)),
             b"Date: x\r\nETag: \"a\"\r\n"
         );
+        let two = block_for(block, &part(2, 10, 10));
         assert_eq!(
-            block_for(block, &part(2, 10, 10)),
-            b"Date: x\r\nETag: \"a\"\r\nContent-Range: bytes 2-9/10\r\n"
+            two,
+            b"Content-Range: bytes 2-9/10\r\nDate: x\r\nETag: \"a\"\r\n"
         );
+        // A part as large as its object keeps its Content-Range (a slice of a small
+        // object): still a part.
+        assert_eq!(
+            block_of_part(block, &part(0, 10, 10)),
+            b"Content-Range: bytes 0-9/10\r\nDate: x\r\nETag: \"a\"\r\n"
+        );
+        // Found on the first line; and so is one stored before, at the end.
+        let mut m = ObjectMeta::new("k", 206, std::time::SystemTime::now());
+        m.header_block = two;
+        assert_eq!(Part::of(&m), Some(part(2, 10, 10)));
+        m.header_block = b"Date: x\r\nContent-Range: bytes 2-9/10\r\n".to_vec();
+        assert_eq!(Part::of(&m), Some(part(2, 10, 10)));
     }
 
     #[test]

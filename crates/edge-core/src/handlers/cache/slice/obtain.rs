@@ -381,18 +381,7 @@ fn slice_meta(
     let store = fresh.is_ok();
     let fresh = fresh.unwrap_or_default();
     let mut meta = policy::build_meta(&sc.key, 206, &h.headers, fresh, t0, t1, Some(part.len()));
-    let mut block = Vec::with_capacity(meta.header_block.len() + 48);
-    crate::handlers::cache::head::copy_block_without(
-        &meta.header_block,
-        &["content-range"],
-        &mut block,
-    );
-    edge_http::write_header(
-        &mut block,
-        "Content-Range",
-        part.content_range(&part.range()).as_bytes(),
-    );
-    meta.header_block = block;
+    meta.header_block = edge_cache::part::block_of_part(&meta.header_block, &part);
     meta.key = edge_cache::variant_key(&sc.key, &meta.vary, req);
     meta.tags
         .push(edge_cache::key::slice_tag(object_key(&sc.key)));

@@ -84,15 +84,7 @@ impl Cutter {
             total: self.total,
         };
         let mut meta = self.meta.clone();
-        let mut block = Vec::with_capacity(meta.header_block.len());
-        crate::handlers::cache::head::copy_block_without(
-            &meta.header_block,
-            &["content-range"],
-            &mut block,
-        );
-        let cr = part.content_range(&part.range());
-        edge_http::write_header(&mut block, "Content-Range", cr.as_bytes());
-        meta.header_block = block;
+        meta.header_block = edge_cache::part::block_of_part(&meta.header_block, &part);
         meta.body_len = part.len();
         meta.key = match meta.key.split_once('\0') {
             Some((_, values)) => format!("{}\0{values}", sc.key),
