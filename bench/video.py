@@ -4,7 +4,8 @@ module, in the same run, behind the same origin.
 
 Usage: edgebench video [--quick] [--duration 10s] [--repetitions 3] [--cpus 0:1]
                        [--out docs/results] [--keep], which runs
-       python3 bench/video.py [--quick] [--seconds 10] [--repetitions N | --reps N]
+       python3 bench/video.py [--quick] [--seconds 10] [--settle 12]
+                              [--repetitions N | --reps N]
                               [--cpus SERVER:CLIENT] [--out docs/results] [--keep]
                               [--nice N] [--object-size 2g] [--seeks N] [--warm-span 64m]
                               [--no-slice] [--aio KEY=VALUE]... [--counters]
@@ -49,7 +50,9 @@ Per repetition and server (the order alternates from one repetition to the next)
    in aligned 1 MiB ranges, so that every range of the next phase is cached; then one
    range per object must answer `X-Cache-Status: HIT`.
 3. hit: `edgeload -c32 --paths 10 --seek SPAN,4m,1m` for `--seconds`: the same seeking
-   pattern, offsets within the warm span, closed loop. req/s, and server CPU per request
+   pattern, offsets within the warm span, closed loop, after `--settle` seconds of the
+   same load that are not counted (default 12, as `edgebench hits` discards a load
+   before each cell; 0 with `--quick`). req/s, and server CPU per request
    (utime+stime of the server's process group from /proc, around the phase); the
    origin's request count must not move.
 4. disk: the blocks the cache directory holds (after the miss phase, and at the end,
@@ -522,6 +525,13 @@ def hit_phase(s, a, oport, rep, work):
         "-d", f"{a.seconds}s", "-T", "10s", "--paths", str(OBJECTS), "--seek",
         f"{a.warm_span},{READ},{STEP}", "--json", js,
         f"http://127.0.0.1:{s.port}/obj/{a.size_text}"]
+    if a.settle:
+        # Discarded, as `edgebench hits` discards a load before each cell: the measured
+        # phase starts in the steady state (edgecache's sendfile_max = "auto" measures
+        # both ways of sending for its first ~10 s of large hits).
+        settle = [x for x in cmd if x not in ("--json", js)]
+        settle[settle.index("-d") + 1] = f"{a.settle}s"
+        subprocess.run(settle, capture_output=True, timeout=a.settle + 60)
     o0 = origin_stats(oport)["requests"]
     stat = (benchlib.PerfStat(COUNTERS, ["-C", a.cpus_text[0]],
                               os.path.join(work, f"perf-stat-{s.kind}-{rep}.txt"))
@@ -729,8 +739,8 @@ def write_report(a, rows, problems, info, started):
                 f"{mode}. {a.repetitions} repetition(s); servers on CPU "
                 f"{a.cpus_text[0]}, clients on CPU {a.cpus_text[1]}; {CLIENTS} clients, "
                 f"{a.seeks} seeks each of {READ // MIB} MiB in {STEP // MIB} MiB ranges; "
-                f"hit phase {a.seconds} s over a {size_text(a.warm_span)} warm span per "
-                f"object.\n\n")
+                f"hit phase {a.seconds} s (after {a.settle} s of it discarded) over a "
+                f"{size_text(a.warm_span)} warm span per object.\n\n")
         f.write(f"edgecache `{info.get('edgecache')}`, nginx `{info.get('nginx')}`, "
                 f"kernel {info.get('kernel')}, {info.get('cpu')}; load average "
                 f"{info.get('load_start', 0):.1f} at the start, "
@@ -834,7 +844,7 @@ def write_report(a, rows, problems, info, started):
            "config": {"objects": OBJECTS, "object_size": a.object_size, "clients": CLIENTS,
                       "seeks_per_client": a.seeks, "read": READ, "step": STEP,
                       "slice": SLICE, "warm_span": a.warm_span, "seconds": a.seconds,
-                      "repetitions": a.repetitions,
+                      "settle": a.settle, "repetitions": a.repetitions,
                       "cpus": {"server": a.server_cpus, "client": a.client_cpus}},
            "per_rep": per, "summary": s, "targets": tg, "problems": problems, "rows": rows}
     with open(os.path.join(a.out, "video.json"), "w") as f:
@@ -850,6 +860,9 @@ def parse_args():
                     help="1 repetition, 64 MiB objects, 2 seeks per client, 3 s hits")
     ap.add_argument("--seconds", type=int, help="length of the hit phase (default 10, 3 "
                                                 "with --quick)")
+    ap.add_argument("--settle", type=int,
+                    help="seconds of the hit load, discarded, before each measured hit "
+                         "phase (default 12, 0 with --quick)")
     ap.add_argument("--repetitions", "--reps", dest="repetitions", type=int,
                     help="repetitions (default 3, 1 with --quick)")
     ap.add_argument("--cpus", help="SERVER:CLIENT CPU lists (default: the first two CPUs "
@@ -885,7 +898,8 @@ def parse_args():
         ap.error("--aio takes KEY=VALUE")
     a.argv = (["--quick"] if a.quick else []) + [
         f"--{k.replace('_', '-')} {v}" for k, v in (
-            ("seconds", a.seconds), ("repetitions", a.repetitions), ("cpus", a.cpus),
+            ("seconds", a.seconds), ("settle", a.settle), ("repetitions", a.repetitions),
+            ("cpus", a.cpus),
             ("object_size", a.object_size and size_text(a.object_size)), ("seeks", a.seeks),
             ("warm_span", a.warm_span and size_text(a.warm_span)), ("nice", a.nice))
         if v is not None] + (["--no-slice"] if a.no_slice else []) + [
@@ -897,6 +911,10 @@ def parse_args():
     if not -20 <= a.nice <= 19:
         ap.error("--nice must be -20..19")
     a.seconds = a.seconds or (3 if a.quick else 10)
+    if a.settle is None:
+        a.settle = 0 if a.quick else 12
+    if not 0 <= a.settle <= 600:
+        ap.error("--settle must be 0..600")
     a.repetitions = a.repetitions or (1 if a.quick else 3)
     a.seeks = a.seeks or (2 if a.quick else 8)
     a.object_size = a.object_size or ((64 << 20) if a.quick else (256 << 20) if a.no_slice
