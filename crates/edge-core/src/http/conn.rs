@@ -296,12 +296,17 @@ impl TryWrite for Sock {
 
 /// `write_all` where each write must make progress within `limit`. The first attempt
 /// is a plain non-blocking write (a response usually fits the socket buffer at once):
-/// no deadline is computed and no timer armed unless the socket is full.
+/// no deadline is computed and no timer armed unless the socket is full. Nothing to
+/// write makes no system call (a head already sent, as before a sliced range's second
+/// slice).
 pub async fn write_all_timed<S: TryWrite + AsyncWrite + Unpin>(
     io: &mut S,
     mut buf: &[u8],
     limit: Duration,
 ) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
     match io.try_write(buf) {
         Ok(n) => buf = &buf[n..],
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -352,5 +357,61 @@ impl Conn {
             return Ok(());
         }
         self.write_all(b, limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A socket that counts its writes and takes every byte.
+    #[derive(Default)]
+    struct Counting {
+        calls: std::cell::Cell<usize>,
+        got: Vec<u8>,
+    }
+
+    impl TryWrite for Counting {
+        fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+            self.calls.set(self.calls.get() + 1);
+            Ok(buf.len().min(3))
+        }
+    }
+
+    impl AsyncWrite for Counting {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let me = self.get_mut();
+            me.calls.set(me.calls.get() + 1);
+            me.got.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn nothing_to_write_is_no_write_at_all() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let limit = Duration::from_secs(1);
+        let mut s = Counting::default();
+        rt.block_on(write_all_timed(&mut s, b"", limit)).unwrap();
+        assert_eq!(s.calls.get(), 0, "an empty buffer makes no system call");
+        // A partial first write: the rest goes through the waiting path.
+        rt.block_on(write_all_timed(&mut s, b"abcdef", limit))
+            .unwrap();
+        assert_eq!((s.calls.get(), &s.got[..]), (2, &b"def"[..]));
     }
 }
