@@ -97,6 +97,46 @@ enum End {
     Reconnect,
 }
 
+/// What one non-blocking socket operation did ([`socket_op`]).
+enum Moved<'a> {
+    /// `n > 0` bytes, and the readiness guard it went through, if any.
+    Bytes(usize, Option<AsyncFdReadyGuard<'a, TcpStream>>),
+    /// Nothing yet (would block, or interrupted): wait for readiness.
+    NotNow,
+    /// The peer closed.
+    Closed,
+    /// A socket error.
+    Failed,
+}
+
+/// Runs `op` (a read, or a discard) once on the socket: through the readiness `guard`
+/// (which a would-block clears), or straight when there is none (bytes the transport
+/// already holds).
+fn socket_op<'a, T: Transport>(
+    fd: &'a AsyncFd<TcpStream>,
+    guard: Option<AsyncFdReadyGuard<'a, TcpStream>>,
+    transport: &mut T,
+    mut op: impl FnMut(&mut T, &TcpStream) -> io::Result<usize>,
+) -> Moved<'a> {
+    let (res, guard) = match guard {
+        Some(mut g) => match g.try_io(|s| op(transport, s.get_ref())) {
+            Err(_would_block) => return Moved::NotNow,
+            Ok(r) => (r, Some(g)),
+        },
+        None => (op(transport, fd.get_ref()), None),
+    };
+    match res {
+        Ok(0) => Moved::Closed,
+        Ok(n) => Moved::Bytes(n, guard),
+        Err(e)
+            if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock =>
+        {
+            Moved::NotNow
+        }
+        Err(_) => Moved::Failed,
+    }
+}
+
 /// Why connect() failed.
 enum ConnectError {
     Timeout,
@@ -553,26 +593,9 @@ impl Conn {
         }
         let space = self.rbuf.len() - self.end;
         let (rbuf, end) = (&mut self.rbuf, self.end);
-        let (res, guard) = match guard {
-            Some(mut g) => match g.try_io(|s| transport.read(s.get_ref(), &mut rbuf[end..])) {
-                Err(_would_block) => return None,
-                Ok(r) => (r, Some(g)),
-            },
-            None => (transport.read(fd.get_ref(), &mut rbuf[end..]), None),
-        };
-        let n = match res {
-            Ok(0) => return Some(self.on_eof()),
-            Ok(n) => n,
-            Err(e)
-                if e.kind() == io::ErrorKind::Interrupted
-                    || e.kind() == io::ErrorKind::WouldBlock =>
-            {
-                return None
-            }
-            Err(_) => {
-                self.fail_inflight(false);
-                return Some(End::Reconnect);
-            }
+        let (n, guard) = match socket_op(fd, guard, transport, |t, s| t.read(s, &mut rbuf[end..])) {
+            Moved::Bytes(n, g) => (n, g),
+            other => return self.not_moved(other),
         };
         if let Some(mut g) = guard {
             if transport.drained(n, space) {
@@ -596,26 +619,9 @@ impl Conn {
         left: u64,
     ) -> Option<End> {
         let want = left.min(usize::MAX as u64) as usize;
-        let (res, guard) = match guard {
-            Some(mut g) => match g.try_io(|s| transport.discard(s.get_ref(), want)) {
-                Err(_would_block) => return None,
-                Ok(r) => (r, Some(g)),
-            },
-            None => (transport.discard(fd.get_ref(), want), None),
-        };
-        let n = match res {
-            Ok(0) => return Some(self.on_eof()),
-            Ok(n) => n,
-            Err(e)
-                if e.kind() == io::ErrorKind::Interrupted
-                    || e.kind() == io::ErrorKind::WouldBlock =>
-            {
-                return None
-            }
-            Err(_) => {
-                self.fail_inflight(false);
-                return Some(End::Reconnect);
-            }
+        let (n, guard) = match socket_op(fd, guard, transport, |t, s| t.discard(s, want)) {
+            Moved::Bytes(n, g) => (n, g),
+            other => return self.not_moved(other),
         };
         if let Some(mut g) = guard {
             if n < want {
@@ -630,6 +636,19 @@ impl Conn {
         match self.reader.discarded(n as u64) {
             Some(done) => self.finished(done, Instant::now()),
             None => None,
+        }
+    }
+
+    /// What a socket operation that moved no bytes means for the connection: wait for
+    /// readiness (`None`), or end it.
+    fn not_moved(&mut self, m: Moved<'_>) -> Option<End> {
+        match m {
+            Moved::Bytes(..) | Moved::NotNow => None,
+            Moved::Closed => Some(self.on_eof()),
+            Moved::Failed => {
+                self.fail_inflight(false);
+                Some(End::Reconnect)
+            }
         }
     }
 
