@@ -58,6 +58,10 @@ pub struct Cli {
     /// Keep the run directory (generated configs, server logs, load JSON).
     #[arg(long)]
     pub keep: bool,
+    /// Adds a row running another edgecache build, named NAME, beside the experiment's
+    /// edgecache row (a copy of it with `program = PROGRAM`; `$VAR` expands). Repeatable.
+    #[arg(long = "also", value_name = "NAME=PROGRAM")]
+    pub also: Vec<String>,
 }
 
 /// Quotes an argument for a copy-pasteable shell command.
@@ -128,7 +132,21 @@ impl Cli {
                 known.join(", ")
             )));
         }
-        let exp = Experiment::load(&exp_path)?;
+        let mut exp = Experiment::load(&exp_path)?;
+        if !self.also.is_empty() {
+            let builds = (self.also.iter())
+                .map(|a| match a.split_once('=') {
+                    Some((n, p)) if !n.trim().is_empty() && !p.trim().is_empty() => {
+                        Ok((n.trim().to_string(), p.trim().to_string()))
+                    }
+                    _ => Err(Error::usage(format!(
+                        "--also {a:?}: expected NAME=PROGRAM (\"edgecache before=/tmp/old/edgecache\")"
+                    ))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            exp.add_builds(&builds)
+                .map_err(|e| Error::usage(format!("--also: {e}")))?;
+        }
         let peers = match self.peers.as_deref() {
             None => None,
             Some("none") | Some("") => Some(vec![]),
@@ -311,9 +329,85 @@ mod tests {
             vec!["edgebench", "hits", "--cpus", "0", "--bench-dir", bench],
             vec!["edgebench", "hits", "--duration", "x", "--bench-dir", bench],
             vec!["edgebench", "hits", "--loadgen", "ab", "--bench-dir", bench],
+            vec![
+                "edgebench",
+                "hits",
+                "--also",
+                "before",
+                "--bench-dir",
+                bench,
+            ],
+            vec![
+                "edgebench",
+                "hits",
+                "--also",
+                "=/x/edgecache",
+                "--bench-dir",
+                bench,
+            ],
+            vec![
+                "edgebench",
+                "hits",
+                "--also",
+                "nginx=/x",
+                "--bench-dir",
+                bench,
+            ],
         ] {
             let e = Cli::parse_from(&args).options(&[], &[]).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {}", e.msg);
         }
+    }
+
+    /// `--also`: another build beside the experiment's edgecache row, in the given order,
+    /// with that row's config (fill-inline's edgecache rows differ only by config).
+    #[test]
+    fn also_adds_a_build_beside_the_edgecache_row() {
+        let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench");
+        let (o, _) = Cli::parse_from([
+            "edgebench",
+            "hits",
+            "--peers",
+            "nginx",
+            "--also",
+            "before=/tmp/old/edgecache",
+            "--also",
+            "older = $HOME/edgecache",
+            "--bench-dir",
+            bench,
+        ])
+        .options(&[], &[])
+        .unwrap();
+        let rows: Vec<(&str, Option<&str>)> = (o.plan.servers.iter())
+            .map(|s| (s.name.as_str(), s.program.as_deref()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("edgecache", None),
+                ("before", Some("/tmp/old/edgecache")),
+                ("older", Some("$HOME/edgecache")),
+                ("nginx", None)
+            ]
+        );
+        let (o, _) = Cli::parse_from([
+            "edgebench",
+            "fill-inline",
+            "--also",
+            "before=/tmp/old/edgecache",
+            "--bench-dir",
+            bench,
+        ])
+        .options(&[], &[])
+        .unwrap();
+        let (copy, of) = (&o.plan.servers[1], &o.plan.servers[0]);
+        assert_eq!(
+            (of.name.as_str(), copy.name.as_str()),
+            ("edgecache", "before")
+        );
+        assert_eq!(
+            (copy.config.as_deref(), &copy.vars),
+            (of.config.as_deref(), &of.vars)
+        );
     }
 }

@@ -27,6 +27,27 @@ impl Experiment {
         Ok(exp)
     }
 
+    /// `--also NAME=PROGRAM`: for each, a row that runs another edgecache build, a copy
+    /// of the row named "edgecache" (else of the first edgecache row: its `vars` and
+    /// `config`) with that name and `program`, placed after it in the given order, so
+    /// that every experiment can put a build beside the current one.
+    pub fn add_builds(&mut self, builds: &[(String, String)]) -> std::result::Result<(), String> {
+        let Some(i) = (self.servers.iter().position(|s| s.name == "edgecache")).or_else(|| {
+            self.servers
+                .iter()
+                .position(|s| s.kind == ServerKind::Edgecache)
+        }) else {
+            return Err("the experiment has no edgecache row to copy".into());
+        };
+        for (k, (name, program)) in builds.iter().enumerate() {
+            let mut row = self.servers[i].clone();
+            row.name = name.clone();
+            row.program = Some(program.clone());
+            self.servers.insert(i + 1 + k, row);
+        }
+        self.validate()
+    }
+
     fn validate(&self) -> std::result::Result<(), String> {
         if self.servers.is_empty() || self.workloads.is_empty() {
             return Err("an experiment needs at least one [[server]] and one [[workload]]".into());
