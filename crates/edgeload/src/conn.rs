@@ -712,18 +712,8 @@ impl Conn {
     fn on_eof(&mut self) -> End {
         match self.reader.eof() {
             Ok(Some(done)) => {
-                // A close-delimited body is complete.
-                if let Some(f) = self.inflight.pop_front() {
-                    let now = Instant::now();
-                    self.stats.borrow_mut().response(
-                        f.class,
-                        done.status,
-                        done.bytes,
-                        done.verdict,
-                        now.saturating_duration_since(f.from),
-                        now.saturating_duration_since(f.sent),
-                    );
-                }
+                // A close-delimited body is complete (the connection ends either way).
+                let _ = self.finished(done, Instant::now());
             }
             Ok(None) if self.inflight.is_empty() => {} // idle keep-alive close: not an error
             Ok(None) | Err(_) => self.fail_inflight(false),
