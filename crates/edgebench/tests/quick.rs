@@ -59,10 +59,17 @@ fn quick_hits_completes_and_reports_every_cell() {
         md.contains("## Machine") && md.contains("| CPU |"),
         "machine description:\n{md}"
     );
+    // hits.toml reads the large-body bytes by method from edgecache's /metrics.
+    assert!(
+        md.contains("| server | method=\"mapped\" | method=\"sendfile\" |"),
+        "the metrics table:\n{md}"
+    );
     // The quick matrix: edgecache alone, 1 KiB and 100 KiB, one repetition.
     for heading in ["### 1 KiB (`1k`)", "### 100 KiB (`100k`)"] {
         let s = section(&md, heading);
-        let rows: Vec<&str> = s
+        // The results table, not the server metrics table under it.
+        let table = s.split("Server metrics").next().unwrap_or(s);
+        let rows: Vec<&str> = table
             .lines()
             .filter(|l| l.starts_with("| edgecache |"))
             .collect();
