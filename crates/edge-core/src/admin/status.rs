@@ -107,11 +107,9 @@ pub(super) fn status_json(ctx: &AdminCtx, shared: &Shared) -> String {
                 "large_hits": {
                     "mapped_bytes": w.large_mapped_bytes.load(Relaxed),
                     "sendfile_bytes": w.large_sendfile_bytes.load(Relaxed),
-                    "choice": match w.large_send_choice.load(Relaxed) {
-                        1 => "mapped",
-                        2 => "sendfile",
-                        _ => "measuring",
-                    },
+                    "choice": crate::http::large_send::choice_name(
+                        w.large_send_choice.load(Relaxed)
+                    ),
                     "mapped_ns_per_mib": w.large_send_mapped_ns_per_mib.load(Relaxed),
                     "sendfile_ns_per_mib": w.large_send_sendfile_ns_per_mib.load(Relaxed),
                 },

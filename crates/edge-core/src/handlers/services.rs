@@ -96,7 +96,6 @@ impl Services {
 
     /// Closes [`Services::large_send`]'s window; publishes and logs a new choice.
     fn tick_large_send(&self) {
-        use crate::http::large_send::Method;
         use crate::rt::thread_cpu_ns;
         let Some(d) = self
             .large_send
@@ -109,11 +108,7 @@ impl Services {
             return;
         };
         let st = self.stats();
-        let code = match d.method {
-            Method::Mapped => 1,
-            Method::Sendfile => 2,
-        };
-        st.large_send_choice.store(code, Relaxed);
+        st.large_send_choice.store(d.method.code(), Relaxed);
         st.large_send_mapped_ns_per_mib
             .store(d.mapped_ns_per_mib as u64, Relaxed);
         st.large_send_sendfile_ns_per_mib

@@ -59,6 +59,19 @@ impl Method {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// The method as `WorkerStats::large_send_choice` holds it (0 is "measuring").
+    pub fn code(self) -> u64 {
+        self.index() as u64 + 1
+    }
+}
+
+/// The name of a `WorkerStats::large_send_choice` value: its method's, or "measuring".
+pub fn choice_name(code: u64) -> &'static str {
+    [Method::Mapped, Method::Sendfile]
+        .into_iter()
+        .find(|m| m.code() == code)
+        .map_or("measuring", Method::name)
 }
 
 /// What a choice rested on: each method's median CPU per MiB (ns).
@@ -194,6 +207,15 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_choice_reads_back_by_name() {
+        assert_eq!(choice_name(0), "measuring");
+        for m in [Method::Mapped, Method::Sendfile] {
+            assert_ne!(m.code(), 0);
+            assert_eq!(choice_name(m.code()), m.name());
+        }
     }
 
     #[test]
