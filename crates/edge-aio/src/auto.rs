@@ -8,7 +8,7 @@
 //! EAGAIN (or a filesystem without NOWAIT support, EOPNOTSUPP) does the read, or its
 //! uncached remainder, go to the pool. tmpfs and ramfs refuse RWF_NOWAIT but keep their
 //! files in memory, so there a refused read runs on the loop without the flag
-//! (`sys::memory_backed`, one `fstatfs`): a cache on tmpfs would otherwise send every
+//! (`sys::nowait_refused_in_memory`, one `fstatfs`): a cache on tmpfs would otherwise send every
 //! hit through a pool thread.
 //!
 //! Why the pool and not io_uring: io_uring already tries a buffered read without
@@ -199,7 +199,7 @@ impl AutoEngine {
                     flags,
                 )
             };
-            if r == -(libc::EOPNOTSUPP as i64) && flags != 0 && sys::memory_backed(fd) {
+            if r < 0 && flags != 0 && sys::nowait_refused_in_memory(-r as i32, fd) {
                 flags = 0;
                 continue;
             }

@@ -33,7 +33,8 @@ fn read_inline(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<
 /// `RWF_NOWAIT` refused (EOPNOTSUPP) by a file that lives in memory (tmpfs, ramfs),
 /// whose reads never wait for a device: read it on the loop, as a cached one.
 fn refused_in_memory(e: &io::Error, file: &File) -> bool {
-    e.raw_os_error() == Some(libc::EOPNOTSUPP) && sys::memory_backed(file.as_raw_fd())
+    e.raw_os_error()
+        .is_some_and(|errno| sys::nowait_refused_in_memory(errno, file.as_raw_fd()))
 }
 
 impl Engine {

@@ -175,7 +175,7 @@ pub(crate) fn to_result(res: i64) -> io::Result<usize> {
 /// Whether `fd`'s file lives in memory (tmpfs, ramfs): its reads never wait for a
 /// device (only for swap), so they may run on the loop although such filesystems
 /// refuse `RWF_NOWAIT` (EOPNOTSUPP). One `fstatfs(2)`; false when that fails.
-pub(crate) fn memory_backed(fd: RawFd) -> bool {
+fn memory_backed(fd: RawFd) -> bool {
     // SAFETY: `statfs` is plain data, for which all-zero bytes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: writes one `statfs` into a live local; `fd` is the caller's open fd.
@@ -183,6 +183,13 @@ pub(crate) fn memory_backed(fd: RawFd) -> bool {
         return false;
     }
     matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// Whether a read of `fd` that `RWF_NOWAIT` refused with `errno` may run on the loop
+/// without the flag: the refusal is EOPNOTSUPP (no NOWAIT support) and the file is
+/// in memory ([`memory_backed`]).
+pub(crate) fn nowait_refused_in_memory(errno: i32, fd: RawFd) -> bool {
+    errno == libc::EOPNOTSUPP && memory_backed(fd)
 }
 
 /// `f_type` of tmpfs and of ramfs (linux/magic.h).
