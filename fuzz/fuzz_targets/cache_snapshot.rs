@@ -9,9 +9,10 @@
 //! the checksum, as a file written by a buggy or hostile writer would.
 #![no_main]
 
+use std::hash::Hasher as _;
 use edge_cache::{snapshot, storage};
 use libfuzzer_sys::fuzz_target;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use twox_hash::XxHash3_64;
 
 fuzz_target!(|data: &[u8]| {
     let levels = [1u8, 2];
@@ -20,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     if fixed.len() >= 8 {
         fixed[..8].copy_from_slice(b"EDGEIDX1");
     }
-    let sum = xxh3_64(&fixed);
+    let sum = XxHash3_64::oneshot(&fixed);
     fixed.extend_from_slice(&sum.to_le_bytes());
     check_snapshot(&fixed, &levels);
 
@@ -32,10 +33,10 @@ fuzz_target!(|data: &[u8]| {
         h[8..12].copy_from_slice(&storage::FORMAT_VERSION.to_le_bytes());
         let meta_len = (h.len() - storage::PREFIX_LEN) as u32;
         h[12..16].copy_from_slice(&meta_len.to_le_bytes());
-        let mut x = Xxh3::new();
-        x.update(&h[..56]);
-        x.update(&h[storage::PREFIX_LEN..]);
-        let sum = x.digest();
+        let mut x = XxHash3_64::new();
+        x.write(&h[..56]);
+        x.write(&h[storage::PREFIX_LEN..]);
+        let sum = x.finish();
         h[56..64].copy_from_slice(&sum.to_le_bytes());
         let hash = u128::from_le_bytes(h[32..48].try_into().unwrap());
         let _ = storage::decode_header(&h, hash, h.len() as u64);

@@ -50,7 +50,7 @@ pub const SLICE_MARK: char = '\u{3}';
 
 /// The hash that names an object.
 pub fn key_hash(key: &str) -> KeyHash {
-    xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+    twox_hash::XxHash3_128::oneshot(key.as_bytes())
 }
 
 /// The 32 lowercase hex digits of a hash (the object's file name).

@@ -15,7 +15,7 @@ use crate::cache::Cache;
 use crate::key::KeyHash;
 
 fn score(seed: u64, hash: KeyHash) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(&hash.to_le_bytes(), seed)
+    twox_hash::XxHash3_64::oneshot_with_seed(seed, &hash.to_le_bytes())
 }
 
 /// Index of the winning seed for `hash` (None for an empty list).
@@ -46,7 +46,7 @@ mod tests {
     fn seeds(names: &[&str]) -> Vec<u64> {
         names
             .iter()
-            .map(|n| xxhash_rust::xxh3::xxh3_64(n.as_bytes()))
+            .map(|n| twox_hash::XxHash3_64::oneshot(n.as_bytes()))
             .collect()
     }
 

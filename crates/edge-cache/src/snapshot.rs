@@ -29,7 +29,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// The snapshot's file name under the cache directory (not a hash name, so the loader
 /// never takes it for an object).
@@ -95,7 +95,7 @@ pub fn encode(img: &Image, levels: &[u8]) -> Vec<u8> {
             b.extend_from_slice(&v.to_le_bytes());
         }
     }
-    let sum = xxh3_64(&b);
+    let sum = XxHash3_64::oneshot(&b);
     b.extend_from_slice(&sum.to_le_bytes());
     b
 }
@@ -115,7 +115,7 @@ pub fn decode(buf: &[u8], levels: &[u8]) -> Result<Image, String> {
         return Err("not a snapshot".into());
     }
     let (body, sum) = buf.split_at(buf.len() - 8);
-    if xxh3_64(body).to_le_bytes() != sum {
+    if XxHash3_64::oneshot(body).to_le_bytes() != sum {
         return Err("checksum mismatch".into());
     }
     let mut r = Reader { b: body, at: 8 };

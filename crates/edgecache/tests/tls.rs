@@ -192,7 +192,7 @@ async fn h1_get_ending(mut io: Tls, host: &str, path: &str) -> (Resp, std::io::R
 }
 
 fn xxh3(b: &[u8]) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b))
+    format!("{:016x}", twox_hash::XxHash3_64::oneshot(b))
 }
 
 /// A TLS listener with two certificates (a.example, default; b.example) and h2, a

@@ -390,7 +390,7 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xxhash_rust::xxh3::xxh3_64;
+    use twox_hash::XxHash3_64;
 
     /// Feeds `input` in pieces of at most `step` bytes, the way a socket would deliver it,
     /// keeping unconsumed bytes like the connection's buffer does.
@@ -547,7 +547,7 @@ mod tests {
     #[test]
     fn verify_hashes_bodies_in_every_framing() {
         let body = b"0123456789abcdef0123456789";
-        let sum = format!("{:016x}", xxh3_64(body));
+        let sum = format!("{:016x}", XxHash3_64::oneshot(body));
         let cl = format!(
             "HTTP/1.1 200 OK\r\nX-Checksum: {sum}\r\nContent-Length: {}\r\n\r\n",
             body.len()

@@ -4,7 +4,8 @@
 //! [`BodyCheck`] as they pass through the read buffer (no copy), and turns the result
 //! into a [`Verdict`] when the response completes. Only active with `--verify`.
 
-use xxhash_rust::xxh3::Xxh3;
+use std::hash::Hasher as _;
+use twox_hash::XxHash3_64;
 
 /// Outcome of checking one response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub enum Expected {
 /// Incremental hash of one body. The hasher is reused across responses (reset, not
 /// reallocated).
 pub struct BodyCheck {
-    hasher: Xxh3,
+    hasher: XxHash3_64,
     expected: Expected,
 }
 
@@ -56,14 +57,14 @@ impl Default for BodyCheck {
 impl BodyCheck {
     pub fn new() -> Self {
         BodyCheck {
-            hasher: Xxh3::new(),
+            hasher: XxHash3_64::new(),
             expected: Expected::Missing,
         }
     }
 
     /// Starts a new body with the header's value (`None`: header absent).
     pub fn start(&mut self, header: Option<&[u8]>) {
-        self.hasher.reset();
+        self.hasher = XxHash3_64::new();
         self.expected = match header {
             None => Expected::Missing,
             Some(v) => parse_checksum(v).map_or(Expected::Invalid, Expected::Value),
@@ -73,7 +74,7 @@ impl BodyCheck {
     #[inline]
     pub fn update(&mut self, bytes: &[u8]) {
         if matches!(self.expected, Expected::Value(_)) {
-            self.hasher.update(bytes);
+            self.hasher.write(bytes);
         }
     }
 
@@ -81,7 +82,7 @@ impl BodyCheck {
         match self.expected {
             Expected::Missing => Verdict::NoChecksum,
             Expected::Invalid => Verdict::Mismatch,
-            Expected::Value(v) if self.hasher.digest() == v => Verdict::Ok,
+            Expected::Value(v) if self.hasher.finish() == v => Verdict::Ok,
             Expected::Value(_) => Verdict::Mismatch,
         }
     }
@@ -90,7 +91,7 @@ impl BodyCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xxhash_rust::xxh3::xxh3_64;
+    use twox_hash::XxHash3_64;
 
     #[test]
     fn checksum_values() {
@@ -106,7 +107,7 @@ mod tests {
     #[test]
     fn incremental_hash_matches_one_shot() {
         let body: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let hex = format!("{:016x}", xxh3_64(&body));
+        let hex = format!("{:016x}", XxHash3_64::oneshot(&body));
         let mut c = BodyCheck::new();
         for _ in 0..2 {
             c.start(Some(hex.as_bytes()));

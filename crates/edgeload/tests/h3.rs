@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{edgeload, edgeload_json, reported_requests};
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -217,9 +217,9 @@ async fn serve(conn: quinn::Connection, seen: Arc<Seen>) {
             tokio::time::sleep(Duration::from_millis(2)).await;
             let body = body_for(&path);
             let sum = if path.starts_with("/bad") {
-                xxh3_64(b"not this body")
+                XxHash3_64::oneshot(b"not this body")
             } else {
-                xxh3_64(&body)
+                XxHash3_64::oneshot(&body)
             };
             let resp = http::Response::builder()
                 .status(200)

@@ -17,7 +17,7 @@ use common::{edgeload, edgeload_json, json_of, reported_requests, TestServer};
 use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 use rustls::HandshakeKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -209,7 +209,7 @@ async fn serve(
             let mut out = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Checksum: {:016x}\r\n{close}\r\n",
                 body.len(),
-                xxh3_64(&body)
+                XxHash3_64::oneshot(&body)
             )
             .into_bytes();
             out.extend_from_slice(&body);

@@ -83,7 +83,7 @@ impl BodyCache {
         }
         let mut body = vec![0u8; size as usize];
         content::fill(kind, size, id, 0, &mut body);
-        content::remember_checksum(kind, size, id, xxhash_rust::xxh3::xxh3_64(&body));
+        content::remember_checksum(kind, size, id, twox_hash::XxHash3_64::oneshot(&body));
         let cached = Cached::Bytes(Rc::new(body));
         self.bytes += size as usize;
         self.map.insert(key, cached.clone());
@@ -181,7 +181,7 @@ mod tests {
             assert_eq!(bytes_of(&b), expect);
             assert_eq!(
                 content::checksum_of(Kind::Obj, size, 1),
-                xxhash_rust::xxh3::xxh3_64(&expect)
+                twox_hash::XxHash3_64::oneshot(&expect)
             );
         }
         assert!(c.get(Kind::Obj, MAX_CACHED_OBJECT + 1, 1).is_none());

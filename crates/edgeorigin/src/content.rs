@@ -16,8 +16,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::Hasher as _;
 use std::sync::OnceLock;
-use xxhash_rust::xxh3::Xxh3;
+use twox_hash::XxHash3_64;
 
 /// What an object's bytes look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -321,18 +322,18 @@ fn compute_checksum(kind: Kind, size: u64, id: u64) -> u64 {
         let mut buf = [0u8; CHUNK];
         let body = &mut buf[..size as usize];
         fill(kind, size, id, 0, body);
-        return xxhash_rust::xxh3::xxh3_64(body);
+        return twox_hash::XxHash3_64::oneshot(body);
     }
     let mut buf = vec![0u8; CHUNK];
-    let mut h = Xxh3::new();
+    let mut h = XxHash3_64::new();
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(CHUNK as u64) as usize;
         fill(kind, size, id, off, &mut buf[..n]);
-        h.update(&buf[..n]);
+        h.write(&buf[..n]);
         off += n as u64;
     }
-    h.digest()
+    h.finish()
 }
 
 #[cfg(test)]
@@ -382,7 +383,7 @@ mod tests {
         assert_eq!(&b[..8], &pinned);
         assert_eq!(
             checksum_of(Kind::Obj, 16, 1),
-            xxhash_rust::xxh3::xxh3_64(&b)
+            twox_hash::XxHash3_64::oneshot(&b)
         );
     }
 
@@ -450,9 +451,12 @@ mod tests {
             let b = body(kind, size, 9);
             assert_eq!(
                 compute_checksum(kind, size, 9),
-                xxhash_rust::xxh3::xxh3_64(&b)
+                twox_hash::XxHash3_64::oneshot(&b)
             );
-            assert_eq!(checksum_of(kind, size, 9), xxhash_rust::xxh3::xxh3_64(&b));
+            assert_eq!(
+                checksum_of(kind, size, 9),
+                twox_hash::XxHash3_64::oneshot(&b)
+            );
         }
     }
 
@@ -471,7 +475,10 @@ mod tests {
         assert!(!m.contains_key(&small), "small ones stay per thread");
         // This thread finds it there (and remembers it).
         assert_eq!(checksum_of(key.0, key.1, key.2), v);
-        assert_eq!(v, xxhash_rust::xxh3::xxh3_64(&body(key.0, key.1, key.2)));
+        assert_eq!(
+            v,
+            twox_hash::XxHash3_64::oneshot(&body(key.0, key.1, key.2))
+        );
         assert_eq!(CHECKSUMS.with(|c| c.borrow().get(&key).copied()), Some(v));
     }
 }

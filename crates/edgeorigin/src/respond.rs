@@ -188,7 +188,7 @@ fn route(ctx: &mut Ctx, req: &Request, inject: &Inject) -> Result<Target, (u16, 
 fn parse_id(s: &str) -> u64 {
     match s.parse::<u64>() {
         Ok(n) if s.bytes().all(|b| b.is_ascii_digit()) => n,
-        _ => xxhash_rust::xxh3::xxh3_64(s.as_bytes()),
+        _ => twox_hash::XxHash3_64::oneshot(s.as_bytes()),
     }
 }
 
@@ -200,7 +200,7 @@ fn vary_id(req: &Request, inject: &Inject, id: u64) -> u64 {
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case(name))
     }) {
-        Some(h) => id ^ xxhash_rust::xxh3::xxh3_64_with_seed(h.value, 0x7661_7279),
+        Some(h) => id ^ twox_hash::XxHash3_64::oneshot_with_seed(0x7661_7279, h.value),
         None => id,
     }
 }
@@ -418,7 +418,7 @@ fn build(ctx: &mut Ctx, req: &Request, inject: &Inject, target: Target) -> Reply
         push(
             &mut h,
             "X-Checksum",
-            &format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)),
+            &format!("{:016x}", twox_hash::XxHash3_64::oneshot(&bytes)),
         );
     }
     // `/obj/rand` names a different object each time: not cacheable unless asked.

@@ -89,7 +89,7 @@ fn library_content_functions() {
     assert_eq!(part, &whole[1234..1334]);
     assert_eq!(
         edgeorigin::text_checksum(5000, 2),
-        xxhash_rust::xxh3::xxh3_64(&whole)
+        twox_hash::XxHash3_64::oneshot(&whole)
     );
 }
 

@@ -24,7 +24,7 @@ impl Cache {
     /// Create the directory, start the loader and the manager threads, and return at
     /// once: lookups work immediately (objects not yet loaded are found on disk).
     pub fn open(cfg: CacheConfig) -> io::Result<Arc<Cache>> {
-        let seed = xxhash_rust::xxh3::xxh3_64(cfg.name.as_bytes());
+        let seed = twox_hash::XxHash3_64::oneshot(cfg.name.as_bytes());
         let zone = Arc::new(Zone::open(cfg)?);
         zone.restore_snapshot();
         let loader = crate::loader::spawn(&zone)?;

@@ -653,7 +653,7 @@ impl Cache {
     /// Whether `body` (all of `entry`'s body) matches the checksum its header carries.
     pub fn body_matches(entry: &HitEntry, body: &[u8]) -> bool {
         body.len() as u64 == entry.meta.body_len
-            && xxhash_rust::xxh3::xxh3_64(body) == entry.meta.body_hash
+            && twox_hash::XxHash3_64::oneshot(body) == entry.meta.body_hash
     }
 
     /// `entry`'s file turned out corrupt (a body checksum mismatch, a file shorter than

@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 use std::fs::File;
+use std::hash::Hasher as _;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -209,11 +210,11 @@ impl Cache {
         if meta.body_id == 0 {
             // A new body: an id no other body of this cache has had (process token,
             // sequence number and key; 0 is reserved for "none").
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            h.update(self.zone.token().as_bytes());
-            h.update(&seq.to_le_bytes());
-            h.update(&hash.to_le_bytes());
-            meta.body_id = h.digest().max(1);
+            let mut h = twox_hash::XxHash3_64::new();
+            h.write(self.zone.token().as_bytes());
+            h.write(&seq.to_le_bytes());
+            h.write(&hash.to_le_bytes());
+            meta.body_id = h.finish().max(1);
         }
         match make(self.zone.layout(), hash, meta, self.zone.token(), seq) {
             Ok(obj) => Ok(ObjectWriter {

@@ -25,7 +25,7 @@ static NODE: OnceLock<Node> = OnceLock::new();
 
 /// Sets this node's identity (once; later calls are ignored).
 pub fn set(name: &str, seed: &str) {
-    let h = xxhash_rust::xxh3::xxh3_64(format!("{name}\0{seed}").as_bytes());
+    let h = twox_hash::XxHash3_64::oneshot(format!("{name}\0{seed}").as_bytes());
     let id = format!("node={h:016x}");
     let via = format!("1.1 {name} (edgecache {id})").into_bytes();
     let _ = NODE.set(Node {

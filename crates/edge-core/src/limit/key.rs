@@ -83,7 +83,7 @@ impl Key {
 /// xxh3 of `bytes` under this process's seed.
 #[inline]
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, seed())
+    twox_hash::XxHash3_64::oneshot_with_seed(seed(), bytes)
 }
 
 /// A random seed, drawn once per process (from the OS, through std's `RandomState`).

@@ -239,7 +239,7 @@ pub async fn fetch_with(
         ex.upstream_started
             .get_or_insert_with(std::time::Instant::now);
     }
-    let sni_tag = sni.map_or(0, |s| xxhash_rust::xxh3::xxh3_64(s.as_bytes()) | 1);
+    let sni_tag = sni.map_or(0, |s| twox_hash::XxHash3_64::oneshot(s.as_bytes()) | 1);
     let mut attempts = 0;
     let max_attempts = group.servers.len() + 1;
     // A request that cannot be replayed (a streamed body, or a method that is not

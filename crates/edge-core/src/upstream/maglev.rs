@@ -36,7 +36,7 @@ impl Table {
         let perm: Vec<(u64, u64)> = live
             .iter()
             .map(|&i| {
-                let h = xxhash_rust::xxh3::xxh3_128(names[i].as_bytes());
+                let h = twox_hash::XxHash3_128::oneshot(names[i].as_bytes());
                 let offset = (h as u64) % m;
                 let skip = ((h >> 64) as u64) % (m - 1) + 1;
                 (offset, skip)
@@ -80,7 +80,8 @@ mod tests {
     }
 
     fn keys() -> impl Iterator<Item = u64> {
-        (0..20_000u64).map(|i| xxhash_rust::xxh3::xxh3_64(format!("http://h/obj/{i}").as_bytes()))
+        (0..20_000u64)
+            .map(|i| twox_hash::XxHash3_64::oneshot(format!("http://h/obj/{i}").as_bytes()))
     }
 
     #[test]

@@ -17,7 +17,7 @@ impl Hasher for Xxh3Hasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+        self.0 = twox_hash::XxHash3_64::oneshot_with_seed(self.0, bytes);
     }
     fn write_u8(&mut self, n: u8) {
         // `str`'s terminator: mixed in without another xxh3 call.

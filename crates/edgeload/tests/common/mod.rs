@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// How the server frames its responses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +163,7 @@ fn serve(
             if corrupt_every.is_some_and(|k| count.checked_rem(k) == Some(0)) {
                 body[5] ^= 0x20;
             }
-            let sum = format!("{:016x}", xxh3_64(&good));
+            let sum = format!("{:016x}", XxHash3_64::oneshot(&good));
             let conn = if close || framing == Framing::Close {
                 "Connection: close\r\n"
             } else {

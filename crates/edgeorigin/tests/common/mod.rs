@@ -21,7 +21,7 @@ pub fn origin(args: &[&str]) -> (Proc, SocketAddr) {
 
 /// xxh3-64 of `b` as the origin writes it (16 lowercase hex digits).
 pub fn xxh3_hex(b: &[u8]) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b))
+    format!("{:016x}", twox_hash::XxHash3_64::oneshot(b))
 }
 
 /// The parts of a `multipart/byteranges` body: `(Content-Range value, data)`.

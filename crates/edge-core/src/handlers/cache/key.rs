@@ -42,9 +42,9 @@ pub fn affinity(
         return None;
     }
     let h = match (&group.hash_key, cache_key_now) {
-        (Some(t), _) => xxhash_rust::xxh3::xxh3_64(t.to_string(vars).as_bytes()),
-        (None, Some(k)) => xxhash_rust::xxh3::xxh3_64(k.as_bytes()),
-        (None, None) => xxhash_rust::xxh3::xxh3_64(cache_key(location_key, vars).as_bytes()),
+        (Some(t), _) => twox_hash::XxHash3_64::oneshot(t.to_string(vars).as_bytes()),
+        (None, Some(k)) => twox_hash::XxHash3_64::oneshot(k.as_bytes()),
+        (None, None) => twox_hash::XxHash3_64::oneshot(cache_key(location_key, vars).as_bytes()),
     };
     Some(h)
 }

@@ -6,6 +6,7 @@
 
 use super::ctx::Ctx;
 use edge_cache::{HitBody, HitEntry, Lookup};
+use std::hash::Hasher as _;
 use std::time::SystemTime;
 
 /// The cache lookup through this worker's RAM tier and open-file cache.
@@ -64,7 +65,7 @@ pub async fn verified(ctx: &Ctx<'_>, mut entry: HitEntry) -> Option<HitEntry> {
         entry.body_offset = 0;
         return Some(entry);
     }
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut h = twox_hash::XxHash3_64::new();
     let mut at = 0u64;
     let mut buf = Vec::with_capacity(VERIFY_KEEP as usize);
     while at < len {
@@ -79,10 +80,10 @@ pub async fn verified(ctx: &Ctx<'_>, mut entry: HitEntry) -> Option<HitEntry> {
                 .drop_corrupt(&entry, &format!("reading the body: {e}"));
             return None;
         }
-        h.update(&buf);
+        h.write(&buf);
         at += n as u64;
     }
-    if h.digest() != entry.meta.body_hash {
+    if h.finish() != entry.meta.body_hash {
         ctx.cache.drop_corrupt(&entry, "body checksum mismatch");
         return None;
     }
