@@ -106,8 +106,12 @@ NO_SLICE_DISK_MAX = 24 << 30
 # `--counters`: kernel events on the server CPUs over the hit phase (perf stat -C), per
 # hit. Under BBR on loopback nearly every hrtimer start of a large send is a TCP pacing
 # timer (docs/results/large-hits.md).
+# net_dev_xmit: packets the server CPU put on loopback (its segments, and the client's
+# ACKs when the client's softirq ran there); sched_waking and ipi_send_cpu: the wake-ups
+# of the client that each delivered segment may cost, and those that crossed CPUs.
 COUNTERS = ["raw_syscalls:sys_enter", "timer:hrtimer_start", "irq:softirq_entry",
-            "exceptions:page_fault_user"] + [
+            "exceptions:page_fault_user", "net:net_dev_xmit", "sched:sched_waking",
+            "ipi:ipi_send_cpu"] + [
     f"syscalls:sys_enter_{c}" for c in ("sendfile64", "writev", "sendto", "write", "mmap",
                                         "munmap", "mincore", "openat")]
 # Reads that wait on a whole-object fill may take a while.
@@ -834,10 +838,13 @@ def write_report(a, rows, problems, info, started):
         if lh:
             f.write("\nedgecache's large hits after the hit phase (/status `large_hits`, per "
                     "worker: the way `sendfile_max = \"auto\"` chose, `measuring` while it "
-                    "still measures; MiB sent each way since the start): " + "; ".join(
+                    "still measures; MiB sent each way since the start; the medians of its "
+                    "last decision, worker CPU µs per MiB): " + "; ".join(
                         f"rep {r['rep']}: " + ", ".join(
                             f"{w['choice']} ({w['mapped_bytes'] / 2**20:,.0f} MiB mapped, "
-                            f"{w['sendfile_bytes'] / 2**20:,.0f} MiB by sendfile)"
+                            f"{w['sendfile_bytes'] / 2**20:,.0f} MiB by sendfile; "
+                            f"{(w.get('mapped_ns_per_mib') or 0) / 1e3:,.0f} µs mapped, "
+                            f"{(w.get('sendfile_ns_per_mib') or 0) / 1e3:,.0f} µs sendfile)"
                             for w in r["large_hits"]) for r in lh) + ".\n")
         f.write("\n## How to read this\n\n" + " ".join(HOW_TO_READ.split()) + "\n\n")
         f.write("## Errors\n\n")
