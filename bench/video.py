@@ -8,7 +8,8 @@ Usage: edgebench video [--quick] [--duration 10s] [--repetitions 3] [--cpus 0:1]
                               [--repetitions N | --reps N]
                               [--cpus SERVER:CLIENT] [--out docs/results] [--keep]
                               [--nice N] [--object-size 2g] [--seeks N] [--warm-span 64m]
-                              [--no-slice] [--aio KEY=VALUE]... [--counters]
+                              [--no-slice] [--aio KEY=VALUE]... [--location KEY=VALUE]...
+                              [--counters]
                               [--perf DIR]
 
 Needs target/release/{edgecache,edgeorigin,edgeload} (`cargo build --release -p
@@ -60,6 +61,7 @@ Per repetition and server (the order alternates from one repetition to the next)
    once the server has stopped), after a sync.
 
 `--aio KEY=VALUE` (repeatable) adds a key to edgecache's `[aio]` table, the value as TOML
+(`--location KEY=VALUE` likewise to its `[[location]]`: `--location slice_prefetch=1`)
 (`--aio 'sendfile_max="off"'`: every hit body by sendfile). `--counters` (root) runs
 `perf stat -C <server CPUs>` over each hit phase and reports per hit: syscalls (all, and
 sendfile/writev/...), hrtimer starts (under BBR on loopback, TCP pacing timers), softirqs
@@ -224,7 +226,8 @@ class Server:
             self.cfg = os.path.join(self.dir, "edgecache.toml")
             text = EDGECACHE.format(workers=workers, dir=self.dir, port=self.port,
                                     admin=self.admin, origin=origin, max_size=max_size,
-                                    slice="" if a.no_slice else f'slice = "{SLICE}"\n')
+                                    slice=("" if a.no_slice else f'slice = "{SLICE}"\n')
+                                    + "".join(f"{k} = {v}\n" for k, v in a.location))
             if a.aio:
                 text += "\n[aio]\n" + "".join(f"{k} = {v}\n" for k, v in a.aio)
         else:
@@ -911,12 +914,15 @@ def parse_args():
     ap.add_argument("--aio", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of edgecache's [aio] table, the value as TOML "
                          "(--aio 'sendfile_max=\"off\"'); repeatable")
+    ap.add_argument("--location", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key of edgecache's [[location]], the value as TOML "
+                         "(--location slice_prefetch=1); repeatable")
     a = ap.parse_args()
-    try:
-        a.aio = [tuple(x.strip() for x in kv.split("=", 1)) for kv in a.aio]
-        assert all(len(kv) == 2 and kv[0] and kv[1] for kv in a.aio)
-    except AssertionError:
-        ap.error("--aio takes KEY=VALUE")
+    for opt in ("aio", "location"):
+        pairs = [tuple(x.strip() for x in kv.split("=", 1)) for kv in getattr(a, opt)]
+        if not all(len(kv) == 2 and kv[0] and kv[1] for kv in pairs):
+            ap.error(f"--{opt} takes KEY=VALUE")
+        setattr(a, opt, pairs)
     a.argv = (["--quick"] if a.quick else []) + [
         f"--{k.replace('_', '-')} {v}" for k, v in (
             ("seconds", a.seconds), ("settle", a.settle), ("repetitions", a.repetitions),
@@ -924,7 +930,8 @@ def parse_args():
             ("object_size", a.object_size and size_text(a.object_size)), ("seeks", a.seeks),
             ("warm_span", a.warm_span and size_text(a.warm_span)), ("nice", a.nice))
         if v is not None] + (["--no-slice"] if a.no_slice else []) + [
-        f"--aio '{k}={v}'" for k, v in a.aio] + (["--counters"] if a.counters else [])
+        f"--aio '{k}={v}'" for k, v in a.aio] + [
+        f"--location '{k}={v}'" for k, v in a.location] + (["--counters"] if a.counters else [])
     if a.perf:
         os.makedirs(a.perf, exist_ok=True)
     if a.nice is None:
