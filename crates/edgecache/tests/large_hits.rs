@@ -253,6 +253,56 @@ fn a_warm_range_over_two_slices_leaves_from_mappings() {
 }
 
 #[test]
+fn pieces_of_slices_leave_mapped_whatever_auto_measures() {
+    // Under "auto", the pieces of an unaligned range over two slices always leave from
+    // mappings and are not the chooser's bytes: seconds of them (over its 16 MiB a
+    // window) leave it measuring, with nothing sent by sendfile. Were they counted, it
+    // would switch to sendfile after its first counted window.
+    let n = Node::start_with("", "slice = \"1m\"", "");
+    let path = "/obj/3m/6";
+    let all = get(n.origin, path, &[]).body;
+    assert_eq!(get(n.addr, path, &[]).status, 200, "the fill");
+    let (a, b) = ((1 << 20) - 400 * 1024, (1 << 20) + 400 * 1024 - 1);
+    let range = format!("Range: bytes={a}-{b}");
+    let large = || -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&get_text(n.admin, "/status")).unwrap();
+        v["workers"][0]["large_hits"].clone()
+    };
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(4) || sent < 64 << 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{sent} bytes in 60 s"
+        );
+        let mut c = Client::connect(n.addr);
+        for _ in 0..32 {
+            let r = c.get(path, &[&range]);
+            assert_eq!((r.status, status(&r)), (206, "HIT"));
+            assert!(
+                r.body == all[a..=b],
+                "bytes {a}-{b} differ from the origin's"
+            );
+            sent += r.body.len() as u64;
+        }
+    }
+    let l = large();
+    assert_eq!(l["choice"], "measuring", "{l}");
+    let metrics = get_text(n.admin, "/metrics");
+    let bytes = |method: &str| {
+        let series = format!("edgecache_large_hit_bytes_total{{method=\"{method}\"}}");
+        common::metric_in(&metrics, &series).unwrap_or(0)
+    };
+    if n.backend() == "threads" {
+        // Its sends all run on the pool, by sendfile: nothing is mapped there.
+        assert_eq!(bytes("mapped"), 0, "{metrics}");
+    } else {
+        assert_eq!(bytes("sendfile"), 0, "{metrics}");
+        assert!(bytes("mapped") >= sent, "{sent} sent:\n{metrics}");
+    }
+}
+
+#[test]
 fn sendfile_max_off_sends_every_body_by_sendfile() {
     let n = Node::start("", "[aio]\nsendfile_max = \"off\"\n");
     let r = get(n.addr, "/obj/3m/4", &[]);

@@ -281,14 +281,16 @@ pub(super) async fn send_body(
     range: std::ops::Range<u64>,
 ) -> Result<u64, ExchangeError> {
     let n = range.end - range.start;
-    send_part(ctx, conn, entry, head, range, n).await
+    send_part(ctx, conn, entry, head, range, n, false).await
 }
 
 /// [`send_body`] for one part of a response body of `response_len` bytes (a slice's
 /// share of a range that spans slices): whether the part leaves from a mapping is
 /// decided by the whole response's length, since what TCP paces is the response, not
 /// the part (a 1 MiB range over two slices would otherwise go by two sendfiles of
-/// under `aio.sendfile_max` each; docs/results/video.md).
+/// under `aio.sendfile_max` each; docs/results/video.md). `piece`: the part is less
+/// than a whole slice and the response has other parts (an unaligned range over two
+/// slices), which always leaves mapped (see the body).
 pub(super) async fn send_part(
     ctx: &Ctx<'_>,
     conn: &mut Conn,
@@ -296,6 +298,7 @@ pub(super) async fn send_part(
     head: Vec<u8>,
     range: std::ops::Range<u64>,
     response_len: u64,
+    piece: bool,
 ) -> Result<u64, ExchangeError> {
     let send = ctx.shared.timeouts.send;
     let n = range.end - range.start;
@@ -325,12 +328,16 @@ pub(super) async fn send_part(
     let policy = &ctx.shared.send;
     if policy.maps(entry.body_len, n.max(response_len)) && conn.io.is_tcp() {
         // Over `sendfile_max`: from a mapping, unless "auto" measured sendfile cheaper
-        // on this worker (`http::large_send`).
+        // on this worker (`http::large_send`). A piece of a slice in a response of
+        // several parts (an unaligned range over two slices) always leaves mapped and
+        // is not one of the chooser's bytes: one write per piece beat two sendfiles in
+        // every repetition measured, on a host where sendfile wins for whole bodies,
+        // and the chooser's windows could not tell them apart (docs/results/video.md).
         let large = &ctx.w.large_send;
-        if policy.adaptive {
+        if policy.adaptive && !piece {
             large.sent(n);
         }
-        if !policy.adaptive || large.method() == Method::Mapped {
+        if !policy.adaptive || piece || large.method() == Method::Mapped {
             if let Some(sent) = send_mapped(ctx, conn, entry, file, &head, range.clone()).await {
                 ctx.w.stats().large_mapped_bytes.add(n);
                 ctx.w.give_buf(head);

@@ -342,7 +342,8 @@ impl Body<'_> {
                         Box::pin(super::hit::admit_to_memory(&sc, &mut e)).await?;
                     }
                     let head = std::mem::take(&mut self.head);
-                    let n = super::hit::send_part(&sc, conn, &e, head, local, self.len);
+                    let piece = want != bytes && want.end - want.start < self.len;
+                    let n = super::hit::send_part(&sc, conn, &e, head, local, self.len, piece);
                     self.sent += Box::pin(n).await?;
                 }
                 Got::Fill { fill, head, .. } => {
