@@ -41,8 +41,8 @@ pub enum Expected {
     Value(u64),
 }
 
-/// Incremental hash of one body. The hasher is reused across responses (reset, not
-/// reallocated).
+/// Incremental hash of one body. Each body starts a fresh hasher (`twox-hash` has no
+/// reset; making one copies its 192-byte default secret into a small allocation).
 pub struct BodyCheck {
     hasher: XxHash3_64,
     expected: Expected,
